@@ -10,15 +10,40 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Iterable, Mapping
 
 import yaml
 
 from fabric.errors import ConfigError
 
-__all__ = ["Reader", "load_document"]
+__all__ = ["Reader", "load_document", "parse_yaml"]
 
 _MISSING = object()
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads YAML 1.2 floats such as ``2.9e10`` (YAML 1.1 wants ``2.9e+10``).
+
+    Sizes in bytes are naturally written ``2.9e10``; PyYAML would load that as a *string* and a
+    user would get a confusing type error, so accept it as the number everyone means.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str):
+    """Parse YAML text with the project's loader (YAML 1.2-style floats)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
 
 
 def load_document(path: str | os.PathLike[str]) -> "Reader":
@@ -38,7 +63,7 @@ def load_document(path: str | os.PathLike[str]) -> "Reader":
     except OSError as exc:
         raise ConfigError(source, "<file>", f"cannot be read: {exc.strerror}") from None
     try:
-        data = json.loads(text) if source.endswith(".json") else yaml.safe_load(text)
+        data = json.loads(text) if source.endswith(".json") else parse_yaml(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise ConfigError(source, "<file>", f"is not valid {'JSON' if source.endswith('.json') else 'YAML'}: {exc}") from None
     if not isinstance(data, Mapping):

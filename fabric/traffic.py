@@ -1,0 +1,495 @@
+"""Collectives -> rank-pair bytes -> ToR-level and PoD-level demand (AggregateDemand, Algorithm 2).
+
+Design note
+-----------
+Demand is built in two steps. :func:`rank_pair_bytes` expands one collective into directed
+GPU -> GPU bytes under a fixed algorithm per primitive (ring all-reduce, pairwise all-to-all, ...);
+:func:`aggregate_demand` then folds GPU pairs onto the fabric with a ToR-centric view (Appendix D.1):
+
+* both GPUs in one server: NVLink, no network demand;
+* both NICs on one ToR: switched by the always-on EPS ToR, no OCS demand;
+* two ToRs of one PoD: ToR -> ToR demand on that PoD's OCS-Agg;
+* two PoDs ``p -> q``: a *lift* ``ToR -> uplink_endpoint(p, q)`` in PoD ``p``, a *drop*
+  ``uplink_endpoint(q, p) -> ToR'`` in PoD ``q``, and PoD ``p -> q`` demand on OCS-Core.
+
+Pairs are kept as numpy arrays internally and summed with ``np.unique`` + ``np.bincount``, so the
+cost is a few vector passes over the pairs rather than a Python loop per pair: a 2,048-GPU
+all-to-all over 64-GPU groups (~130k pairs) aggregates in tens of milliseconds.
+
+The per-primitive models (``S`` = ``bytes_per_rank``, ``n`` = group size) are NCCL's ring and
+pairwise algorithms, with buffer sizes defined as in :class:`fabric.intent.Collective`:
+
+==================  ========================================================  =================
+primitive           who sends what                                            bytes per group
+==================  ========================================================  =================
+all-reduce          each rank ``2 (n-1)/n * S`` to its ring successor         ``2 (n-1) S``
+all-gather          each rank ``(n-1)/n * S`` to its ring successor           ``(n-1) S``
+reduce-scatter      each rank ``(n-1)/n * S`` to its ring successor           ``(n-1) S``
+all-to-all          each rank ``S/n`` to every other member                   ``(n-1) S``
+p2p                 stage ``i -> i+1`` and ``i+1 -> i``, ``S`` each           ``2 (n-1) S``
+m2n                 each src ``S/m`` to each of ``m`` dst ranks, and back     ``2 |src| S``
+weight-sync         shard-scatter stand-in, see :func:`weight_sync_transfers`  ``|gen| S``
+response-stream     gen GPU ``i`` sends ``S`` to train GPU ``i mod |train|``  ``|gen| S``
+==================  ========================================================  =================
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from fabric.intent import Collective, Intent
+from fabric.topology import Topology, tor_endpoint, uplink_endpoint
+
+__all__ = [
+    "AggregateDemand",
+    "rank_pair_bytes",
+    "transfer_pair_bytes",
+    "weight_sync_transfers",
+    "demand_of_intent",
+    "aggregate_demand",
+    "aggregate_intent",
+    "pod_flows_by_primitive",
+]
+
+# (src GPU, dst GPU, bytes) as parallel arrays; src != dst, bytes > 0 once summed.
+_Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+_RING_FACTOR = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0}
+
+
+@dataclass(frozen=True)
+class AggregateDemand:
+    """Demand at the two scopes the allocator solves (OrchestrRL §5.3 Phase 2, Appendix D.1).
+
+    Attributes
+    ----------
+    tor_demand : dict of int -> dict of (str, str) -> float
+        Per PoD (every PoD of the topology has an entry, possibly empty): directed bytes between
+        that PoD's OCS-Agg endpoints -- ToR -> ToR, ToR -> ``uplink_endpoint(pod, peer)`` (lift)
+        and ``uplink_endpoint(pod, peer)`` -> ToR (drop).
+    pod_demand : dict of (int, int) -> float
+        Directed PoD -> PoD bytes for OCS-Core.
+    eps_bytes : float
+        Bytes that create no OCS demand: both ends in one server (NVLink) or on one ToR (EPS).
+    nvlink_bytes : float
+        The part of ``eps_bytes`` whose ends share a server.
+    total_bytes : float
+        All rank-pair bytes aggregated.
+    """
+
+    tor_demand: dict[int, dict[tuple[str, str], float]]
+    pod_demand: dict[tuple[int, int], float]
+    eps_bytes: float  # reported so a caller can see how much traffic the OCS never carries
+    nvlink_bytes: float
+    total_bytes: float
+
+    @property
+    def inter_pod_bytes(self) -> float:
+        """Bytes crossing a PoD boundary (sum of ``pod_demand``)."""
+        return float(sum(self.pod_demand.values()))
+
+    @property
+    def intra_pod_ocs_bytes(self) -> float:
+        """Bytes between two ToRs of one PoD (carried by OCS-Agg ToR -> ToR circuits)."""
+        return self.total_bytes - self.eps_bytes - self.inter_pod_bytes
+
+    def to_json(self) -> dict[str, object]:
+        """Return a JSON-serialisable form (pair keys written ``"src->dst"``)."""
+        return {
+            "tor_demand": {str(p): {f"{u}->{v}": b for (u, v), b in d.items()} for p, d in self.tor_demand.items()},
+            "pod_demand": {f"{p}->{q}": b for (p, q), b in self.pod_demand.items()},
+            "eps_bytes": self.eps_bytes,
+            "nvlink_bytes": self.nvlink_bytes,
+            "total_bytes": self.total_bytes,
+        }
+
+
+# -- collectives -> rank pairs ---------------------------------------------------------------
+
+
+def rank_pair_bytes(collective: Collective, topology: Topology | None = None) -> dict[tuple[int, int], float]:
+    """Return the directed GPU -> GPU bytes of one collective, pairs summed.
+
+    Parameters
+    ----------
+    collective : Collective
+        The collective; ``bytes_per_rank`` is interpreted per primitive (see the module table).
+    topology : Topology, optional
+        Needed only by weight-sync without explicit ``transfers`` (its stand-in schedule is per
+        destination PoD).
+
+    Returns
+    -------
+    dict of (int, int) -> float
+        Bytes from ``src`` to ``dst``; same-server pairs included, self pairs and zero bytes left out.
+
+    Raises
+    ------
+    ValueError
+        For a weight-sync collective without ``transfers`` when ``topology`` is None.
+
+    Notes
+    -----
+    O(P log P) for P generated pairs: ``sum(n)`` for rings and p2p, ``sum(n^2)`` for all-to-all,
+    ``|src| * |dst|`` for m2n.
+
+    Examples
+    --------
+    >>> rank_pair_bytes(Collective("all-reduce", groups=((0, 1, 2),), bytes_per_rank=3.0))
+    {(0, 1): 4.0, (1, 2): 4.0, (2, 0): 4.0}
+    """
+    return _to_dict(_collective_pairs(collective, topology))
+
+
+def transfer_pair_bytes(transfers: Iterable[tuple[int, int, float]]) -> dict[tuple[int, int], float]:
+    """Return rank-pair bytes for an explicit ``(src, dst, bytes)`` schedule, pairs summed.
+
+    This is the seam where a real schedule (the collectives planner's weight-sync waves and trees)
+    replaces a stand-in model; pass it as ``Collective(..., transfers=...)`` to do that in an intent.
+
+    Notes
+    -----
+    O(T log T) for T transfers.
+
+    Examples
+    --------
+    >>> transfer_pair_bytes([(0, 9, 1.0), (0, 9, 2.0), (3, 3, 5.0)])
+    {(0, 9): 3.0}
+    """
+    return _to_dict(_sum_pairs(*_transfer_arrays(transfers)))
+
+
+def weight_sync_transfers(train_gpus: Sequence[int], gen_gpus: Sequence[int], weight_bytes: float,
+                          topology: Topology) -> list[tuple[int, int, float]]:
+    """Return the stand-in weight-sync schedule: shard-scatter, one copy per gen PoD, then fan-out.
+
+    The model (``weight_bytes``, what every gen GPU must end up with) is split into equal shards,
+    one per train GPU. For each destination PoD, train GPU ``i`` sends its shard to seed
+    ``gen_in_pod[i mod len(gen_in_pod)]`` -- so exactly one copy of the model crosses into each PoD
+    (Phase A) -- and each seed then sends everything it received to every other gen GPU of its PoD
+    (Phase B). The collectives planner's budgeted waves and per-shard trees (Appendix E) replace
+    this through :func:`transfer_pair_bytes`; the stand-in only needs to put demand on the right
+    ToRs and PoD pairs.
+
+    Notes
+    -----
+    O(|train| * P + seeds * |gen in PoD|) transfers for P gen PoDs.
+
+    Examples
+    --------
+    >>> from fabric.topology import FabricSpec, Topology
+    >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=1,
+    ...                            boundary_ports_per_pod=2, core_devices=1))
+    >>> weight_sync_transfers([0, 1], [8, 9], 10.0, topo)
+    [(0, 8, 5.0), (1, 9, 5.0), (8, 9, 5.0), (9, 8, 5.0)]
+    """
+    src, dst, vol = _weight_sync_arrays(tuple(train_gpus), tuple(gen_gpus), float(weight_bytes), topology)
+    return [(int(a), int(b), float(v)) for a, b, v in zip(src, dst, vol)]
+
+
+def demand_of_intent(intent: Intent, topology: Topology | None = None) -> dict[tuple[int, int], float]:
+    """Return the directed GPU -> GPU bytes of a whole intent, summed over its collectives.
+
+    Notes
+    -----
+    O(P log P) for P pairs over all collectives.
+
+    Examples
+    --------
+    >>> i = Intent("train", "j", "fwd", (Collective("p2p", ((0, 8),), 1.0), Collective("p2p", ((0, 8),), 2.0)))
+    >>> demand_of_intent(i)
+    {(0, 8): 3.0, (8, 0): 3.0}
+    """
+    return _to_dict(_intent_pairs(intent, topology))
+
+
+# -- rank pairs -> ToR / PoD demand ----------------------------------------------------------
+
+
+def aggregate_demand(pair_bytes: Mapping[tuple[int, int], float], topology: Topology) -> AggregateDemand:
+    """Fold GPU -> GPU bytes onto the fabric (Algorithm 2, line 4: AGGREGATEDEMAND).
+
+    Parameters
+    ----------
+    pair_bytes : mapping of (src GPU, dst GPU) -> bytes
+        E.g. from :func:`demand_of_intent`.
+    topology : Topology
+        Gives each GPU's server, ToR and PoD.
+
+    Returns
+    -------
+    AggregateDemand
+        ToR-level demand per PoD (ToR -> ToR, lift, drop), PoD -> PoD demand, and the bytes that
+        stayed on NVLink / EPS.
+
+    Raises
+    ------
+    IndexError
+        If a GPU is outside the topology.
+
+    Notes
+    -----
+    O(P log P + G) for P pairs and G GPUs in the topology; vectorised with numpy.
+
+    Examples
+    --------
+    >>> from fabric.topology import FabricSpec, Topology
+    >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=2,
+    ...                            boundary_ports_per_pod=4, core_devices=1))
+    >>> agg = aggregate_demand({(0, 1): 5.0, (0, 8): 7.0, (0, 17): 2.0}, topo)
+    >>> agg.nvlink_bytes, agg.eps_bytes, agg.pod_demand
+    (5.0, 12.0, {(0, 1): 2.0})
+    >>> agg.tor_demand[0], agg.tor_demand[1]
+    ({('pod0/tor0', 'pod0/up:pod1'): 2.0}, {('pod1/up:pod0', 'pod1/tor1'): 2.0})
+    """
+    items = list(pair_bytes.items())
+    src = np.fromiter((k[0] for k, _ in items), dtype=np.int64, count=len(items))
+    dst = np.fromiter((k[1] for k, _ in items), dtype=np.int64, count=len(items))
+    vol = np.fromiter((v for _, v in items), dtype=np.float64, count=len(items))
+    return _aggregate(src, dst, vol, topology)
+
+
+def aggregate_intent(intent: Intent, topology: Topology) -> AggregateDemand:
+    """Return the aggregate demand of an intent (:func:`demand_of_intent` + :func:`aggregate_demand`).
+
+    Skips the intermediate dict, which matters at cluster scale.
+
+    Notes
+    -----
+    O(P log P + G) for P pairs and G GPUs.
+    """
+    return _aggregate(*_intent_pairs(intent, topology), topology)
+
+
+def pod_flows_by_primitive(intent: Intent, topology: Topology) -> dict[str, set[tuple[int, int]]]:
+    """Return, per primitive, the directed PoD pairs ``(p, q)``, ``p != q``, that carry its bytes.
+
+    This is membership, not volume: what a stage template instantiates its OCS-Core scope from.
+
+    Notes
+    -----
+    O(P log P) for P pairs.
+
+    Examples
+    --------
+    >>> from fabric.topology import FabricSpec, Topology
+    >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=1,
+    ...                            boundary_ports_per_pod=2, core_devices=1))
+    >>> i = Intent("gen", "j", "g", (Collective("response-stream", src_gpus=(8, 9), dst_gpus=(0,),
+    ...                                          bytes_per_rank=1.0),))
+    >>> pod_flows_by_primitive(i, topo)
+    {'response-stream': {(1, 0)}}
+    """
+    arrays = _gpu_arrays(topology)
+    out: dict[str, set[tuple[int, int]]] = {}
+    for c in intent.collectives:
+        src, dst, _ = _collective_pairs(c, topology)
+        _check_range(src, dst, topology)
+        ps, pd = arrays.pod[src], arrays.pod[dst]
+        cross = ps != pd
+        flows = out.setdefault(c.primitive, set())
+        keys = np.unique(ps[cross] * len(topology.pods) + pd[cross])
+        flows.update((int(k // len(topology.pods)), int(k % len(topology.pods))) for k in keys)
+    return out
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _intent_pairs(intent: Intent, topology: Topology | None) -> _Pairs:
+    parts = [_collective_pairs(c, topology) for c in intent.collectives]
+    return _sum_pairs(*(np.concatenate([p[i] for p in parts]) for i in range(3)))
+
+
+def _collective_pairs(c: Collective, topology: Topology | None) -> _Pairs:
+    s = c.bytes_per_rank
+    p = c.primitive
+    chunks: list[_Pairs] = []
+    if p in _RING_FACTOR:
+        for n, grid in _groups_by_size(c.groups):
+            if n > 1:
+                share = _RING_FACTOR[p] * (n - 1) / n * s
+                chunks.append(_flat(grid, np.roll(grid, -1, axis=1), share))
+    elif p == "all-to-all":
+        for n, grid in _groups_by_size(c.groups):
+            i, j = np.nonzero(~np.eye(n, dtype=bool))  # every ordered pair of distinct members
+            chunks.append(_flat(grid[:, i], grid[:, j], s / n))
+    elif p == "p2p":
+        for n, grid in _groups_by_size(c.groups):
+            if n > 1:
+                chunks.append(_flat(grid[:, :-1], grid[:, 1:], s))  # forward activations
+                chunks.append(_flat(grid[:, 1:], grid[:, :-1], s))  # backward gradients
+    elif p == "m2n":
+        a = np.asarray(c.src_gpus, dtype=np.int64)
+        f = np.asarray(c.dst_gpus, dtype=np.int64)
+        share = s / len(f)
+        chunks.append(_flat(np.repeat(a, len(f)), np.tile(f, len(a)), share))  # dispatch to FFN ranks
+        chunks.append(_flat(np.tile(f, len(a)), np.repeat(a, len(f)), share))  # results back
+    elif p == "response-stream":
+        g = np.asarray(c.src_gpus, dtype=np.int64)
+        t = np.asarray(c.dst_gpus, dtype=np.int64)
+        chunks.append(_flat(g, t[np.arange(len(g)) % len(t)], s))
+    elif c.transfers:
+        chunks.append(_transfer_arrays(c.transfers))
+    else:  # weight-sync stand-in
+        if topology is None:
+            raise ValueError("weight-sync without explicit transfers needs the topology (to find gen PoDs)")
+        chunks.append(_weight_sync_arrays(c.src_gpus, c.dst_gpus, s, topology))
+    if not chunks:
+        return _empty()
+    return _sum_pairs(*(np.concatenate([ch[i] for ch in chunks]) for i in range(3)))
+
+
+def _weight_sync_arrays(train: tuple[int, ...], gen: tuple[int, ...], weight_bytes: float,
+                        topology: Topology) -> _Pairs:
+    if not train or not gen:
+        return _empty()
+    shard = weight_bytes / len(train)
+    train_arr = np.asarray(train, dtype=np.int64)
+    gen_pod: dict[int, list[int]] = {}
+    for g in gen:
+        gen_pod.setdefault(topology.pod_of_gpu(g), []).append(g)
+    chunks: list[_Pairs] = []
+    for pod in sorted(gen_pod):
+        members = np.asarray(gen_pod[pod], dtype=np.int64)
+        seeds = members[np.arange(len(train)) % len(members)]
+        chunks.append(_flat(train_arr, seeds, shard))  # Phase A: one model copy into this PoD
+        got = np.bincount(np.arange(len(train)) % len(members), minlength=len(members)) * shard
+        has = got > 0
+        k, n = int(has.sum()), len(members)
+        # Phase B: each seed forwards what it received to every other gen GPU of its PoD.
+        src = np.repeat(members[has], n)
+        dst = np.tile(members, k)
+        vol = np.repeat(got[has], n)
+        chunks.append((src, dst, vol))
+    return _sum_pairs(*(np.concatenate([ch[i] for ch in chunks]) for i in range(3)))
+
+
+def _transfer_arrays(transfers: Iterable[tuple[int, int, float]]) -> _Pairs:
+    rows = list(transfers)
+    return (np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+            np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)),
+            np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows)))
+
+
+def _groups_by_size(groups: Sequence[Sequence[int]]) -> list[tuple[int, np.ndarray]]:
+    """Stack equal-sized groups into (count, n) arrays so each size is one vector operation."""
+    by_size: dict[int, list[Sequence[int]]] = {}
+    for g in groups:
+        by_size.setdefault(len(g), []).append(g)
+    return [(n, np.asarray(gs, dtype=np.int64).reshape(len(gs), n)) for n, gs in sorted(by_size.items())]
+
+
+def _flat(src: np.ndarray, dst: np.ndarray, share: float | np.ndarray) -> _Pairs:
+    src = np.ravel(src).astype(np.int64, copy=False)
+    dst = np.ravel(dst).astype(np.int64, copy=False)
+    return src, dst, np.broadcast_to(np.asarray(share, dtype=np.float64), src.shape).copy()
+
+
+def _empty() -> _Pairs:
+    return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+
+
+def _sum_pairs(src: np.ndarray, dst: np.ndarray, vol: np.ndarray) -> _Pairs:
+    """Merge duplicate (src, dst) pairs; drop self pairs and zero bytes."""
+    keep = (src != dst) & (vol > 0)
+    src, dst, vol = src[keep], dst[keep], vol[keep]
+    if not len(src):
+        return _empty()
+    if src.min() < 0 or dst.min() < 0:
+        raise IndexError(f"negative GPU index {int(min(src.min(), dst.min()))}")
+    width = int(max(src.max(), dst.max())) + 1
+    keys, inverse = np.unique(src * width + dst, return_inverse=True)
+    return keys // width, keys % width, np.bincount(inverse.ravel(), weights=vol, minlength=len(keys))
+
+
+def _to_dict(pairs: _Pairs) -> dict[tuple[int, int], float]:
+    src, dst, vol = pairs
+    return {(a, b): v for a, b, v in zip(src.tolist(), dst.tolist(), vol.tolist())}
+
+
+@dataclass(frozen=True)
+class _GpuArrays:
+    server: np.ndarray  # GPU -> server index
+    pod: np.ndarray  # GPU -> PoD
+    tor: np.ndarray  # GPU -> index into tor_ids
+    tor_ids: tuple[str, ...]
+    tor_pod: np.ndarray  # ToR index -> PoD
+
+
+_GPU_ARRAYS: "weakref.WeakKeyDictionary[Topology, _GpuArrays]" = weakref.WeakKeyDictionary()
+
+
+def _gpu_arrays(topology: Topology) -> _GpuArrays:
+    cached = _GPU_ARRAYS.get(topology)
+    if cached is None:
+        tor_ids = tuple(topology.tors)
+        index = {t: i for i, t in enumerate(tor_ids)}
+        gpus = range(topology.gpu_count)
+        cached = _GpuArrays(
+            server=np.fromiter((topology.server_of_gpu(g) for g in gpus), np.int64, topology.gpu_count),
+            pod=np.fromiter((topology.pod_of_gpu(g) for g in gpus), np.int64, topology.gpu_count),
+            tor=np.fromiter((index[topology.tor_of_gpu(g)] for g in gpus), np.int64, topology.gpu_count),
+            tor_ids=tor_ids,
+            tor_pod=np.fromiter((topology.tors[t].pod for t in tor_ids), np.int64, len(tor_ids)),
+        )
+        _GPU_ARRAYS[topology] = cached
+    return cached
+
+
+def _check_range(src: np.ndarray, dst: np.ndarray, topology: Topology) -> None:
+    if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= topology.gpu_count):
+        bad = next(int(g) for g in np.concatenate([src, dst]) if not 0 <= g < topology.gpu_count)
+        raise IndexError(f"GPU {bad} is outside fabric {topology.name!r} (0..{topology.gpu_count - 1})")
+
+
+def _grouped_sum(keys: np.ndarray, vol: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    return uniq, np.bincount(inverse.ravel(), weights=vol, minlength=len(uniq))
+
+
+def _aggregate(src: np.ndarray, dst: np.ndarray, vol: np.ndarray, topology: Topology) -> AggregateDemand:
+    src, dst, vol = _sum_pairs(src, dst, vol)
+    _check_range(src, dst, topology)
+    a = _gpu_arrays(topology)
+    n_pods = len(topology.pods)
+    n_tors = len(a.tor_ids)
+    same_server = a.server[src] == a.server[dst]
+    ts, td = a.tor[src], a.tor[dst]
+    ps, pd = a.pod[src], a.pod[dst]
+    same_tor = (ts == td) & ~same_server
+    intra = (ps == pd) & (ts != td) & ~same_server
+    inter = ps != pd
+
+    tor_demand: dict[int, dict[tuple[str, str], float]] = {p: {} for p in topology.pods}
+    keys, sums = _grouped_sum(ts[intra] * n_tors + td[intra], vol[intra])
+    for k, b in zip(keys.tolist(), sums.tolist()):
+        u, v = divmod(k, n_tors)
+        tor_demand[int(a.tor_pod[u])][(tor_endpoint(a.tor_ids[u]), tor_endpoint(a.tor_ids[v]))] = b
+    # Lift: the sending ToR reaches its PoD's boundary ports toward the destination PoD.
+    keys, sums = _grouped_sum(ts[inter] * n_pods + pd[inter], vol[inter])
+    for k, b in zip(keys.tolist(), sums.tolist()):
+        t, q = divmod(k, n_pods)
+        p = int(a.tor_pod[t])
+        tor_demand[p][(tor_endpoint(a.tor_ids[t]), uplink_endpoint(p, q))] = b
+    # Drop: the receiving PoD's boundary ports from the source PoD reach the receiving ToR.
+    keys, sums = _grouped_sum(td[inter] * n_pods + ps[inter], vol[inter])
+    for k, b in zip(keys.tolist(), sums.tolist()):
+        t, p = divmod(k, n_pods)
+        q = int(a.tor_pod[t])
+        tor_demand[q][(uplink_endpoint(q, p), tor_endpoint(a.tor_ids[t]))] = b
+    keys, sums = _grouped_sum(ps[inter] * n_pods + pd[inter], vol[inter])
+    pod_demand = {divmod(k, n_pods): b for k, b in zip(keys.tolist(), sums.tolist())}
+
+    nvlink = float(vol[same_server].sum())
+    return AggregateDemand(
+        tor_demand=tor_demand,
+        pod_demand={(int(p), int(q)): b for (p, q), b in pod_demand.items()},
+        eps_bytes=nvlink + float(vol[same_tor].sum()),
+        nvlink_bytes=nvlink,
+        total_bytes=float(vol.sum()),
+    )
