@@ -43,6 +43,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     cost.add_argument("--link-gbps", type=int, nargs="+", default=[100, 200, 400, 800], metavar="G",
                       help="link speeds to price (Table 4 has 100 200 400 800)")
     cost.add_argument("--topology", metavar="T.yaml", help="price this RFabric topology instead of the default")
+    cost.add_argument("--clos-tiers", type=int, default=1, choices=(1, 2, 3), metavar="N",
+                      help="minimum fat-tree tiers of the electrical baselines (1 = fewest that reach the size; "
+                           "3 = always three tiers like Al-Fares, see docs/cost-model.md)")
     cost.add_argument("--json", action="store_true")
     cost.set_defaults(func=_cost)
 
@@ -108,9 +111,11 @@ def _cost(args: argparse.Namespace) -> int:
         from fabric.topology import load_topology
 
         spec = load_topology(args.topology).spec
-    rows = cost_table(args.gpus, tuple(args.link_gbps), rfabric_spec=spec)
+    rows = cost_table(args.gpus, tuple(args.link_gbps), rfabric_spec=spec, min_clos_tiers=args.clos_tiers)
     if args.json:
-        print(json.dumps([r.to_json() if hasattr(r, "to_json") else r.__dict__ for r in rows], indent=2, default=str))
+        import dataclasses
+
+        print(json.dumps([{**dataclasses.asdict(r), "network_usd": r.network_usd} for r in rows], indent=2))
     else:
         print(format_cost_table(rows))
     return 0
