@@ -20,7 +20,6 @@ from fabric.allocator import (
     Allocation,
     AllocationProblem,
     AllocationSolverError,
-    _exact_min_max_time,
     allocate,
     allocate_greedy,
     allocate_optimal,
@@ -29,10 +28,12 @@ from fabric.allocator import (
     pair_time_s,
     problem_from_json,
 )
+from fabric.allocator_exact import exact_min_max_time_s
 from fabric.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 GB = 1e9
+LINK = 8 * GB  # a circuit that moves 1 GB/s, so times below read as GB / circuits
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -164,7 +165,7 @@ def test_optimal_is_never_worse_than_greedy_or_uniform_and_matches_exact_search(
         assert n_opt <= n_other
         if n_opt == n_other:
             assert t_opt <= t_other * (1 + 1e-9)
-    exact = _exact_min_max_time(p)
+    exact = exact_min_max_time_s(p)
     if exact is not None:  # every demanded pair servable: the cross-check applies
         assert opt.unserved == ()
         assert opt.max_pair_time_s == pytest.approx(exact, rel=1e-9)
@@ -176,20 +177,20 @@ def test_optimal_is_never_worse_than_greedy_or_uniform_and_matches_exact_search(
 
 
 def test_eq7_scores_the_slower_direction_not_the_sum():
-    assert pair_time_s(8 * GB, 2 * GB, 2, GB) == 4.0  # max(8, 2) / 2, not (8 + 2) / 2
-    assert pair_time_s(0.0, 3 * GB, 1, GB) == 3.0
-    assert pair_time_s(1.0, 0.0, 0, GB) == math.inf
-    assert pair_time_s(0.0, 0.0, 0, GB) == 0.0
+    assert pair_time_s(8 * GB, 2 * GB, 2, LINK) == 4.0  # max(8, 2) / 2, not (8 + 2) / 2
+    assert pair_time_s(0.0, 3 * GB, 1, LINK) == 3.0
+    assert pair_time_s(1.0, 0.0, 0, LINK) == math.inf
+    assert pair_time_s(0.0, 0.0, 0, LINK) == 0.0
     with pytest.raises(ValueError):
-        pair_time_s(1.0, 1.0, -1, GB)
-    p = AllocationProblem(GB, {"a": 2, "b": 2}, {("a", "b"): 8 * GB, ("b", "a"): 2 * GB})
+        pair_time_s(1.0, 1.0, -1, LINK)
+    p = AllocationProblem(LINK, {"a": 2, "b": 2}, {("a", "b"): 8 * GB, ("b", "a"): 2 * GB})
     assert allocate_greedy(p).pair_time_s == {("a", "b"): 4.0}
 
 
 def test_greedy_puts_circuits_on_the_heavy_pair_and_beats_uniform_by_five_thirds():
     # Hub h with 6 ports talks to x (10 GB) and y (2 GB).  Uniform alternates: 3 + 3 circuits,
     # worst 10/3 s.  Greedy: 5 circuits to x and 1 to y, both pairs at 2 s.
-    p = AllocationProblem(GB, {"h": 6, "x": 6, "y": 6}, {("h", "x"): 10 * GB, ("y", "h"): 2 * GB})
+    p = AllocationProblem(LINK, {"h": 6, "x": 6, "y": 6}, {("h", "x"): 10 * GB, ("y", "h"): 2 * GB})
     greedy, uniform = allocate_greedy(p), allocate_uniform(p)
     assert greedy.circuits == {("h", "x"): 5, ("h", "y"): 1}
     assert uniform.circuits == {("h", "x"): 3, ("h", "y"): 3}
@@ -213,7 +214,7 @@ def test_pairs_tied_at_infinity_go_to_the_larger_directional_demand():
 
 
 def test_full_ties_are_broken_by_string_order():
-    p = AllocationProblem(GB, {"m": 1, "b": 1, "c": 1}, {("m", "c"): GB, ("b", "m"): GB})
+    p = AllocationProblem(LINK, {"m": 1, "b": 1, "c": 1}, {("m", "c"): GB, ("b", "m"): GB})
     assert allocate_greedy(p).circuits == {("b", "m"): 1}
 
 
@@ -223,11 +224,11 @@ def test_bipartite_tiebreak_spares_scarce_endpoints_and_serves_more_pairs():
     # ends serves (b, d) first and then fits (a, b) and (c, d) as well.
     ports = {"a": 1, "b": 2, "c": 1, "d": 3}
     demand = {("a", "b"): GB, ("b", "c"): GB, ("b", "d"): GB, ("c", "d"): GB}
-    plain = allocate_greedy(AllocationProblem(GB, ports, demand))
-    aware = allocate_greedy(AllocationProblem(GB, ports, demand, bipartite_tiebreak=True))
+    plain = allocate_greedy(AllocationProblem(LINK, ports, demand))
+    aware = allocate_greedy(AllocationProblem(LINK, ports, demand, bipartite_tiebreak=True))
     assert plain.circuits == {("a", "b"): 1, ("b", "c"): 1}
     assert aware.circuits == {("a", "b"): 1, ("b", "d"): 1, ("c", "d"): 1}
-    assert len(allocate_optimal(AllocationProblem(GB, ports, demand)).unserved) == 1
+    assert len(allocate_optimal(AllocationProblem(LINK, ports, demand)).unserved) == 1
 
 
 def test_optimal_serves_the_most_pairs_before_minimising_time():
@@ -236,8 +237,8 @@ def test_optimal_serves_the_most_pairs_before_minimising_time():
     # serves the heaviest pair first and strands both.
     ports = {"a": 1, "b": 1, "c": 1, "d": 1}
     demand = {("a", "b"): GB, ("b", "c"): 9 * GB, ("c", "d"): GB}
-    opt, greedy = allocate_optimal(AllocationProblem(GB, ports, demand)), allocate_greedy(
-        AllocationProblem(GB, ports, demand)
+    opt, greedy = allocate_optimal(AllocationProblem(LINK, ports, demand)), allocate_greedy(
+        AllocationProblem(LINK, ports, demand)
     )
     assert opt.circuits == {("a", "b"): 1, ("c", "d"): 1}
     assert opt.unserved == (("b", "c"),)
@@ -245,16 +246,16 @@ def test_optimal_serves_the_most_pairs_before_minimising_time():
     assert opt.max_pair_time_s == 1.0
 
 
-def test_exact_min_max_time_by_hand():
+def testexact_min_max_time_s_by_hand():
     # Hub with 5 ports, pairs of 8 GB and 2 GB: splits (4, 1) -> max(2, 2) = 2 s, (3, 2) ->
     # 8/3 s, (5, 0) leaves y unserved; T = 8/5 would need 5 + 2 ports.  So T* = 2 s.
-    p = AllocationProblem(GB, {"h": 5, "x": 9, "y": 9}, {("h", "x"): 8 * GB, ("h", "y"): 2 * GB})
-    assert _exact_min_max_time(p) == 2.0
+    p = AllocationProblem(LINK, {"h": 5, "x": 9, "y": 9}, {("h", "x"): 8 * GB, ("h", "y"): 2 * GB})
+    assert exact_min_max_time_s(p) == 2.0
     assert allocate_optimal(p).circuits == {("h", "x"): 4, ("h", "y"): 1}
     assert allocate_uniform(p).max_pair_time_s == pytest.approx(8 / 3)
-    starved = AllocationProblem(GB, {"h": 1, "x": 1, "y": 1}, {("h", "x"): 1.0, ("h", "y"): 1.0})
-    assert _exact_min_max_time(starved) is None
-    assert _exact_min_max_time(AllocationProblem(GB, {"a": 1}, {})) == 0.0
+    starved = AllocationProblem(LINK, {"h": 1, "x": 1, "y": 1}, {("h", "x"): 1.0, ("h", "y"): 1.0})
+    assert exact_min_max_time_s(starved) is None
+    assert exact_min_max_time_s(AllocationProblem(LINK, {"a": 1}, {})) == 0.0
 
 
 def test_eligibility_keeps_demand_off_non_eligible_pairs():
@@ -269,7 +270,7 @@ def test_eligibility_keeps_demand_off_non_eligible_pairs():
 
 
 def test_no_demand_gives_an_empty_allocation():
-    p = AllocationProblem(GB, {"a": 2, "b": 2}, {("a", "b"): 0.0})
+    p = AllocationProblem(LINK, {"a": 2, "b": 2}, {("a", "b"): 0.0})
     for method in METHODS:
         alloc = allocate(p, method)
         assert (alloc.circuits, alloc.pair_time_s, alloc.unserved) == ({}, {}, ())
@@ -278,7 +279,7 @@ def test_no_demand_gives_an_empty_allocation():
 
 def test_problem_is_a_snapshot_of_the_callers_mappings():
     ports, demand = {"a": 1, "b": 1}, {("a", "b"): GB}
-    p = AllocationProblem(GB, ports, demand)
+    p = AllocationProblem(LINK, ports, demand)
     ports["a"] = 0
     demand[("b", "a")] = 5 * GB
     assert allocate_greedy(p).circuits == {("a", "b"): 1}
@@ -304,7 +305,7 @@ def test_problem_constructor_refuses_bad_values(kwargs, field):
 
 def test_demand_on_an_endpoint_without_ports_entry_is_reported_unserved():
     # The controller passes a PoD's whole demand but offers ports only where fibres exist.
-    p = AllocationProblem(GB, {"a": 2, "b": 2}, {("a", "b"): GB, ("a", "ghost"): 5 * GB})
+    p = AllocationProblem(LINK, {"a": 2, "b": 2}, {("a", "b"): GB, ("a", "ghost"): 5 * GB})
     for method in METHODS:
         alloc = allocate(p, method)
         assert alloc.circuits == {("a", "b"): 2}
@@ -313,7 +314,7 @@ def test_demand_on_an_endpoint_without_ports_entry_is_reported_unserved():
 
 
 def test_allocate_refuses_unknown_methods_and_options():
-    p = AllocationProblem(GB, {"a": 1, "b": 1}, {("a", "b"): GB})
+    p = AllocationProblem(LINK, {"a": 1, "b": 1}, {("a", "b"): GB})
     with pytest.raises(ConfigError, match="greedy, uniform, optimal") as err:
         allocate(p, "random")
     assert err.value.field == "method"
@@ -349,7 +350,7 @@ def test_greedy_uses_ports_correctly_on_a_2048_gpu_core_instance():
     # Complete demand graph: a maximal allocation leaves free ports on at most one PoD.
     assert sum(1 for n in free.values() if n > 0) <= 1
     assert sum(alloc.circuits.values()) >= (8 * 64 - 64) // 2
-    assert alloc.max_pair_time_s == pytest.approx(_exact_min_max_time(p), rel=1e-12)
+    assert alloc.max_pair_time_s == pytest.approx(exact_min_max_time_s(p), rel=1e-12)
 
 
 def test_greedy_uses_ports_correctly_on_a_pod_agg_instance():
@@ -411,7 +412,7 @@ def test_json_writes_infinite_pair_time_as_null():
     out = allocation_to_json(allocate_greedy(problem_from_json(doc)))
     assert out["unserved"] == [["tor0", "up0"]]
     assert {"a": "tor0", "b": "up0", "time_s": None} in out["pair_time_s"]
-    assert out["max_pair_time_s"] == 8e9 / 25e9
+    assert out["max_pair_time_s"] == 8 * 8e9 / 25e9
     json.dumps(out, allow_nan=False)
 
 
