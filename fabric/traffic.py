@@ -170,8 +170,9 @@ def weight_sync_transfers(train_gpus: Sequence[int], gen_gpus: Sequence[int], we
     The model (``weight_bytes``, what every gen GPU must end up with) is split into equal shards,
     one per train GPU. For each destination PoD, train GPU ``i`` sends its shard to seed
     ``gen_in_pod[i mod len(gen_in_pod)]`` -- so exactly one copy of the model crosses into each PoD
-    (Phase A) -- and each seed then sends everything it received to every other gen GPU of its PoD
-    (Phase B). The collectives planner's budgeted waves and per-shard trees (Appendix E) replace
+    (Phase A) -- and the seeds spread it to every other gen GPU of the PoD (Phase B) along their
+    rail and then over NVLink, so Phase B puts demand on OCS-Agg only for GPUs whose server holds
+    no copy. The collectives planner's budgeted waves and per-shard trees (Appendix E) replace
     this through :func:`transfer_pair_bytes`; the stand-in only needs to put demand on the right
     ToRs and PoD pairs.
 
@@ -359,14 +360,32 @@ def _weight_sync_arrays(train: tuple[int, ...], gen: tuple[int, ...], weight_byt
         seeds = members[np.arange(len(train)) % len(members)]
         chunks.append(_flat(train_arr, seeds, shard))  # Phase A: one model copy into this PoD
         got = np.bincount(np.arange(len(train)) % len(members), minlength=len(members)) * shard
-        has = got > 0
-        k, n = int(has.sum()), len(members)
-        # Phase B: each seed forwards what it received to every other gen GPU of its PoD.
-        src = np.repeat(members[has], n)
-        dst = np.tile(members, k)
-        vol = np.repeat(got[has], n)
-        chunks.append((src, dst, vol))
+        chunks.extend(_rail_fanout(members, got, topology))
     return _sum_pairs(*(np.concatenate([ch[i] for ch in chunks]) for i in range(3)))
+
+
+def _rail_fanout(members: np.ndarray, got: np.ndarray, topology: Topology) -> list[_Pairs]:
+    """Phase B of the stand-in: spread each seed's shards to every other gen GPU of its PoD.
+
+    Rail-aligned, as NCCL's PXN does on rail-optimised fabrics: a seed sends along its rail (same
+    ToR, so EPS), then every GPU holding the shard hands it to its server-mates over NVLink. Only a
+    GPU with no holder in its server gets it straight from the seed across ToRs (OCS-Agg demand).
+    Every member ends with each shard exactly once.
+    """
+    tor_ids = {t: i for i, t in enumerate(sorted({topology.tor_of_gpu(int(g)) for g in members}))}
+    tor = np.asarray([tor_ids[topology.tor_of_gpu(int(g))] for g in members], dtype=np.int64)
+    server = np.asarray([topology.server_of_gpu(int(g)) for g in members], dtype=np.int64)
+    out: list[_Pairs] = []
+    for i in np.flatnonzero(got > 0):
+        seed, vol = members[i], got[i]
+        holders = np.flatnonzero(tor == tor[i])  # the seed and its rail peers
+        peers = holders[holders != i]
+        out.append((np.full(len(peers), seed), members[peers], np.full(len(peers), vol)))
+        holder_of_server = dict(zip(server[holders].tolist(), holders.tolist()))
+        rest = np.flatnonzero(tor != tor[i])
+        relay = np.asarray([holder_of_server.get(int(server[j]), i) for j in rest], dtype=np.int64)
+        out.append((members[relay], members[rest], np.full(len(rest), vol)))
+    return out
 
 
 def _transfer_arrays(transfers: Iterable[tuple[int, int, float]]) -> _Pairs:
