@@ -246,7 +246,7 @@ def test_optimal_serves_the_most_pairs_before_minimising_time():
     assert opt.max_pair_time_s == 1.0
 
 
-def testexact_min_max_time_s_by_hand():
+def test_exact_min_max_time_by_hand():
     # Hub with 5 ports, pairs of 8 GB and 2 GB: splits (4, 1) -> max(2, 2) = 2 s, (3, 2) ->
     # 8/3 s, (5, 0) leaves y unserved; T = 8/5 would need 5 + 2 ports.  So T* = 2 s.
     p = AllocationProblem(LINK, {"h": 5, "x": 9, "y": 9}, {("h", "x"): 8 * GB, ("h", "y"): 2 * GB})
