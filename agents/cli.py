@@ -17,7 +17,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents import cli_fabric, demo
+    from agents import cli_fabric, cli_ocs, demo
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
     cli_fabric.register(groups)
+    cli_ocs.register(groups)
     demo.register(groups)
     return parser
 

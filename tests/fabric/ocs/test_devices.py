@@ -1,0 +1,76 @@
+"""devices.yaml: the bundled example matches its topology; bad files name file, field and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fabric.errors import ConfigError
+from fabric.ocs.devices import devices_from_mapping, load_devices, open_device
+from fabric.topology import load_topology
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+GOOD = {"host": "127.0.0.1", "port": 3082, "ports": 320, "profile": "mems-3d"}
+
+
+def test_the_64gpu_example_covers_every_device_of_its_topology():
+    topo = load_topology(EXAMPLES / "topology-64gpu-h800.yaml")
+    devices = load_devices(EXAMPLES / "devices-64gpu.yaml", topo)
+    assert set(devices) == {"core0", "pod0/agg0", "pod1/agg0"} == set(topo.devices)
+    core = devices["core0"]
+    assert (core.ports, core.profile, core.switch_delay_s, core.user) == (320, "mems-3d", 0.01, "admin")
+    drv = open_device(devices["pod1/agg0"])
+    assert (drv.name, drv.port, drv.ports, drv.switch_delay_s) == ("pod1/agg0", 3084, 320, 0.01)
+
+
+def _write(tmp_path, doc) -> Path:
+    path = tmp_path / "devices.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("device, field, fix", [
+    ({k: v for k, v in GOOD.items() if k != "host"}, "devices.core0.host", "required"),
+    ({**GOOD, "profile": "mems"}, "devices.core0.profile", "rotor, mems-3d"),
+    ({**GOOD, "port": 70000}, "devices.core0.port", "1 to 65535"),
+    ({**GOOD, "ports": 400}, "devices.core0.ports", "1 to 320"),
+    ({**GOOD, "prots": 4}, "devices.core0.prots", "not a known field"),
+    ({**GOOD, "timeout_s": 0}, "devices.core0.timeout_s", "> 0"),
+])
+def test_a_bad_field_is_named_with_the_file_and_the_fix(tmp_path, device, field, fix):
+    path = _write(tmp_path, {"devices": {"core0": device}})
+    with pytest.raises(ConfigError) as info:
+        load_devices(path)
+    assert str(path) in str(info.value) and f"'{field}'" in str(info.value) and fix in str(info.value)
+
+
+def test_defaults_fill_in_fields_and_the_password_may_come_from_the_environment(tmp_path, monkeypatch):
+    doc = {"defaults": {"password_env": "OCS_TEST_PW", "profile": "rotor", "ports": 16},
+           "devices": {"a": {"host": "h", "port": 1}, "b": {"host": "h", "port": 2, "password": "own"}}}
+    path = _write(tmp_path, doc)
+    with pytest.raises(ConfigError, match=r"'defaults.password_env'.*OCS_TEST_PW is not set.*export OCS_TEST_PW"):
+        load_devices(path)
+    monkeypatch.setenv("OCS_TEST_PW", "s3cret")
+    devices = load_devices(path)
+    assert devices["a"].password == "s3cret" and devices["b"].password == "own"
+    assert "s3cret" not in repr(devices["a"])
+
+
+def test_a_topology_device_missing_or_mismatched_is_refused(tmp_path):
+    topo = load_topology(EXAMPLES / "topology-64gpu-h800.yaml")
+    path = _write(tmp_path, {"devices": {"core0": GOOD}})
+    with pytest.raises(ConfigError, match=r"no entry for device 'pod0/agg0'.*add entries for pod0/agg0, pod1/agg0"):
+        load_devices(path, topo)
+    small = {name: {**GOOD, "ports": 128, "profile": "rotor"} for name in topo.devices}
+    with pytest.raises(ConfigError, match=r"'devices.core0.ports'.*fewer than the topology's radix 320"):
+        load_devices(_write(tmp_path, {"devices": small}), topo)
+    other = {name: {**GOOD, "profile": "piezo"} for name in topo.devices}
+    with pytest.raises(ConfigError, match=r"'devices.core0.profile'.*technology 'mems-3d'"):
+        load_devices(_write(tmp_path, {"devices": other}), topo)
+
+
+def test_an_empty_device_list_is_refused():
+    with pytest.raises(ConfigError, match="'devices': is empty"):
+        devices_from_mapping({"devices": {}}, "d.yaml")
