@@ -232,11 +232,14 @@ class FabricController:
     committer: PlanCommitter | None = None
     active: CircuitPlan | None = None
     history: list[MaterializeResult] = field(default_factory=list)
+    last_intent: Intent | None = None  # what the latest plan was made for, to re-plan after a port fails
 
     def materialize(self, intent: Intent, demand: AggregateDemand | None = None) -> MaterializeResult:
+        self.last_intent = intent
         result = materialize(intent, FabricState(self.topology, self.active), self.cache, demand=demand,
                              method=self.method)
         self.history.append(result)
+        del self.history[:-256]  # a long-running proxy keeps only recent results
         return result
 
     def apply(self, result: MaterializeResult) -> PlanDiff | None:

@@ -370,20 +370,26 @@ def _demand_rows(demand: Mapping[tuple[str, str], float]) -> list[dict]:
     return [{"src": a, "dst": b, "bytes": x} for (a, b), x in sorted(demand.items())]
 
 
-def plan_to_json(plan: CircuitPlan) -> dict:
-    """Return the full plan as a JSON-serialisable document (inverse: :func:`plan_from_json`)."""
-    return {
+def plan_to_json(plan: CircuitPlan, *, derived: bool = True) -> dict:
+    """Return the full plan as a JSON-serialisable document (inverse: :func:`plan_from_json`).
+
+    ``derived=False`` leaves out the per-pair times, which are recomputed from circuits and demand
+    on load; the durable store journals that slimmer form on every commit.
+    """
+    doc = {
         "fabric": plan.fabric, "template": plan.template, "signature": plan.signature,
         "method": plan.method, "link_bps": plan.link_bps,
         "circuits": [{"tier": c.tier, "pod": c.pod, "a": c.a, "b": c.b, "device": c.xc.device,
                       "a_port": c.xc.a_port, "b_port": c.xc.b_port} for c in plan.circuits],
         "core_demand": _demand_rows(plan.core_demand),
         "agg_demand": {str(p): _demand_rows(d) for p, d in sorted(plan.agg_demand.items())},
-        "pair_times": [{**r, "time_s": None if r["time_s"] == float("inf") else r["time_s"]}
-                       for r in plan.pair_times()],
-        "max_pair_time_s": plan.max_pair_time_s(),
         "notes": list(plan.notes),
     }
+    if derived:
+        doc["pair_times"] = [{**r, "time_s": None if r["time_s"] == float("inf") else r["time_s"]}
+                             for r in plan.pair_times()]
+        doc["max_pair_time_s"] = plan.max_pair_time_s()
+    return doc
 
 
 def plan_from_json(doc: Mapping) -> CircuitPlan:

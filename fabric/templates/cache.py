@@ -65,6 +65,10 @@ class TemplateCache:
         self.misses += 1
         return entry, False
 
+    def put(self, entry: CacheEntry) -> None:
+        """Add (or replace) an entry without touching the counters, e.g. when restoring from disk."""
+        self._entries[entry.signature] = entry
+
     def entries(self) -> list[CacheEntry]:
         return list(self._entries.values())
 

@@ -1,0 +1,443 @@
+"""Durable controller state: the commit journal, template cache, masked ports and decision log.
+
+Design note
+-----------
+The journal is write-ahead at the level of plans: a commit row with the *desired* plan is made
+durable (state ``intent``) before any device is touched, every bulk device step appends what the
+device confirmed, and the row is closed as ``committed``, ``failed`` or ``aborted`` only after the
+devices hold the outcome. So after a crash at any point, ``last_committed_plan`` is the plan the
+fabric is known to have reached, and ``in_flight`` names the commit that may have left devices
+half-changed; :mod:`fabric.reconcile` reads the devices and restores the former.
+
+Each journal step is one SQLite transaction in WAL mode with ``synchronous=FULL``: a step that
+returned is on disk, a step interrupted by a crash is absent as a whole. The schema version lives
+in ``PRAGMA user_version``; a file written by a newer orchestrl is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from fabric.errors import OrchestrlError
+from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
+from fabric.templates.cache import CacheEntry, TemplateCache
+
+__all__ = [
+    "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
+    "CommitRecord", "StepRecord", "MaskedPort", "DecisionRecord", "FabricStore", "default_store_path",
+]
+
+SCHEMA_VERSION = 1
+COMMIT_STATES = ("intent", "committed", "failed", "aborted")  # intent = started, not finished
+_FINAL_STATES = COMMIT_STATES[1:]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS commits (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    scope       TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('apply', 'reconcile')),
+    state       TEXT NOT NULL CHECK (state IN ('intent', 'committed', 'failed', 'aborted')),
+    plan_json   TEXT NOT NULL,
+    base_id     INTEGER,
+    started_at  REAL NOT NULL,
+    finished_at REAL,
+    note        TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS commits_by_scope ON commits (scope, kind, state, id);
+CREATE TABLE IF NOT EXISTS commit_steps (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    commit_id      INTEGER NOT NULL REFERENCES commits (id) ON DELETE CASCADE,
+    device         TEXT NOT NULL,
+    action         TEXT NOT NULL CHECK (action IN ('remove', 'add')),
+    requested_json TEXT NOT NULL,
+    confirmed_json TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    detail         TEXT NOT NULL DEFAULT '',
+    at             REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS steps_by_commit ON commit_steps (commit_id, id);
+CREATE TABLE IF NOT EXISTS template_cache (
+    signature  TEXT PRIMARY KEY,
+    entry_json TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS masked_ports (
+    device    TEXT NOT NULL,
+    port      INTEGER NOT NULL,
+    reason    TEXT NOT NULL,
+    masked_at REAL NOT NULL,
+    PRIMARY KEY (device, port)
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    at          REAL NOT NULL,
+    scope       TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    detail_json TEXT NOT NULL
+);
+"""
+
+SimplexPairs = Sequence[tuple[int, int]]  # (ingress, egress) cross-connects in device numbering
+
+
+def default_store_path() -> Path:
+    """Return ``$XDG_STATE_HOME/orchestrl/fabric.db`` (``~/.local/state/orchestrl/fabric.db``)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "orchestrl" / "fabric.db"
+
+
+class StoreError(OrchestrlError):
+    """The durable store could not be opened or used; the message names the file and the fix."""
+
+    def __init__(self, path: str, problem: str, fix: str = "") -> None:
+        self.path = path
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"fabric store {path}: {problem}" + (f"; fix: {fix}" if fix else ""))
+
+
+class StoreVersionError(StoreError):
+    """The file was written by a newer orchestrl (higher schema version) than this one."""
+
+
+class StoreCorruptError(StoreError):
+    """The file is not a readable SQLite database, or fails SQLite's integrity check."""
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """One journalled commit: the desired plan of a scope and how far applying it got."""
+
+    id: int
+    scope: str  # what the plan covers, e.g. the fabric name; reconcile targets per scope
+    kind: str  # "apply": a plan change; "reconcile": devices restored to the plan after a restart
+    state: str  # one of COMMIT_STATES
+    plan: CircuitPlan
+    base_id: int | None  # committed record the change started from (None: empty fabric)
+    started_at: float  # unix time the intent was journalled
+    finished_at: float | None
+    note: str  # why it failed or was aborted, in words
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one device confirmed after one bulk step of a commit."""
+
+    commit_id: int
+    device: str
+    action: str  # "remove" | "add"
+    requested: tuple[tuple[int, int], ...]  # simplex (ingress, egress) pairs asked for
+    confirmed: tuple[tuple[int, int], ...]  # the pairs the device reported done
+    status: str  # "ok" | "partial" | "failed" | "error"
+    detail: str
+    at: float
+
+
+@dataclass(frozen=True)
+class MaskedPort:
+    """A duplex port kept out of planning (failed, force-blocked, or masked by an operator)."""
+
+    device: str
+    port: int
+    reason: str
+    masked_at: float
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """One safe-window decision (committed, deferred and why), as :mod:`fabric.safe_window` reports it."""
+
+    id: int
+    at: float
+    scope: str
+    outcome: str
+    detail: Mapping[str, Any]
+
+
+class FabricStore:
+    """SQLite-backed durable state of the fabric controller (thread-safe, one file per controller).
+
+    Parameters
+    ----------
+    path : str or Path, optional
+        Database file; ``":memory:"`` for a throw-away store. Default :func:`default_store_path`.
+    commit_retention : int
+        Finished commits kept per scope; older ones are pruned, but never the last committed
+        record of a scope nor an unfinished one.
+    decision_retention : int
+        Decision-log rows kept in total (oldest pruned first).
+
+    Examples
+    --------
+    >>> from fabric.plan import CircuitPlan
+    >>> with FabricStore(":memory:") as store:
+    ...     cid = store.begin_commit("f", CircuitPlan("f", "train", "sig", 1e9, ()))
+    ...     store.finish_commit(cid, "committed")
+    ...     store.last_committed("f").id == cid, store.in_flight()
+    (True, [])
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, commit_retention: int = 200,
+                 decision_retention: int = 10_000) -> None:
+        if commit_retention < 1 or decision_retention < 1:
+            raise ValueError("commit_retention and decision_retention must be at least 1")
+        self.path = str(default_store_path() if path is None else path)
+        self.commit_retention = commit_retention
+        self.decision_retention = decision_retention
+        self._lock = threading.RLock()
+        self._plans: dict[int, CircuitPlan] = {}  # commit id -> plan: hot paths skip re-parsing JSON
+        self._conn = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        memory = self.path == ":memory:"
+        if not memory:
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(self.path, f"cannot create its directory ({e.strerror})",
+                                 "choose a writable location for the store file") from e
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        except sqlite3.Error as e:
+            raise StoreError(self.path, f"cannot open ({e})", "check that the path is a writable file") from e
+        try:
+            self._prepare(conn, memory)
+        except StoreError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise StoreError(self.path, f"database is locked ({e})",
+                                 "stop the other controller process that holds this store") from e
+            raise StoreCorruptError(
+                self.path, f"not a readable orchestrl store ({e})",
+                f"restore the file from a backup, or move it aside (mv {self.path} {self.path}.corrupt) to start "
+                "an empty journal; note that reconciliation against an empty journal removes every cross-connect"
+            ) from e
+        return conn
+
+    def _prepare(self, conn: sqlite3.Connection, memory: bool) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]  # first read: fails on a non-database
+        if version > SCHEMA_VERSION:
+            raise StoreVersionError(self.path, f"schema version {version} is newer than this orchestrl supports "
+                                    f"({SCHEMA_VERSION})", "upgrade orchestrl, or point the controller at another store file")
+        if (check := conn.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
+            raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+        if not memory:
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        if version == 0:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
+            if tables:
+                raise StoreError(self.path, "is an SQLite database but not an orchestrl store (no schema version)",
+                                 "point the controller at another store file")
+            try:  # one transaction; IF NOT EXISTS makes a concurrent first open harmless
+                conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One durable transaction: all of the body, or none of it."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, args).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> "FabricStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def begin_commit(self, scope: str, plan: CircuitPlan, *, kind: str = "apply", base_id: int | None = None) -> int:
+        """Journal ``plan`` as the desired state of ``scope`` (state ``intent``); return the commit id.
+
+        Call this before touching any device: after a crash the record tells reconciliation that
+        devices may hold a mix of the base plan and this one.
+        """
+        doc = json.dumps(plan_to_json(plan, derived=False), separators=(",", ":"), allow_nan=False)
+        with self._tx() as c:
+            cur = c.execute("INSERT INTO commits (scope, kind, state, plan_json, base_id, started_at) "
+                            "VALUES (?, ?, 'intent', ?, ?, ?)", (scope, kind, doc, base_id, time.time()))
+            cid = int(cur.lastrowid)
+        self._remember(cid, plan)
+        return cid
+
+    def _remember(self, commit_id: int, plan: CircuitPlan) -> CircuitPlan:
+        with self._lock:  # ids are never reused (AUTOINCREMENT) and plans are frozen, so this never goes stale
+            while len(self._plans) >= 16:
+                self._plans.pop(next(iter(self._plans)))
+            self._plans[commit_id] = plan
+        return plan
+
+    def record_step(self, commit_id: int, device: str, action: str, requested: SimplexPairs,
+                    confirmed: SimplexPairs, status: str, detail: str = "") -> None:
+        """Append what ``device`` confirmed after one bulk ``action`` ("remove" or "add") of a commit."""
+        req = json.dumps([list(p) for p in requested])
+        conf = json.dumps([list(p) for p in confirmed])
+        with self._tx() as c:
+            self._require_open(c, commit_id)
+            c.execute("INSERT INTO commit_steps (commit_id, device, action, requested_json, confirmed_json, status, "
+                      "detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                      (commit_id, device, action, req, conf, status, detail, time.time()))
+
+    def finish_commit(self, commit_id: int, state: str, note: str = "") -> None:
+        """Close an open commit as ``committed``, ``failed`` or ``aborted`` and prune old records."""
+        if state not in _FINAL_STATES:
+            raise ValueError(f"finish_commit: state {state!r} is not one of {', '.join(_FINAL_STATES)}")
+        with self._tx() as c:
+            scope = self._require_open(c, commit_id)
+            c.execute("UPDATE commits SET state = ?, finished_at = ?, note = ? WHERE id = ?",
+                      (state, time.time(), note, commit_id))
+            self._prune_commits(c, scope)
+
+    def _require_open(self, c: sqlite3.Connection, commit_id: int) -> str:
+        row = c.execute("SELECT scope, state FROM commits WHERE id = ?", (commit_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"fabric store {self.path}: no commit with id {commit_id}")
+        if row[1] != "intent":
+            raise ValueError(f"fabric store {self.path}: commit {commit_id} is already {row[1]}; "
+                             "start a new commit instead")
+        return row[0]
+
+    def _prune_commits(self, c: sqlite3.Connection, scope: str) -> None:
+        keep_last = c.execute("SELECT max(id) FROM commits WHERE scope = ? AND state = 'committed'",
+                              (scope,)).fetchone()[0]
+        c.execute("DELETE FROM commits WHERE scope = ? AND state != 'intent' AND id IS NOT ? AND id NOT IN "
+                  "(SELECT id FROM commits WHERE scope = ? AND state != 'intent' ORDER BY id DESC LIMIT ?)",
+                  (scope, keep_last, scope, self.commit_retention))
+
+    _COMMIT_COLS = "id, scope, kind, state, plan_json, base_id, started_at, finished_at, note"
+
+    def _commit_row(self, row: tuple) -> CommitRecord:
+        plan = self._plans.get(row[0]) or self._remember(row[0], plan_from_json(json.loads(row[4])))
+        return CommitRecord(row[0], row[1], row[2], row[3], plan, row[5], row[6], row[7], row[8])
+
+    def commit(self, commit_id: int) -> CommitRecord:
+        """Return one commit record by id (``KeyError`` if it does not exist or was pruned)."""
+        rows = self._query(f"SELECT {self._COMMIT_COLS} FROM commits WHERE id = ?", (commit_id,))
+        if not rows:
+            raise KeyError(f"fabric store {self.path}: no commit with id {commit_id}")
+        return self._commit_row(rows[0])
+
+    def last_committed(self, scope: str) -> CommitRecord | None:
+        """Return the newest committed record of ``scope``: the plan the devices are known to hold.
+
+        That is a plan change (kind ``apply``) or, after a restart, the outcome of reconciliation
+        (kind ``reconcile``: the plan before it minus circuits on ports that had failed).
+        """
+        rows = self._query(f"SELECT {self._COMMIT_COLS} FROM commits WHERE scope = ? "
+                           "AND state = 'committed' ORDER BY id DESC LIMIT 1", (scope,))
+        return self._commit_row(rows[0]) if rows else None
+
+    def last_committed_plan(self, scope: str) -> CircuitPlan | None:
+        """Return the plan of :meth:`last_committed` (``None``: nothing committed, an empty fabric)."""
+        rec = self.last_committed(scope)
+        return rec.plan if rec else None
+
+    def in_flight(self, scope: str | None = None) -> list[CommitRecord]:
+        """Return commits that were started but never finished (oldest first)."""
+        where, args = (" AND scope = ?", (scope,)) if scope is not None else ("", ())
+        return [self._commit_row(r) for r in self._query(
+            f"SELECT {self._COMMIT_COLS} FROM commits WHERE state = 'intent'{where} ORDER BY id", args)]
+
+    def history(self, scope: str | None = None, limit: int = 50) -> list[CommitRecord]:
+        """Return the newest ``limit`` commit records (of one scope, or all), newest first."""
+        where, args = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
+        return [self._commit_row(r) for r in self._query(
+            f"SELECT {self._COMMIT_COLS} FROM commits {where} ORDER BY id DESC LIMIT ?", (*args, limit))]
+
+    def scopes(self) -> list[str]:
+        """Return every scope with a committed record."""
+        return [r[0] for r in self._query(
+            "SELECT DISTINCT scope FROM commits WHERE state = 'committed' ORDER BY scope")]
+
+    def steps(self, commit_id: int) -> list[StepRecord]:
+        """Return the device confirmations journalled for one commit, in order."""
+        rows = self._query("SELECT commit_id, device, action, requested_json, confirmed_json, status, detail, at "
+                           "FROM commit_steps WHERE commit_id = ? ORDER BY id", (commit_id,))
+        return [StepRecord(r[0], r[1], r[2], tuple(tuple(p) for p in json.loads(r[3])),
+                           tuple(tuple(p) for p in json.loads(r[4])), r[5], r[6], r[7]) for r in rows]
+
+    def save_template_cache(self, cache: TemplateCache | Iterable[CacheEntry]) -> None:
+        """Persist every entry of ``cache`` (upsert by signature) in one transaction."""
+        entries = cache.entries() if isinstance(cache, TemplateCache) else list(cache)
+        now = time.time()
+        with self._tx() as c:
+            c.executemany("INSERT INTO template_cache (signature, entry_json, updated_at) VALUES (?, ?, ?) "
+                          "ON CONFLICT (signature) DO UPDATE SET entry_json = excluded.entry_json, "
+                          "updated_at = excluded.updated_at",
+                          [(e.signature, json.dumps(e.to_json(), sort_keys=True), now) for e in entries])
+
+    def load_template_cache(self) -> TemplateCache:
+        """Return a :class:`TemplateCache` holding every persisted entry (counters start at zero)."""
+        rows = self._query("SELECT entry_json FROM template_cache ORDER BY signature")
+        return TemplateCache(CacheEntry.from_json(json.loads(r[0])) for r in rows)
+
+    def mask_ports(self, ports: Iterable[tuple[str, int, str]]) -> list[MaskedPort]:
+        """Mask duplex ports ``(device, port, reason)``; return the ones that were not masked before.
+
+        A port masked again keeps its first ``masked_at`` and takes the new reason.
+        """
+        now = time.time()
+        fresh: list[MaskedPort] = []
+        with self._tx() as c:
+            for device, port, reason in ports:
+                known = c.execute("SELECT 1 FROM masked_ports WHERE device = ? AND port = ?", (device, port)).fetchone()
+                c.execute("INSERT INTO masked_ports (device, port, reason, masked_at) VALUES (?, ?, ?, ?) "
+                          "ON CONFLICT (device, port) DO UPDATE SET reason = excluded.reason",
+                          (device, int(port), reason, now))
+                if known is None:
+                    fresh.append(MaskedPort(device, int(port), reason, now))
+        return fresh
+
+    def unmask_port(self, device: str, port: int) -> bool:
+        """Return the port to planning (e.g. after repair); ``False`` if it was not masked."""
+        with self._tx() as c:
+            return c.execute("DELETE FROM masked_ports WHERE device = ? AND port = ?", (device, port)).rowcount > 0
+
+    def masked_ports(self) -> list[MaskedPort]:
+        """Return every masked port, ordered by device and port."""
+        return [MaskedPort(*r) for r in self._query(
+            "SELECT device, port, reason, masked_at FROM masked_ports ORDER BY device, port")]
+
+    def log_decision(self, scope: str, outcome: str, detail: Mapping[str, Any]) -> int:
+        """Append one safe-window decision; the log keeps the newest ``decision_retention`` rows."""
+        doc = json.dumps(dict(detail), sort_keys=True, default=str)
+        with self._tx() as c:
+            rid = int(c.execute("INSERT INTO decisions (at, scope, outcome, detail_json) VALUES (?, ?, ?, ?)",
+                                (time.time(), scope, outcome, doc)).lastrowid)
+            c.execute("DELETE FROM decisions WHERE id <= ?", (rid - self.decision_retention,))
+            return rid
+
+    def decisions(self, scope: str | None = None, limit: int = 100) -> list[DecisionRecord]:
+        """Return the newest ``limit`` decisions (of one scope, or all), newest first."""
+        where, args = ("WHERE scope = ?", (scope,)) if scope is not None else ("", ())
+        rows = self._query(f"SELECT id, at, scope, outcome, detail_json FROM decisions {where} "
+                           "ORDER BY id DESC LIMIT ?", (*args, limit))
+        return [DecisionRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
