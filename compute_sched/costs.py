@@ -1,0 +1,117 @@
+"""Reconfiguration costs of OrchestrRL §4.1: switching ``C^sw`` and request-state migration ``C^mig``.
+
+Switching re-shards the weights of a GPU group for a new configuration. A GPU that already holds
+what its new shard needs moves nothing; otherwise it fetches the missing bytes from a peer over
+the profiled path (NVLink inside a node, the NIC across nodes) or reloads them from host memory
+(PCIe, where standby configurations are pre-mapped), whichever is faster, plus a fixed switch-over
+time (engine rebuild, CUDA graphs, warm-up).
+
+Migration moves a request's KV cache to its new instance either by direct transfer (fixed
+connection setup plus bytes over the link) or by recomputation (a prefill of its prompt plus the
+tokens generated so far on the destination); the cheaper one is chosen (Appendix A, Figure 19:
+transfer wins for large caches, recomputation for small ones or slow links).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compute_sched.layout import InstanceConfig
+from compute_sched.perf import PerfModel
+
+__all__ = ["SwitchCost", "MigrationCost", "CostModel"]
+
+
+@dataclass(frozen=True)
+class SwitchCost:
+    """``C^sw`` of bringing one instance to a new configuration."""
+
+    seconds: float
+    bytes_moved: float  # weight bytes fetched by the slowest GPU
+    path: str  # "none", "nvlink", "nic" or "host"
+
+
+@dataclass(frozen=True)
+class MigrationCost:
+    """``C^mig`` of moving a set of requests' state to one destination instance."""
+
+    seconds: float
+    method: str  # "none", "transfer" or "recompute"
+    kv_bytes: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Profiled transfer paths and fixed costs; :class:`PerfModel` supplies the sizes and prefill times.
+
+    Examples
+    --------
+    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> costs = CostModel(PerfModel(load_model("Qwen2.5-32B"), load_gpu("H800")))
+    >>> dst = InstanceConfig("tp", tp=4)
+    >>> costs.migration(dst, [300]).method, costs.migration(dst, [12000] * 64).method
+    ('recompute', 'transfer')
+    """
+
+    perf: PerfModel
+    switch_fixed_s: float = 1.5  # engine switch-over (OrchestrRL §6.2.2 measured ~1.5 s)
+    transfer_setup_s: float = 0.2  # KV transfer: connection, registration, synchronisation
+    transfer_link_bps: float | None = None  # None: the destination's NIC (Appendix A assumes one 200G NIC)
+
+    def switch(self, old: InstanceConfig | None, new: InstanceConfig, same_gpus: bool = True) -> SwitchCost:
+        """Return ``C^sw`` of turning the GPUs of ``old`` (None: idle GPUs) into an instance of ``new``."""
+        if old == new and same_gpus:
+            return SwitchCost(0.0, 0.0, "none")
+        need = self.perf.weights_per_gpu_bytes(new)
+        have = 0.0
+        if old is not None and same_gpus and old.kind == new.kind == "tp" and new.tp >= old.tp:
+            have = need  # a finer TP shard is a slice of the shard already held
+        missing = max(0.0, need - have)
+        if missing == 0.0:
+            return SwitchCost(self.switch_fixed_s, 0.0, "none")
+        g = self.perf.gpu
+        intra = new.gpus <= g.gpus_per_node
+        peer_bw = g.nvlink_bytes_per_s if intra else g.nic_bytes_per_s
+        options = {"nvlink" if intra else "nic": missing / peer_bw, "host": missing / g.pcie_bytes_per_s}
+        path = min(options, key=options.__getitem__)
+        return SwitchCost(self.switch_fixed_s + options[path], missing, path)
+
+    def _link_bytes_per_s(self) -> float:
+        bps = self.transfer_link_bps if self.transfer_link_bps is not None else self.perf.gpu.nic_bps
+        return bps / 8.0
+
+    def transfer_s(self, tokens: int) -> float:
+        """Seconds to ship ``tokens`` tokens of KV cache to another instance."""
+        if tokens <= 0:
+            return 0.0
+        return self.transfer_setup_s + tokens * self.perf.model.kv_bytes_per_token / self._link_bytes_per_s()
+
+    def recompute_s(self, dst: InstanceConfig, contexts: list[int]) -> float:
+        """Seconds for ``dst`` to rebuild the KV of requests with these context lengths (one batched prefill)."""
+        tokens = sum(contexts)
+        if tokens <= 0:
+            return 0.0
+        mean_ctx = sum(c * c for c in contexts) / (2.0 * tokens)
+        return self.perf.prefill_s(dst, tokens, mean_ctx)
+
+    def migration(self, dst: InstanceConfig, contexts: list[int]) -> MigrationCost:
+        """Return the cheaper of KV transfer and recomputation for moving these requests to ``dst``.
+
+        Notes
+        -----
+        O(len(contexts)).
+        """
+        tokens = int(sum(contexts))
+        if tokens <= 0:
+            return MigrationCost(0.0, "none", 0.0, 0)
+        kv = tokens * float(self.perf.model.kv_bytes_per_token)
+        t, r = self.transfer_s(tokens), self.recompute_s(dst, list(contexts))
+        if t <= r:
+            return MigrationCost(t, "transfer", kv, tokens)
+        return MigrationCost(r, "recompute", kv, tokens)
+
+    def per_token_s(self, dst: InstanceConfig, typical_context: int = 4096, batch: int = 64) -> float:
+        """Marginal migration seconds per context token at a typical size (the planner's linear term)."""
+        c = self.migration(dst, [typical_context] * batch)
+        return c.seconds / max(1, c.tokens)

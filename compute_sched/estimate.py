@@ -1,0 +1,127 @@
+"""EstMakespan of Algorithm 1: the expected remaining time of an instance from histogram bins.
+
+Design note
+-----------
+Pending requests are grouped into *classes* by progress (256-token bins of tokens generated so
+far, §4.1). A request of class ``j`` ends in one of the histogram bins above its progress, so the
+probability it is still decoding ``t`` tokens from now is a survival function ``S_j(t)``. An
+instance holding ``x_j`` requests of each class then decodes, ``t`` tokens from now, an expected
+batch ``B(t) = sum_j x_j S_j(t)`` whose context is ``C(t) = sum_j x_j S_j(t) (c_j + t)``; its
+remaining time is the sum over a token grid of ``step(B, C)`` for as long as at least
+``tail_mass`` requests are expected to remain (the last request decides the makespan). When the
+context exceeds the KV capacity the requests queue, which stretches time by ``C / capacity``.
+Everything is linear in ``x`` except the tail cut-off and the step time, which the planner
+linearises (:mod:`compute_sched.planner`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from compute_sched.layout import InstanceConfig
+from compute_sched.perf import PerfModel
+from compute_sched.workload import BIN_TOKENS, RequestState, StepWorkload
+
+__all__ = ["RequestClass", "ClassTable", "build_classes", "instance_time_s"]
+
+
+@dataclass(frozen=True)
+class RequestClass:
+    """Pending requests with progress in one 256-token bin."""
+
+    progress_bin: int
+    request_ids: tuple[str, ...]
+    mean_context_tokens: float
+    mean_progress_tokens: float
+
+
+@dataclass(frozen=True)
+class ClassTable:
+    """Classes with their survival curves on a shared token grid (``survival[j, t]``)."""
+
+    classes: tuple[RequestClass, ...]
+    grid_tokens: np.ndarray  # token offsets t of the grid points
+    step_tokens: int  # tokens between grid points
+    survival: np.ndarray  # classes x grid
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.array([len(c.request_ids) for c in self.classes], dtype=float)
+
+    @property
+    def contexts(self) -> np.ndarray:
+        return np.array([c.mean_context_tokens for c in self.classes])
+
+    def class_of(self) -> dict[str, int]:
+        return {rid: j for j, c in enumerate(self.classes) for rid in c.request_ids}
+
+
+def build_classes(pending: Sequence[RequestState], workload: StepWorkload | None, *, bin_tokens: int = BIN_TOKENS,
+                  exact_remaining: dict[str, int] | None = None) -> ClassTable:
+    """Group ``pending`` by progress bin and compute each class's survival on a token grid.
+
+    ``exact_remaining`` (the oracle baseline) replaces the histogram by every request's true
+    remaining length; classes then group by remaining-length bin instead of progress.
+
+    Notes
+    -----
+    O(R + J * (H + T)) for R requests, J classes, H histogram bins and T grid points.
+    """
+    groups: dict[int, list[RequestState]] = {}
+    for r in pending:
+        key = (exact_remaining[r.request_id] if exact_remaining is not None else r.generated_tokens) // bin_tokens
+        groups.setdefault(int(key), []).append(r)
+    keys = sorted(groups)
+    classes = tuple(RequestClass(k, tuple(r.request_id for r in groups[k]),
+                                 float(np.mean([r.context_tokens for r in groups[k]])),
+                                 float(np.mean([r.generated_tokens for r in groups[k]]))) for k in keys)
+    max_rem = 1
+    dists = []
+    for j, c in enumerate(classes):
+        if exact_remaining is not None:
+            rem = np.array([max(1, exact_remaining[rid]) for rid in c.request_ids], dtype=float)
+            probs = np.full(len(rem), 1.0 / len(rem))
+        elif workload is not None:
+            probs, rem = workload.conditional(int(c.mean_progress_tokens))
+        else:
+            cap = max(r.max_tokens for r in groups[keys[j]])
+            probs, rem = np.array([1.0]), np.array([max(1, cap - int(c.mean_progress_tokens))])
+        dists.append((probs, rem.astype(float)))
+        max_rem = max(max_rem, int(rem.max()))
+    grid = np.arange(0, max_rem + bin_tokens, bin_tokens, dtype=float)
+    surv = np.zeros((len(classes), len(grid)))
+    for j, (probs, rem) in enumerate(dists):
+        surv[j] = (probs[None, :] * (rem[None, :] > grid[:, None])).sum(axis=1)
+    return ClassTable(classes, grid, bin_tokens, surv)
+
+
+def instance_time_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, counts: np.ndarray, *,
+                    tail_mass: float = 0.25) -> float:
+    """Expected seconds for one instance of ``cfg`` to finish ``counts[j]`` requests of each class.
+
+    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from compute_sched.workload import LengthHistogram
+    >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    >>> reqs = [RequestState(f"r{i}", 300, 0, 4096) for i in range(64)]
+    >>> w = StepWorkload(LengthHistogram.from_lengths([1000] * 32 + [4000] * 32, 4096))
+    >>> t = build_classes(reqs, w)
+    >>> tp2 = InstanceConfig("tp", tp=2)
+    >>> 0 < instance_time_s(perf=pm, cfg=tp2, table=t, counts=t.counts / 2) < instance_time_s(pm, tp2, t, t.counts)
+    True
+    """
+    counts = np.asarray(counts, dtype=float)
+    if counts.sum() <= 0:
+        return 0.0
+    batch = counts @ table.survival
+    ctx = counts @ (table.survival * (table.contexts[:, None] + table.grid_tokens[None, :]))
+    active = batch >= min(tail_mass, counts.sum())
+    if not active.any():
+        return 0.0
+    cap = max(1.0, float(perf.kv_capacity_tokens(cfg)))
+    total = 0.0
+    for b, c in zip(batch[active], ctx[active]):
+        total += table.step_tokens * perf.decode_step_s(cfg, b, min(c, cap)) * max(1.0, c / cap)
+    return float(total)

@@ -1,0 +1,289 @@
+"""Roofline performance model of one generation instance: decode step, prefill, KV capacity.
+
+Design note
+-----------
+Decoding is memory-bound: every step reads the weights a GPU holds plus the KV cache of every
+sequence in the batch, and at large batches it turns compute-bound. A step therefore costs
+``max(memory time, compute time) + communication + overheads``, where communication is what the
+configuration adds (TP all-reduces, EP all-to-alls, AFD's per-layer M2N exchange) in an alpha-beta
+model (per-hop latency plus bytes over the link that carries it: NVLink inside a node, the NIC
+across nodes). AFD overlaps its three stages with two micro-batches when the batch is large enough
+and pays their sum when it is not, which is why it loses in the long tail (§4.1). The constants
+that datasheets do not give (efficiencies, latencies, overheads) are :class:`Calibration` fields;
+:func:`calibrate` fits a scale and offset to measured steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from compute_sched.hardware import DTYPE_BYTES, GpuSpec, ModelSpec
+from compute_sched.layout import InstanceConfig
+from fabric.errors import ConfigError
+
+__all__ = ["Calibration", "PerfModel", "Plane", "MeasuredStep", "calibrate"]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Constants of the roofline that datasheets do not give; defaults are typical of vLLM on Hopper."""
+
+    mem_efficiency: float = 0.80  # achieved / peak HBM bandwidth in decode kernels
+    compute_efficiency: float = 0.55  # achieved / peak bf16 FLOPs in decode GEMMs
+    prefill_efficiency: float = 0.60  # achieved / peak bf16 FLOPs in prefill
+    link_efficiency: float = 0.45  # achieved / link bandwidth for the MB-sized collectives of decode
+    allreduce_latency_s: float = 6e-6  # fixed cost of one intra-node all-reduce (vLLM custom all-reduce)
+    one_shot_max_bytes: float = 256 * 1024  # up to this size the all-reduce is one-shot
+    hop_latency_s: float = 3e-6  # per hop of intra-node collectives other than all-reduce
+    net_hop_latency_s: float = 8e-6  # per ring hop across nodes (RDMA)
+    a2a_latency_s: float = 10e-6  # fixed cost of one all-to-all / M2N exchange
+    layer_overhead_s: float = 4e-6  # kernel launches per layer that parallelism does not shrink
+    step_overhead_s: float = 1.5e-3  # scheduler, sampling and bookkeeping per engine step
+    seq_overhead_s: float = 4e-6  # per sequence per step (sampling, detokenisation)
+    mem_utilization: float = 0.90  # share of HBM the engine may use (vLLM gpu_memory_utilization)
+    activation_reserve_bytes: float = 3e9  # activations, CUDA graphs, allocator slack per GPU
+    afd_microbatch_min: int = 64  # AFD overlaps two micro-batches only at or above 2x this batch
+    scale: float = 1.0  # fitted by :func:`calibrate`: step = scale * roofline + offset_s
+    offset_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Plane:
+    """Affine bound ``fixed_s + per_seq_s * B + per_ctx_s * C`` on a decode step (B seqs, C context tokens)."""
+
+    fixed_s: float
+    per_seq_s: float
+    per_ctx_s: float
+
+    def at(self, batch: float, context_tokens: float) -> float:
+        return self.fixed_s + self.per_seq_s * batch + self.per_ctx_s * context_tokens
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """One measured decode step, for :func:`calibrate`."""
+
+    config: InstanceConfig
+    batch: int
+    context_tokens: float
+    step_s: float
+
+
+class PerfModel:
+    """Step times and KV capacity of ``model`` on ``gpu`` under any :class:`InstanceConfig`.
+
+    Examples
+    --------
+    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    >>> tp2, tp8 = InstanceConfig("tp", tp=2), InstanceConfig("tp", tp=8)
+    >>> pm.decode_step_s(tp8, 4, 4 * 12000) < pm.decode_step_s(tp2, 4, 4 * 12000)  # tail: TP=8 faster
+    True
+    """
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, calibration: Calibration | None = None) -> None:
+        self.model = model
+        self.gpu = gpu
+        self.cal = calibration or Calibration()
+
+    def with_calibration(self, calibration: Calibration) -> "PerfModel":
+        return PerfModel(self.model, self.gpu, calibration)
+
+    # -- memory -------------------------------------------------------------------------------
+    def _ffn_side_bytes(self) -> float:
+        """Bytes of the layers AFD moves to FFN GPUs (routed experts; the MLPs of a dense model)."""
+        m = self.model
+        if m.is_moe:
+            return m.expert_params * DTYPE_BYTES
+        return float(m.layers * 3 * m.d_model * m.ffn_intermediate * DTYPE_BYTES)
+
+    def weights_per_gpu_bytes(self, cfg: InstanceConfig) -> float:
+        """Weight bytes on the most loaded GPU of an instance."""
+        m = self.model
+        if cfg.kind == "tp":
+            return m.weight_bytes / cfg.tp
+        if cfg.kind == "ep":
+            return m.dense_params * DTYPE_BYTES / cfg.tp + m.expert_params * DTYPE_BYTES / cfg.ep
+        attn = (m.weight_bytes - self._ffn_side_bytes()) / cfg.tp
+        return max(attn, self._ffn_side_bytes() / cfg.ffn_gpus)
+
+    def _kv_split(self, tp: int) -> int:
+        return min(tp, self.model.kv_heads)  # beyond kv_heads, KV heads are replicated
+
+    def _kv_replicas(self, cfg: InstanceConfig) -> int:
+        """Independent KV pools of an instance (DP-attention groups or AFD attention replicas)."""
+        if cfg.kind == "ep":
+            return cfg.ep // cfg.tp
+        if cfg.kind == "afd":
+            return cfg.attn_gpus // cfg.tp
+        return 1
+
+    def kv_capacity_tokens(self, cfg: InstanceConfig) -> int:
+        """Tokens of KV cache the instance can hold; 0 when the weights do not fit."""
+        c, m = self.cal, self.model
+        budget = self.gpu.hbm_bytes * c.mem_utilization - c.activation_reserve_bytes
+        if cfg.kind == "afd":
+            if self._ffn_side_bytes() / cfg.ffn_gpus > budget:
+                return 0
+            free = budget - (m.weight_bytes - self._ffn_side_bytes()) / cfg.tp
+        else:
+            free = budget - self.weights_per_gpu_bytes(cfg)
+        if free <= 0:
+            return 0
+        per_gpu_per_token = m.kv_bytes_per_token / self._kv_split(cfg.tp)
+        return int(free / per_gpu_per_token) * self._kv_replicas(cfg)
+
+    def fits(self, cfg: InstanceConfig, min_tokens: int = 16384) -> bool:
+        """Whether the weights fit with room for at least ``min_tokens`` of KV cache."""
+        return self.kv_capacity_tokens(cfg) >= min_tokens
+
+    # -- communication ------------------------------------------------------------------------
+    def _link(self, gpus: int) -> tuple[float, float]:
+        """(bytes/s, per-hop latency) of a group of ``gpus`` GPUs: NVLink inside a node, else the NIC."""
+        c = self.cal
+        if gpus <= self.gpu.gpus_per_node:
+            return self.gpu.nvlink_bytes_per_s * c.link_efficiency, c.hop_latency_s
+        return self.gpu.nic_bytes_per_s * c.link_efficiency, c.net_hop_latency_s
+
+    def _allreduce_s(self, group: int, nbytes: float) -> float:
+        """All-reduce of ``nbytes`` over ``group`` GPUs, as vLLM does it.
+
+        Inside a node, vLLM's custom all-reduce reads peers over NVLink directly: one shot
+        (``(n-1) S`` bytes per GPU) for small buffers, reduce-scatter + all-gather (``2 (n-1)/n S``)
+        for large ones, each at a latency that does not grow with ``n``. Across nodes, a ring.
+        """
+        if group <= 1:
+            return 0.0
+        bw, hop = self._link(group)
+        if group <= self.gpu.gpus_per_node:
+            one_shot = (group - 1) * nbytes
+            two_shot = 2 * (group - 1) / group * nbytes
+            return self.cal.allreduce_latency_s + (one_shot if nbytes <= self.cal.one_shot_max_bytes else two_shot) / bw
+        return 2 * (group - 1) * hop + 2 * (group - 1) / group * nbytes / bw
+
+    def _touched_experts(self, tokens: float) -> float:
+        """Expected distinct experts a layer reads for ``tokens`` tokens routed top-k uniformly."""
+        m = self.model
+        if not m.is_moe or tokens <= 0:
+            return 0.0
+        return m.experts * (1.0 - (1.0 - m.experts_per_token / m.experts) ** tokens)
+
+    # -- decode -------------------------------------------------------------------------------
+    def _roofline_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
+        """Uncalibrated decode step time (seconds) for ``batch`` sequences holding ``ctx`` context tokens."""
+        m, g, c = self.model, self.gpu, self.cal
+        hbm = g.hbm_bytes_per_s * c.mem_efficiency
+        flops = g.bf16_flops * c.compute_efficiency
+        kvb = m.kv_bytes_per_token
+        attn_flops_per_ctx = 4.0 * m.layers * m.attention_dim
+        act = batch * m.d_model * DTYPE_BYTES  # one hidden state per sequence
+        overhead = m.layers * c.layer_overhead_s + c.step_overhead_s + c.seq_overhead_s * batch
+        expert_bytes = self._touched_experts(batch) * m.expert_bytes_each * m.layers
+        if cfg.kind == "tp":
+            mem = ((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp + ctx * kvb / self._kv_split(cfg.tp)) / hbm
+            comp = (2.0 * m.active_params * batch + attn_flops_per_ctx * ctx) / cfg.tp / flops
+            comm = 2 * m.layers * self._allreduce_s(cfg.tp, act)
+            return max(mem, comp) + comm + overhead
+        if cfg.kind == "ep":
+            groups = cfg.ep // cfg.tp
+            b, cx = batch / groups, ctx / groups
+            touched_per_gpu = self._touched_experts(batch) / cfg.ep
+            mem = (m.dense_params * DTYPE_BYTES / cfg.tp + touched_per_gpu * m.expert_bytes_each * m.layers
+                   + cx * kvb / self._kv_split(cfg.tp)) / hbm
+            expert_flops = 2.0 * (m.active_params - m.dense_params) * batch / cfg.ep
+            comp = (2.0 * m.dense_params * b / cfg.tp + attn_flops_per_ctx * cx / cfg.tp + expert_flops) / flops
+            bw, _ = self._link(cfg.ep)
+            a2a_bytes = batch / cfg.ep * m.experts_per_token * m.d_model * DTYPE_BYTES * (cfg.ep - 1) / cfg.ep
+            comm = m.layers * (2 * (c.a2a_latency_s + a2a_bytes / bw) + 2 * self._allreduce_s(cfg.tp, b * m.d_model
+                                                                                              * DTYPE_BYTES))
+            return max(mem, comp) + comm + overhead
+        # AFD: attention replicas <-> FFN GPUs every layer, pipelined over micro-batches when large.
+        reps = cfg.attn_gpus // cfg.tp
+        b, cx = batch / reps, ctx / reps
+        attn_bytes = (m.weight_bytes - self._ffn_side_bytes()) / cfg.tp
+        attn_mem = (attn_bytes + cx * kvb / self._kv_split(cfg.tp)) / hbm
+        ffn_active = (m.active_params - m.dense_params) if m.is_moe else self._ffn_side_bytes() / DTYPE_BYTES
+        attn_comp = (2.0 * (m.active_params - ffn_active) * b + attn_flops_per_ctx * cx) / cfg.tp / flops
+        a = max(attn_mem, attn_comp) + 2 * m.layers * self._allreduce_s(cfg.tp, b * m.d_model * DTYPE_BYTES)
+        ffn_read = (expert_bytes if m.is_moe else self._ffn_side_bytes()) / cfg.ffn_gpus
+        f = max(ffn_read / hbm, 2.0 * ffn_active * batch / cfg.ffn_gpus / flops)
+        fan = min(m.experts_per_token, cfg.ffn_gpus) if m.is_moe else 1
+        per_link = 2.0 * act * fan / min(cfg.attn_gpus, cfg.ffn_gpus)
+        bw = self.gpu.nic_bytes_per_s * c.link_efficiency
+        x = m.layers * (2 * c.a2a_latency_s + per_link / bw)
+        micro = 2 if batch >= 2 * c.afd_microbatch_min else 1
+        return (a + f + x + (micro - 1) * max(a, f, x)) / micro + overhead
+
+    def decode_step_s(self, cfg: InstanceConfig, batch: float, context_tokens: float) -> float:
+        """Seconds of one decode step of ``batch`` sequences holding ``context_tokens`` in total."""
+        if batch <= 0:
+            return 0.0
+        return self.cal.scale * self._roofline_s(cfg, batch, context_tokens) + self.cal.offset_s
+
+    def decode_planes(self, cfg: InstanceConfig, hints: Sequence[tuple[float, float]]) -> list[Plane]:
+        """Tangent planes of the step time at each ``(batch, context_tokens)`` hint.
+
+        The step time is a maximum of affine pieces in (B, C) for a fixed routing, so the maximum of
+        these planes approximates it from below and is exact at the hints; the planner uses them to
+        keep Eq. 1 linear.
+        """
+        planes = []
+        for b, cx in hints:
+            b, cx = max(b, 1.0), max(cx, 1.0)
+            db, dc = max(1.0, 0.05 * b), max(256.0, 0.05 * cx)
+            base = self.decode_step_s(cfg, b, cx)
+            per_seq = (self.decode_step_s(cfg, b + db, cx) - base) / db
+            per_ctx = (self.decode_step_s(cfg, b, cx + dc) - base) / dc
+            per_seq, per_ctx = max(per_seq, 0.0), max(per_ctx, 0.0)
+            planes.append(Plane(base - per_seq * b - per_ctx * cx, per_seq, per_ctx))
+        return planes
+
+    # -- prefill ------------------------------------------------------------------------------
+    def prefill_s(self, cfg: InstanceConfig, tokens: float, mean_context: float | None = None) -> float:
+        """Seconds to prefill (or recompute) ``tokens`` tokens whose mean causal context is ``mean_context``."""
+        if tokens <= 0:
+            return 0.0
+        m, g, c = self.model, self.gpu, self.cal
+        ctx = tokens / 2.0 if mean_context is None else mean_context
+        flops = 2.0 * m.active_params * tokens + 4.0 * m.layers * m.attention_dim * tokens * ctx / 2.0
+        comp = flops / (cfg.gpus * g.bf16_flops * c.prefill_efficiency)
+        mem = self.weights_per_gpu_bytes(cfg) / (g.hbm_bytes_per_s * c.mem_efficiency)
+        group = cfg.tp if cfg.kind != "ep" else cfg.ep
+        comm = 2 * m.layers * self._allreduce_s(group, tokens / max(1, cfg.gpus // cfg.tp) * m.d_model * DTYPE_BYTES)
+        return self.cal.scale * (max(comp, mem) + comm + m.layers * c.layer_overhead_s) + self.cal.offset_s
+
+
+def calibrate(perf: PerfModel, points: Iterable[MeasuredStep]) -> PerfModel:
+    """Return ``perf`` with ``scale`` and ``offset_s`` fitted to measured decode steps (least squares).
+
+    Raises
+    ------
+    ConfigError
+        With fewer than two points, or when the fit would give a non-positive scale.
+
+    Notes
+    -----
+    O(P) for P points.
+
+    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    >>> cfg = InstanceConfig("tp", tp=2)
+    >>> pts = [MeasuredStep(cfg, b, b * 2000.0, 1.2 * pm.decode_step_s(cfg, b, b * 2000.0) + 0.001)
+    ...        for b in (8, 64, 256)]
+    >>> round(calibrate(pm, pts).cal.scale, 3)
+    1.2
+    """
+    pts = list(points)
+    if len(pts) < 2:
+        raise ConfigError("calibrate", "points", f"got {len(pts)} measured steps", "two or more")
+    raw = perf.with_calibration(replace(perf.cal, scale=1.0, offset_s=0.0))
+    x = np.array([[raw.decode_step_s(p.config, p.batch, p.context_tokens), 1.0] for p in pts])
+    y = np.array([p.step_s for p in pts])
+    (scale, offset), *_ = np.linalg.lstsq(x, y, rcond=None)
+    if scale <= 0:
+        raise ConfigError("calibrate", "points", f"measured times give scale {scale:.3g}",
+                          "steps that grow with batch and context")
+    return perf.with_calibration(replace(perf.cal, scale=float(scale), offset_s=float(offset)))

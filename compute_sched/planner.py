@@ -1,0 +1,342 @@
+"""Proactive planner (OrchestrRL Algorithm 1 event 1, Eq. 1-4): choose a layout and re-home requests.
+
+Design note
+-----------
+Eq. 1 chooses per-instance configurations ``Y`` and an assignment ``X`` minimising the largest
+``T_k + C^mig_k + C^sw_k`` subject to KV balance (Eq. 2), the GPU budget (Eq. 3) and one instance
+per request (Eq. 4). The three reductions of §4.1 make it small enough to solve exactly:
+
+1. requests collapse into progress classes with histogram-based survival curves
+   (:mod:`compute_sched.estimate`), so ``X`` becomes per-class counts;
+2. configurations come from the restricted candidate set (intra-node TP, whole-node cross-node TP,
+   EP and pre-selected AFD ratios for MoE), biased by the phase of the step (a large active batch
+   drops cross-node TP; a small one drops AFD and TP=1);
+3. identical instances share a type: a layout is at most two types, each with its instance count.
+
+Every homogeneous layout is scored directly (its instances split the classes evenly). For mixes of
+the best ``top_configs`` types at node-granular GPU splits, the per-class split between the two
+types comes from a threshold search (the likely-longest classes to one type, the rest to the
+other, O(P J T)) and, when there are at most ``mip_max_classes`` classes, also from a
+mixed-integer program solved with SCIP through OR-Tools: continuous class counts per type, one
+binary per type and token-grid point saying whether the type's instances still run there (the
+tail), and per-grid-point step times bounded below by tangent planes of the performance model.
+Beyond that size SCIP does not close the tail binaries within a fraction of a second, while the
+threshold family contains the splits the planner actually picks (long requests to large TP).
+The best few candidates are then materialised to concrete requests and instances (reusing
+instances that keep their configuration and GPUs, so their requests stay) and evaluated exactly;
+the plan is adopted only if it beats the current layout by ``margin_s`` (Alg. 1 line 5).
+
+Complexity: one homogeneous score is O(J T) for J classes and T grid points; each mix is a
+threshold search of O(P J T) plus, for J <= ``mip_max_classes``, one MIP with 2T binaries and
+2J + 2T continuous variables (time-limited); materialisation is O(R log K).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from compute_sched.costs import CostModel
+from compute_sched.engine import ClusterSnapshot
+from compute_sched.estimate import ClassTable, build_classes, instance_time_s
+from compute_sched.layout import Instance, InstanceConfig, Layout, candidate_configs
+from compute_sched.perf import PerfModel
+from compute_sched.workload import StepWorkload
+
+__all__ = ["PlannerConfig", "Plan", "plan_layout", "evaluate_layout"]
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Knobs of the proactive planner."""
+
+    tail_mass: float = 0.25  # an instance runs while at least this many requests are expected to remain
+    kv_delta: float = 0.15  # delta of Eq. 2 (relaxed x2 when infeasible)
+    margin_s: float = 2.0  # epsilon of Alg. 1: required gain beyond the reconfiguration cost
+    top_configs: int = 2  # homogeneous winners whose pairs are tried as mixes
+    max_splits: int = 3  # node-granular GPU splits tried per pair
+    mip_max_classes: int = 16  # mixes over more classes use the threshold search alone
+    threshold_points: int = 8  # class boundaries the threshold search tries
+    exact_candidates: int = 3  # candidates materialised and evaluated exactly
+    phase_batch_per_gpu: float = 8.0  # pending requests per GPU at or above which the step is "early"
+    mip_grid_points: int = 40  # token-grid points the MIP keeps (coarsened grid)
+    mip_time_limit_s: float = 0.25
+    cross_node_tp: bool = True
+    afd_ratios: tuple[tuple[int, int], ...] = ((3, 1),)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the planner decided and why."""
+
+    layout: Layout
+    placement: dict[str, int]  # request id -> instance of ``layout``
+    predicted_s: float  # Obj_new: max over instances of T_k + C^mig_k + C^sw_k
+    current_s: float  # Obj_cur: EstMakespan of the current layout and assignment
+    cost_s: float  # largest C^sw + C^mig among the new instances
+    reconfigure: bool  # Obj_new + margin < Obj_cur and the layout differs
+    phase: str  # "early" or "tail"
+    candidates: int  # layouts scored
+    mips: int  # mixed-integer programs solved
+    solve_s: float  # wall-clock seconds of the whole decision
+    per_instance_s: tuple[float, ...] = field(default=())
+
+
+def _place(types: Sequence[tuple[InstanceConfig, int]], current: Layout, gpn: int) -> Layout:
+    """Put instances on GPUs, reusing current instances of the same configuration first."""
+    total = current.total_gpus
+    used: set[int] = set()
+    out: list[Instance] = []
+    todo: list[InstanceConfig] = []
+    for cfg, n in types:
+        same = [i for i in current.instances if i.config == cfg][:n]
+        out += same
+        used.update(g for i in same for g in i.gpu_ids)
+        todo += [cfg] * (n - len(same))
+    for cfg in sorted(todo, key=lambda c: -c.gpus):
+        align = min(cfg.gpus, gpn)
+        start = next((s for s in range(0, total - cfg.gpus + 1, align)
+                      if not used.intersection(range(s, s + cfg.gpus))), None)
+        if start is None:  # fragmented by reuse: lay everything out afresh
+            return _place(types, Layout((), total), gpn)
+        out.append(Instance(cfg, tuple(range(start, start + cfg.gpus))))
+        used.update(range(start, start + cfg.gpus))
+    return Layout(tuple(sorted(out, key=lambda i: i.gpu_ids[0])), total)
+
+
+def _expected_remaining(table: ClassTable) -> np.ndarray:
+    return table.survival.sum(axis=1) * table.step_tokens
+
+
+def _materialize(layout: Layout, type_counts: dict[InstanceConfig, np.ndarray], table: ClassTable,
+                 snap: ClusterSnapshot) -> dict[str, int]:
+    """Turn per-type class counts into a request -> instance placement (stayers first, then LPT)."""
+    where = snap.instance_of()
+    kept = {k: old for k, inst in enumerate(layout.instances) for old, o in enumerate(snap.layout.instances)
+            if o == inst}
+    kept_by_old = {v: k for k, v in kept.items()}
+    by_type: dict[InstanceConfig, list[int]] = {}
+    for k, inst in enumerate(layout.instances):
+        by_type.setdefault(inst.config, []).append(k)
+    work = _expected_remaining(table)
+    load = np.zeros(len(layout.instances))
+    placement: dict[str, int] = {}
+    quotas = {cfg: np.rint(c).astype(int) for cfg, c in type_counts.items()}
+    order = np.argsort(-work)
+    leftovers: list[tuple[int, str]] = []
+    for j in order:
+        for rid in table.classes[j].request_ids:
+            k = kept_by_old.get(where.get(rid, -1))
+            cfg = layout.instances[k].config if k is not None else None
+            if cfg is not None and quotas[cfg][j] > 0:
+                quotas[cfg][j] -= 1
+                placement[rid] = k
+                load[k] += work[j]
+            else:
+                leftovers.append((j, rid))
+    heaps = {cfg: [(load[k], k) for k in ks] for cfg, ks in by_type.items()}
+    for h in heaps.values():
+        heapq.heapify(h)
+    cfgs = list(by_type)
+    for j, rid in leftovers:
+        cfg = max(cfgs, key=lambda c: quotas[c][j])
+        if quotas[cfg][j] <= 0:  # rounding left this class short: least-loaded type
+            cfg = min(cfgs, key=lambda c: heaps[c][0][0])
+        quotas[cfg][j] -= 1
+        w, k = heapq.heappop(heaps[cfg])
+        placement[rid] = k
+        heapq.heappush(heaps[cfg], (w + work[j], k))
+    return placement
+
+
+def evaluate_layout(layout: Layout, placement: dict[str, int], table: ClassTable, snap: ClusterSnapshot,
+                    perf: PerfModel, costs: CostModel, tail_mass: float) -> tuple[float, float, list[float]]:
+    """Return (objective of Eq. 1, largest reconfiguration cost, per-instance totals) of a concrete plan."""
+    cls = table.class_of()
+    ctx = {r.request_id: r.context_tokens for w in snap.workers for r in w.running}  # only these hold KV
+    where = snap.instance_of()
+    old_cfg = {g: i.config for i in snap.layout.instances for g in i.gpu_ids}
+    same = {k: old for k, inst in enumerate(layout.instances) for old, o in enumerate(snap.layout.instances)
+            if o == inst}
+    counts = np.zeros((len(layout.instances), len(table.classes)))
+    movers: list[list[int]] = [[] for _ in layout.instances]
+    for rid, k in placement.items():
+        counts[k, cls[rid]] += 1
+        if same.get(k) != where.get(rid) and rid in ctx:
+            movers[k].append(ctx[rid])
+    totals, worst_cost = [], 0.0
+    for k, inst in enumerate(layout.instances):
+        sw = 0.0 if k in same else costs.switch(old_cfg.get(inst.gpu_ids[0]), inst.config).seconds
+        mig = costs.migration(inst.config, movers[k]).seconds
+        worst_cost = max(worst_cost, sw + mig)
+        totals.append(sw + mig + instance_time_s(perf, inst.config, table, counts[k], tail_mass=tail_mass))
+    return max(totals, default=0.0), worst_cost, totals
+
+
+def _solve_mix(perf: PerfModel, costs: CostModel, table: ClassTable, types: list[tuple[InstanceConfig, int]],
+               snap: ClusterSnapshot, cfg: PlannerConfig) -> tuple[float, dict[InstanceConfig, np.ndarray]] | None:
+    """Split classes between two instance types by MIP; return (objective, per-type class counts)."""
+    from ortools.linear_solver import pywraplp
+
+    n_cls = len(table.classes)
+    step = max(1, int(np.ceil(len(table.grid_tokens) / cfg.mip_grid_points)))
+    surv = table.survival[:, ::step]
+    grid = table.grid_tokens[::step]
+    dt = table.step_tokens * step
+    counts, ctx0 = table.counts, table.contexts
+    current = {i.config for i in snap.layout.instances}
+    kv_total = float(counts @ ctx0)
+    cap_total = sum(n * perf.kv_capacity_tokens(y) for y, n in types)
+    mu = kv_total / cap_total
+    solver = pywraplp.Solver.CreateSolver("SCIP")
+    solver.SetTimeLimit(int(cfg.mip_time_limit_s * 1000))
+    x = {(j, t): solver.NumVar(0.0, float(counts[j]), f"x{j}_{t}") for j in range(n_cls) for t in range(len(types))}
+    for j in range(n_cls):
+        solver.Add(sum(x[j, t] for t in range(len(types))) == float(counts[j]))
+    big_m = solver.NumVar(0.0, solver.infinity(), "makespan")
+    kv_cons = []
+    for t, (y, n) in enumerate(types):
+        per_inst = counts / n
+        hints = [(float(per_inst @ surv[:, 0]), float(per_inst @ (surv[:, 0] * ctx0))), (1.0, float(ctx0.mean()))]
+        planes = perf.decode_planes(y, hints)
+        sw = 0.0 if y in current else costs.switch(None, y).seconds
+        mig = 0.0 if y in current else costs.per_token_s(y)
+        terms = []
+        for g in range(len(grid)):
+            b = sum(x[j, t] * (surv[j, g] / n) for j in range(n_cls) if surv[j, g] > 0)
+            c = sum(x[j, t] * (surv[j, g] * (ctx0[j] + grid[g]) / n) for j in range(n_cls) if surv[j, g] > 0)
+            upper = float(counts @ surv[:, g]) / n
+            if upper < cfg.tail_mass:
+                continue
+            z = solver.BoolVar(f"z{t}_{g}")
+            solver.Add(b - cfg.tail_mass <= upper * z)
+            u = solver.NumVar(0.0, solver.infinity(), f"u{t}_{g}")
+            for p in planes:
+                solver.Add(u >= p.fixed_s * z + p.per_seq_s * b + p.per_ctx_s * c)
+            terms.append(u)
+        kv_util = sum(x[j, t] * (ctx0[j] / (n * perf.kv_capacity_tokens(y))) for j in range(n_cls))
+        kv_cons.append((solver.Add(kv_util <= mu + cfg.kv_delta), solver.Add(kv_util >= mu - cfg.kv_delta)))
+        solver.Add(big_m >= dt * sum(terms) + sw + mig * sum(x[j, t] * (ctx0[j] / n) for j in range(n_cls)))
+    solver.Minimize(big_m)
+    delta = cfg.kv_delta
+    while True:
+        status = solver.Solve()
+        if status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+            break
+        if delta >= 2.0:
+            return None
+        delta *= 2  # Eq. 2 too tight for these counts: relax the balance band
+        for hi, lo in kv_cons:
+            hi.SetUb(mu + delta)
+            lo.SetLb(mu - delta)
+    split = {y: np.array([x[j, t].solution_value() for j in range(n_cls)]) for t, (y, _) in enumerate(types)}
+    return big_m.solution_value(), split
+
+
+def _threshold_split(perf: PerfModel, costs: CostModel, table: ClassTable, types: list[tuple[InstanceConfig, int]],
+                     snap: ClusterSnapshot, cfg: PlannerConfig) -> tuple[float, dict[InstanceConfig, np.ndarray]]:
+    """Split classes between two types at a boundary of expected remaining length.
+
+    Requests likely to run longest go to one type and the rest to the other (both directions are
+    tried) at ``threshold_points`` boundaries; Eq. 2 is enforced (with the same relaxation as the
+    MIP). O(P * J * T) for P boundaries, J classes and T grid points.
+    """
+    order = np.argsort(-_expected_remaining(table))
+    counts, ctx0 = table.counts, table.contexts
+    current = {i.config for i in snap.layout.instances}
+    caps = [n * perf.kv_capacity_tokens(y) for y, n in types]
+    mu = float(counts @ ctx0) / sum(caps)
+    cuts = sorted({int(round(q)) for q in np.linspace(0, len(order), cfg.threshold_points + 1)})
+    best: tuple[float, float, dict[InstanceConfig, np.ndarray]] | None = None
+    for cut in cuts:
+        for first in (0, 1):
+            split = {y: np.zeros(len(counts)) for y, _ in types}
+            head, tail = types[first][0], types[1 - first][0]
+            split[head][order[:cut]] = counts[order[:cut]]
+            split[tail][order[cut:]] = counts[order[cut:]]
+            worst, viol = 0.0, 0.0
+            for (y, n), cap in zip(types, caps):
+                share = split[y]
+                sw = 0.0 if y in current else costs.switch(None, y).seconds
+                mig = 0.0 if y in current else costs.per_token_s(y) * float(share @ ctx0) / n
+                worst = max(worst, sw + mig + instance_time_s(perf, y, table, share / n, tail_mass=cfg.tail_mass))
+                viol = max(viol, abs(float(share @ ctx0) / cap - mu) - cfg.kv_delta)
+            key = (max(0.0, viol), worst)
+            if best is None or key < (best[0], best[1]):
+                best = (key[0], worst, split)
+    return best[1], best[2]
+
+
+def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, workload: StepWorkload | None,
+                cfg: PlannerConfig | None = None, *, exact_remaining: dict[str, int] | None = None) -> Plan:
+    """Solve Eq. 1-4 for the pending requests of ``snap``; see the module note.
+
+    Parameters
+    ----------
+    snap : ClusterSnapshot
+        Current layout, assignment and request progress.
+    workload : StepWorkload or None
+        The step's remaining-workload histogram (None: every request may run to its cap).
+    exact_remaining : dict, optional
+        True remaining lengths (the oracle baseline only).
+    """
+    cfg = cfg or PlannerConfig()
+    t0 = time.perf_counter()
+    pending = snap.pending
+    total, gpn = snap.layout.total_gpus, perf.gpu.gpus_per_node
+    if not pending:
+        return Plan(snap.layout, {}, 0.0, 0.0, 0.0, False, "tail", 0, 0, time.perf_counter() - t0)
+    table = build_classes(pending, workload, exact_remaining=exact_remaining)
+    where = snap.instance_of()
+    current_s, _, cur_totals = evaluate_layout(snap.layout, where, table, snap, perf, costs, cfg.tail_mass)
+    phase = "early" if len(pending) / total >= cfg.phase_batch_per_gpu else "tail"
+    configs = [c for c in candidate_configs(total, gpn, moe=perf.model.is_moe, cross_node_tp=cfg.cross_node_tp,
+                                            afd_ratios=cfg.afd_ratios) if perf.fits(c)]
+    if phase == "early":
+        configs = [c for c in configs if c.gpus <= gpn]
+    else:
+        configs = [c for c in configs if c.kind != "afd" and not (c.kind == "tp" and c.tp == 1)] or configs
+    scored: list[tuple[float, list[tuple[InstanceConfig, int]], dict[InstanceConfig, np.ndarray]]] = []
+    for c in configs:
+        n = total // c.gpus
+        est = instance_time_s(perf, c, table, table.counts / n, tail_mass=cfg.tail_mass)
+        sw = 0.0 if all(i.config == c for i in snap.layout.instances) else costs.switch(None, c).seconds
+        scored.append((est + sw, [(c, n)], {c: table.counts}))
+    scored.sort(key=lambda s: s[0])
+    best = [s[1][0][0] for s in scored[:cfg.top_configs]]
+    mips = 0
+    for a_i in range(len(best)):
+        for b_i in range(a_i + 1, len(best)):
+            a, b = sorted((best[a_i], best[b_i]), key=lambda c: c.gpus)
+            unit = max(a.gpus, b.gpus, gpn)
+            steps = total // unit
+            splits = sorted({max(1, min(steps - 1, round(steps * f / (cfg.max_splits + 1))))
+                             for f in range(1, cfg.max_splits + 1)}) if steps > 1 else []
+            for s in splits:
+                types = [(a, s * unit // a.gpus), (b, (total - s * unit) // b.gpus)]
+                scored.append((*_threshold_split(perf, costs, table, types, snap, cfg), ))
+                scored[-1] = (scored[-1][0], types, scored[-1][1])
+                if len(table.classes) <= cfg.mip_max_classes:
+                    solved = _solve_mix(perf, costs, table, types, snap, cfg)
+                    mips += 1
+                    if solved is not None:
+                        scored.append((solved[0], types, solved[1]))
+    scored.sort(key=lambda s: s[0])
+    best_plan: tuple[float, float, Layout, dict[str, int], list[float]] | None = None
+    for _, types, split in scored[:cfg.exact_candidates]:
+        layout = _place(types, snap.layout, gpn)
+        placement = _materialize(layout, split, table, snap)
+        obj, cost, totals = evaluate_layout(layout, placement, table, snap, perf, costs, cfg.tail_mass)
+        if best_plan is None or obj < best_plan[0]:
+            best_plan = (obj, cost, layout, placement, totals)
+    obj, cost, layout, placement, totals = best_plan
+    changed = layout != snap.layout or any(where.get(r) != k for r, k in placement.items())
+    reconfigure = changed and layout != snap.layout and obj + cfg.margin_s < current_s
+    if not reconfigure:
+        layout, placement, obj, cost, totals = snap.layout, where, current_s, 0.0, cur_totals
+    return Plan(layout, placement, obj, current_s, cost, reconfigure, phase, len(scored), mips,
+                time.perf_counter() - t0, tuple(totals))

@@ -1,0 +1,138 @@
+"""Replay one generation step under a policy on the simulated engine (``orchestrl sched replay``).
+
+Policies (OrchestrRL §6 baselines and ablations):
+
+=====================  ========================================================================
+``static-tp:K``        fixed TP=K instances on every GPU, the batch split in contiguous chunks
+``verl-to``            veRL tuned for throughput: the best ``static-tp`` of a sweep over 1,2,4,8
+``verl-lo``            veRL tuned for latency: TP = one node (8)
+``partial-rollout``    veRL-TO's layout, the step ends once all but ``partial_fraction`` finished;
+                       the rest carry over to the next step
+``orchestrl``          Algorithm 1: proactive planner + reactive balancer
+``orchestrl-pp``       planner only (ablation +PP)
+``orchestrl-rb``       balancer only (ablation +RB)
+``oracle``             Algorithm 1 with every output length known (a bound, not a policy)
+=====================  ========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from compute_sched.costs import CostModel
+from compute_sched.engine import GenerationRequest
+from compute_sched.intents import IntentSink
+from compute_sched.layout import InstanceConfig, homogeneous
+from compute_sched.perf import PerfModel
+from compute_sched.scheduler import GenerationScheduler, SchedulerConfig, StepReport
+from compute_sched.sim_engine import SimEngine
+from compute_sched.traces import Trace
+from compute_sched.workload import LengthHistogram
+from fabric.errors import ConfigError
+
+__all__ = ["POLICIES", "ReplayOptions", "ReplayResult", "replay"]
+
+POLICIES = ("static-tp:K", "verl-to", "verl-lo", "partial-rollout", "orchestrl", "orchestrl-pp", "orchestrl-rb",
+            "oracle")
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Settings of a replay; the scheduler's own knobs sit in ``scheduler``."""
+
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    initial_tp: int = 2  # OrchestrRL starts where veRL-TO typically sits and adapts from there
+    partial_fraction: float = 0.1
+    sweep_tps: tuple[int, ...] = (1, 2, 4, 8)
+    max_num_seqs: int = 512
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    policy: str
+    initial_layout: str
+    report: StepReport
+    detail: dict[str, Any]
+
+    @property
+    def makespan_s(self) -> float:
+        return self.report.makespan_s
+
+
+def _requests(trace: Trace) -> list[GenerationRequest]:
+    return [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id,
+                              generated_tokens=q.generated_tokens) for q in trace.requests]
+
+
+def _run(trace: Trace, perf: PerfModel, gpus: int, tp: int, sched: SchedulerConfig, opts: ReplayOptions,
+         forecast: LengthHistogram | None, sink: IntentSink | None, exact: bool, job: str) -> tuple[str, StepReport]:
+    layout = homogeneous(InstanceConfig("tp", tp=tp), gpus)
+    lengths = {q.request_id: q.output_tokens for q in trace.requests}
+    engine = SimEngine(perf, layout, lengths, max_num_seqs=opts.max_num_seqs)
+    reqs = _requests(trace)
+    n = len(layout.instances)
+    chunk = -(-len(reqs) // n)
+    for k in range(n):  # veRL splits the batch into contiguous per-replica chunks
+        engine.add_requests(reqs[k * chunk:(k + 1) * chunk], k)
+    sched_obj = GenerationScheduler(engine, perf, CostModel(perf), forecast, sched,
+                                    exact_lengths=lengths if exact else None, sink=sink, job=job)
+    return layout.describe(), sched_obj.run_step()
+
+
+def replay(trace: Trace, perf: PerfModel, gpus: int, policy: str, *, forecast: LengthHistogram | None = None,
+           options: ReplayOptions | None = None, sink: IntentSink | None = None, job: str = "gen") -> ReplayResult:
+    """Replay ``trace`` on ``gpus`` GPUs under ``policy``; see the module table.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown policy, or a TP degree that does not fit the model or the cluster.
+    """
+    opts = options or ReplayOptions()
+    if forecast is None:  # no history given: the step's own length distribution (per-request lengths unknown)
+        forecast = LengthHistogram.from_lengths([q.output_tokens for q in trace.requests], trace.max_tokens)
+    static = replace(opts.scheduler, proactive=False, reactive=False)
+
+    def fits(tp: int) -> bool:
+        return tp <= gpus and gpus % tp == 0 and perf.fits(InstanceConfig("tp", tp=tp))
+
+    if policy.startswith("static-tp:"):
+        try:
+            tp = int(policy.split(":", 1)[1])
+        except ValueError:
+            raise ConfigError("replay", "policy", f"cannot read {policy!r}", "static-tp:K with K an integer") from None
+        if not fits(tp):
+            raise ConfigError("replay", "policy", f"TP={tp} does not fit {perf.model.name} on {gpus} {perf.gpu.name}",
+                              "a TP degree that divides the GPUs and holds the weights")
+        lay, rep = _run(trace, perf, gpus, tp, static, opts, None, None, False, job)
+        return ReplayResult(policy, lay, rep, {"tp": tp})
+    if policy in ("verl-to", "partial-rollout"):
+        sweep = {}
+        for tp in (t for t in opts.sweep_tps if fits(t)):
+            sweep[tp] = _run(trace, perf, gpus, tp, static, opts, None, None, False, job)
+        if not sweep:
+            raise ConfigError("replay", "gpus", f"no TP degree of {opts.sweep_tps} fits", "more GPUs")
+        best = min(sweep, key=lambda t: sweep[t][1].makespan_s)
+        detail = {"tp": best, "sweep_s": {t: r.makespan_s for t, (_, r) in sweep.items()}}
+        if policy == "verl-to":
+            return ReplayResult(policy, sweep[best][0], sweep[best][1], detail)
+        keep = max(1, round(len(trace.requests) * (1.0 - opts.partial_fraction)))
+        lay, rep = _run(trace, perf, gpus, best, replace(static, stop_after_finished=keep), opts, None, None, False,
+                        job)
+        return ReplayResult(policy, lay, rep, {**detail, "carried_over": len(rep.unfinished)})
+    if policy == "verl-lo":
+        tp = perf.gpu.gpus_per_node
+        if not fits(tp):
+            raise ConfigError("replay", "gpus", f"{gpus} GPUs cannot host TP={tp}", f"a multiple of {tp} GPUs")
+        lay, rep = _run(trace, perf, gpus, tp, static, opts, None, None, False, job)
+        return ReplayResult(policy, lay, rep, {"tp": tp})
+    flags = {"orchestrl": (True, True), "orchestrl-pp": (True, False), "orchestrl-rb": (False, True),
+             "oracle": (True, True)}
+    if policy not in flags:
+        raise ConfigError("replay", "policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
+    tp = opts.initial_tp if fits(opts.initial_tp) else next(t for t in opts.sweep_tps if fits(t))
+    pp, rb = flags[policy]
+    sched = replace(opts.scheduler, proactive=pp, reactive=rb)
+    lay, rep = _run(trace, perf, gpus, tp, sched, opts, forecast, sink, policy == "oracle", job)
+    return ReplayResult(policy, lay, rep, {"tp": tp})

@@ -1,0 +1,156 @@
+"""Algorithm 1 of OrchestrRL: proactive planning and reactive balancing around any :class:`Engine`.
+
+Every ``plan_interval_s`` the scheduler snapshots the cluster, solves Eq. 1 (planner) and, when
+the gain beats cost plus margin, redeploys and announces the new generation intent; on every
+``tick_s`` in between it runs the Eq. 5 balancer. Finished requests empty the step's histogram.
+The loop only uses the engine protocol, so the same object drives the simulator and vLLM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from compute_sched.balancer import BalancerConfig, plan_migrations
+from compute_sched.costs import CostModel
+from compute_sched.engine import Engine, FinishedRequest
+from compute_sched.intents import IntentSink, generation_intent
+from compute_sched.perf import PerfModel
+from compute_sched.planner import PlannerConfig, plan_layout
+from compute_sched.workload import LengthHistogram, StepWorkload
+
+__all__ = ["SchedulerConfig", "ReconfigEvent", "StepReport", "GenerationScheduler"]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Which parts of Algorithm 1 run, and how often."""
+
+    proactive: bool = True  # event 1: planner
+    reactive: bool = True  # event 2: balancer
+    plan_interval_s: float = 30.0
+    tick_s: float = 2.0
+    reconfig_cooldown_s: float = 60.0  # no new layout this soon after the last one (against flip-flopping
+    # on estimate noise: each change pays C^sw + C^mig for real)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    balancer: BalancerConfig = field(default_factory=BalancerConfig)
+    stop_after_finished: int | None = None  # partial rollout: end the step once this many finished
+    max_step_s: float = 36_000.0  # safety bound on one step
+
+
+@dataclass(frozen=True)
+class ReconfigEvent:
+    time_s: float
+    from_layout: str
+    to_layout: str
+    predicted_gain_s: float  # Obj_cur - Obj_new
+    switch_s: float
+    migration_s: float
+    migrated: int
+    methods: Mapping[str, int]
+    solve_s: float
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What one generation step did."""
+
+    makespan_s: float
+    finished: tuple[FinishedRequest, ...]
+    unfinished: tuple[str, ...]  # truncated (partial rollout) or left when the safety bound hit
+    reconfigurations: tuple[ReconfigEvent, ...]
+    balancer_migrations: int
+    remaining_curve: tuple[tuple[float, int], ...]  # (time, pending requests), Figure 11
+    plan_solve_s: tuple[float, ...]
+    intents: int
+
+
+class GenerationScheduler:
+    """Drive one generation step on ``engine`` under Algorithm 1.
+
+    Parameters
+    ----------
+    forecast : LengthHistogram or None
+        The step's forecast remaining-workload histogram (None: requests may run to the cap).
+    exact_lengths : mapping, optional
+        True output lengths (oracle baseline): the planner then sees exact remaining lengths.
+    sink : IntentSink, optional
+        Receives a generation intent after every layout change.
+    """
+
+    def __init__(self, engine: Engine, perf: PerfModel, costs: CostModel, forecast: LengthHistogram | None,
+                 config: SchedulerConfig | None = None, *, exact_lengths: Mapping[str, int] | None = None,
+                 sink: IntentSink | None = None, job: str = "gen", global_gpus: Sequence[int] | None = None) -> None:
+        self.engine, self.perf, self.costs = engine, perf, costs
+        self.cfg = config or SchedulerConfig()
+        self.workload = StepWorkload(forecast) if forecast is not None else None
+        self.exact = dict(exact_lengths) if exact_lengths is not None else None
+        self.sink, self.job = sink, job
+        self.global_gpus = global_gpus
+
+    def _announce(self, layout, pending: int, context: float) -> None:
+        if self.sink is None:
+            return
+        per = max(1.0, pending / max(1, len(layout.instances)))
+        gpus = self.global_gpus if self.global_gpus is not None else range(layout.total_gpus)
+        doc = generation_intent(layout, self.perf, job=self.job, global_gpus=gpus, batch_per_instance=per,
+                                context_tokens=per * max(1.0, context), period_s=self.cfg.plan_interval_s)
+        self.sink.announce(doc, self.engine.now_s())
+
+    def _plan(self, events: list[ReconfigEvent], solves: list[float]) -> None:
+        snap = self.engine.snapshot()
+        exact = None
+        if self.exact is not None:
+            exact = {r.request_id: max(1, self.exact[r.request_id] - r.generated_tokens) for r in snap.pending}
+        plan = plan_layout(snap, self.perf, self.costs, self.workload, self.cfg.planner, exact_remaining=exact)
+        solves.append(plan.solve_s)
+        if not plan.reconfigure:
+            return
+        rep = self.engine.change_layout(plan.layout, plan.placement)
+        events.append(ReconfigEvent(snap.time_s, snap.layout.describe(), plan.layout.describe(),
+                                    plan.current_s - plan.predicted_s, rep.switch_s, rep.migration.seconds,
+                                    len(rep.migration.moved), dict(rep.migration.methods), plan.solve_s))
+        pending = snap.pending
+        mean_ctx = sum(r.context_tokens for r in pending) / max(1, len(pending))
+        self._announce(plan.layout, len(pending), mean_ctx)
+
+    def run_step(self) -> StepReport:
+        """Run until every request finished (or the partial-rollout quota is met); return the report."""
+        cfg, eng = self.cfg, self.engine
+        events: list[ReconfigEvent] = []
+        solves: list[float] = []
+        finished: list[FinishedRequest] = []
+        curve = [(eng.now_s(), len(eng.snapshot().pending))]
+        moves = 0
+        next_plan = eng.now_s()
+        while not eng.idle() and eng.now_s() < cfg.max_step_s:
+            if cfg.stop_after_finished is not None and len(finished) >= cfg.stop_after_finished:
+                break
+            cooling = bool(events) and eng.now_s() < events[-1].time_s + cfg.reconfig_cooldown_s
+            if cfg.proactive and eng.now_s() >= next_plan - 1e-9 and not cooling:
+                self._plan(events, solves)
+                next_plan = eng.now_s() + cfg.plan_interval_s
+            if cfg.reactive:
+                mv = plan_migrations(eng.snapshot(), cfg.balancer)
+                if mv:
+                    moves += len(eng.migrate(mv).moved)
+            done = eng.advance(cfg.tick_s)
+            for f in done:
+                if self.workload is not None:
+                    self.workload.observe_finished(f.output_tokens)
+            finished += done
+            curve.append((eng.now_s(), len(eng.snapshot().pending)))
+        quota = cfg.stop_after_finished
+        carried: list[str] = []
+        if quota is not None and len(finished) >= quota:  # the step ends at the quota-th finish
+            carried = [f.request_id for f in finished[quota:]]
+            finished = finished[:quota]
+            end = finished[-1].finish_time_s
+        elif eng.idle() and finished:
+            end = finished[-1].finish_time_s
+        else:
+            end = eng.now_s()
+        unfinished = tuple(r.request_id for r in eng.snapshot().pending) + tuple(carried)
+        curve = [(t, n) for t, n in curve if t <= end + cfg.tick_s]
+        return StepReport(end, tuple(finished), unfinished, tuple(events), moves, tuple(curve), tuple(solves),
+                          len(events) if self.sink is not None else 0)

@@ -1,0 +1,314 @@
+"""Discrete-event simulated generation cluster implementing :class:`compute_sched.engine.Engine`.
+
+Design note
+-----------
+Each instance runs vLLM-style continuous batching: requests are admitted FIFO while their KV fits
+(with a small watermark) and the batch is under ``max_num_seqs``; every iteration decodes one token
+per running request; a request whose KV no longer fits is preempted (newest first) and later
+recomputed. Step times come from :class:`compute_sched.perf.PerfModel`.
+
+Simulating token by token would cost O(tokens x batch), so an instance jumps over runs of
+iterations in which nothing changes (no request finishes, no KV overflow, no migrated request
+becomes ready, the caller's horizon is not passed): over ``k`` such iterations the batch is fixed
+and the context grows by ``B`` per iteration, so their time is ``k`` steps at the mid-point context
+(exact for the affine memory-bound step). Instances are independent between scheduler actions, so
+each one advances alone to the caller's horizon. Output lengths are known only to the simulator
+(``lengths``), never shown in a snapshot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from compute_sched.costs import CostModel
+from compute_sched.engine import (ClusterSnapshot, FinishedRequest, GenerationRequest, Migration, MigrationReport,
+                                  SwitchReport, WorkerState)
+from compute_sched.layout import Layout
+from compute_sched.perf import PerfModel
+from compute_sched.workload import RequestState
+from fabric.errors import ConfigError
+
+__all__ = ["SimEngine"]
+
+
+@dataclass
+class _Seq:
+    rid: str
+    prompt: int
+    generated: int
+    target: int  # hidden output length
+    max_tokens: int
+    group: str
+    ready_at: float = 0.0
+    kv_ready: bool = False  # True: KV already resident (new requests and recomputes still need a prefill)
+
+    @property
+    def ctx(self) -> int:
+        return self.prompt + self.generated
+
+    def state(self) -> RequestState:
+        return RequestState(self.rid, self.prompt, self.generated, self.max_tokens, self.group)
+
+
+class _Instance:
+    def __init__(self, index: int, inst, perf: PerfModel, max_num_seqs: int) -> None:
+        self.index, self.inst, self.cfg = index, inst, inst.config
+        self.cap = perf.kv_capacity_tokens(inst.config)
+        if self.cap <= 0:
+            raise ConfigError("SimEngine", "layout", f"{perf.model.name} does not fit one {inst.config.name} "
+                                                     f"instance of {perf.gpu.name}", "a configuration with more GPUs")
+        self.running: list[_Seq] = []
+        self.waiting: deque[_Seq] = deque()
+        self.clock = 0.0
+        self.available_at = 0.0
+        self.max_num_seqs = max_num_seqs
+        self.window_tokens = 0
+        self.window_start = 0.0
+        self.rate_tps = 0.0
+
+    def used(self) -> int:
+        return sum(s.ctx for s in self.running)
+
+
+class SimEngine:
+    """Simulated generation cluster; see the module note.
+
+    Parameters
+    ----------
+    perf : PerfModel
+        Step times and KV capacity.
+    layout : Layout
+        Initial deployment.
+    lengths : Mapping[str, int]
+        Hidden output length of every request that will be added.
+    costs : CostModel, optional
+        Switching and migration costs (default: ``CostModel(perf)``).
+    max_num_seqs : int
+        Batch limit per instance (vLLM ``max_num_seqs``).
+    """
+
+    def __init__(self, perf: PerfModel, layout: Layout, lengths: Mapping[str, int], *, costs: CostModel | None = None,
+                 max_num_seqs: int = 512, kv_watermark: float = 0.02) -> None:
+        self.perf, self.costs = perf, costs or CostModel(perf)
+        self.lengths = dict(lengths)
+        self.max_num_seqs, self.watermark = max_num_seqs, kv_watermark
+        self.layout = layout
+        self._now = 0.0
+        self._finished = 0
+        self._insts = [_Instance(k, inst, perf, max_num_seqs) for k, inst in enumerate(layout.instances)]
+        self.preemptions = 0
+
+    # -- protocol -----------------------------------------------------------------------------
+    def now_s(self) -> float:
+        return self._now
+
+    def idle(self) -> bool:
+        return all(not i.running and not i.waiting for i in self._insts)
+
+    def snapshot(self) -> ClusterSnapshot:
+        workers = tuple(WorkerState(i.index, i.cfg, tuple(s.state() for s in i.running),
+                                    tuple(s.state() for s in i.waiting), i.used(), i.cap, i.rate_tps,
+                                    i.available_at <= self._now) for i in self._insts)
+        return ClusterSnapshot(self._now, self.layout, workers, self._finished)
+
+    def add_requests(self, requests: Sequence[GenerationRequest], instance: int | None = None) -> None:
+        for q in requests:
+            if q.request_id not in self.lengths:
+                raise ConfigError("SimEngine", "lengths", f"no hidden output length for request {q.request_id!r}",
+                                  "a length for every request the simulator runs")
+            target = min(self.lengths[q.request_id], q.max_tokens)
+            k = instance if instance is not None else min(self._insts, key=lambda i: len(i.running) + len(i.waiting)).index
+            self._insts[k].waiting.append(_Seq(q.request_id, q.prompt_tokens, q.generated_tokens, target, q.max_tokens,
+                                               q.group_id, self._now, kv_ready=False))
+
+    def abort(self, request_ids: Iterable[str]) -> list[str]:
+        wanted, out = set(request_ids), []
+        for i in self._insts:
+            for s in [s for s in i.running if s.rid in wanted]:
+                i.running.remove(s)
+                out.append(s.rid)
+            kept = deque(s for s in i.waiting if s.rid not in wanted)
+            out += [s.rid for s in i.waiting if s.rid in wanted]
+            i.waiting = kept
+        return out
+
+    def _take(self, rid: str, src: int) -> _Seq | None:
+        inst = self._insts[src]
+        for s in inst.running:
+            if s.rid == rid:
+                inst.running.remove(s)
+                return s
+        for s in inst.waiting:
+            if s.rid == rid:
+                inst.waiting.remove(s)
+                return s
+        return None
+
+    def _land(self, movers: dict[int, list[tuple[_Seq, str]]], start: dict[int, float]) -> MigrationReport:
+        """Queue moved requests on their destinations, paying the cheaper of transfer and recompute."""
+        methods: dict[str, int] = {}
+        worst = 0.0
+        moved = []
+        for dst, all_items in movers.items():
+            inst = self._insts[dst]
+            for s, _ in all_items:  # never prefilled or preempted: no KV to move, just queue it
+                if not s.kv_ready:
+                    s.ready_at = start[dst]
+                    inst.waiting.append(s)
+                    methods["requeue"] = methods.get("requeue", 0) + 1
+                    moved.append(s.rid)
+            items = [(s, m) for s, m in all_items if s.kv_ready]
+            auto = [s for s, m in items if m == "auto"]
+            chosen = self.costs.migration(inst.cfg, [s.ctx for s in auto]).method if auto else "none"
+            for s, m in items:
+                how = chosen if m == "auto" else m
+                how = "recompute" if how == "none" else how
+                s.kv_ready = how == "transfer"
+                methods[how] = methods.get(how, 0) + 1
+                moved.append(s.rid)
+            tr = [s for s, m in items if s.kv_ready]
+            cost = self.costs.transfer_s(sum(s.ctx for s in tr)) if tr else 0.0
+            rc = [s.ctx for s, m in items if not s.kv_ready]
+            worst = max(worst, cost, self.costs.recompute_s(inst.cfg, rc) if rc else 0.0)
+            for s, _ in items:
+                s.ready_at = start[dst] + (cost if s.kv_ready else 0.0)
+                inst.waiting.appendleft(s) if s.kv_ready else inst.waiting.append(s)
+        return MigrationReport(tuple(moved), (), worst, methods)
+
+    def migrate(self, moves: Sequence[Migration]) -> MigrationReport:
+        movers: dict[int, list[tuple[_Seq, str]]] = {}
+        refused = []
+        for mv in moves:
+            if not (0 <= mv.src < len(self._insts) and 0 <= mv.dst < len(self._insts)) or mv.src == mv.dst:
+                refused.append((mv.request_id, f"bad instances {mv.src}->{mv.dst}"))
+                continue
+            s = self._take(mv.request_id, mv.src)
+            if s is None:
+                refused.append((mv.request_id, f"not pending on instance {mv.src}"))
+                continue
+            movers.setdefault(mv.dst, []).append((s, mv.method))
+        start = {d: max(self._now, self._insts[d].available_at) for d in movers}
+        rep = self._land(movers, start)
+        return MigrationReport(rep.moved, tuple(refused), rep.seconds, rep.methods)
+
+    def change_layout(self, layout: Layout, placement: Mapping[str, int]) -> SwitchReport:
+        old = {(inst.config, inst.gpu_ids): k for k, inst in enumerate(self.layout.instances)}
+        by_gpu = {g: inst.config for inst in self.layout.instances for g in inst.gpu_ids}
+        new_insts, kept_from, switch_s = [], {}, 0.0
+        for k, inst in enumerate(layout.instances):
+            ni = _Instance(k, inst, self.perf, self.max_num_seqs)
+            ni.clock = self._now
+            prev = old.get((inst.config, inst.gpu_ids))
+            if prev is not None:
+                kept_from[k] = prev
+                ni.available_at = max(self._now, self._insts[prev].available_at)
+                ni.rate_tps = self._insts[prev].rate_tps
+            else:
+                was = by_gpu.get(inst.gpu_ids[0])
+                sw = self.costs.switch(was, inst.config, same_gpus=was is not None)
+                ni.available_at = self._now + sw.seconds
+                switch_s = max(switch_s, sw.seconds)
+            new_insts.append(ni)
+        prev_of = {v: k for k, v in kept_from.items()}
+        movers: dict[int, list[tuple[_Seq, str]]] = {}
+        for oi in self._insts:
+            for s in [*oi.running, *oi.waiting]:
+                dst = placement.get(s.rid)
+                if dst is None or not 0 <= dst < len(new_insts):
+                    raise ConfigError("change_layout", "placement", f"request {s.rid!r} has no valid instance",
+                                      f"an instance 0..{len(new_insts) - 1} for every pending request")
+                if prev_of.get(oi.index) == dst:
+                    (new_insts[dst].running if s in oi.running else new_insts[dst].waiting).append(s)
+                else:
+                    movers.setdefault(dst, []).append((s, "auto"))
+        self._insts, self.layout = new_insts, layout
+        rep = self._land(movers, {d: new_insts[d].available_at for d in movers})
+        return SwitchReport(switch_s, rep, len(kept_from))
+
+    def advance(self, seconds: float) -> list[FinishedRequest]:
+        horizon = self._now + max(0.0, seconds)
+        done: list[FinishedRequest] = []
+        for inst in self._insts:
+            inst.window_tokens, inst.window_start = 0, self._now
+            self._run(inst, horizon, done)
+            span = horizon - inst.window_start
+            if span > 0 and (inst.window_tokens or not inst.running):
+                inst.rate_tps = inst.window_tokens / span
+        self._now = horizon
+        done.sort(key=lambda f: f.finish_time_s)
+        self._finished += len(done)
+        return done
+
+    # -- one instance -------------------------------------------------------------------------
+    def _admit(self, inst: _Instance) -> int:
+        """Admit ready waiting requests FIFO while KV and batch allow; return tokens to prefill.
+
+        Requests still in flight to this instance (``ready_at`` in the future) are skipped, not
+        waited for; the first ready request that does not fit stops admission (FIFO).
+        """
+        limit = inst.cap * (1.0 - self.watermark)
+        used, prefill = inst.used(), 0
+        later: list[_Seq] = []
+        while inst.waiting and len(inst.running) < inst.max_num_seqs:
+            s = inst.waiting[0]
+            if s.ready_at > inst.clock:
+                later.append(inst.waiting.popleft())
+                continue
+            if used + s.ctx + 1 > limit:
+                break
+            inst.waiting.popleft()
+            inst.running.append(s)
+            used += s.ctx
+            prefill += 0 if s.kv_ready else s.ctx
+            s.kv_ready = True
+        inst.waiting.extendleft(reversed(later))
+        return prefill
+
+    def _run(self, inst: _Instance, horizon: float, done: list[FinishedRequest]) -> None:
+        perf = self.perf
+        while inst.clock < horizon:
+            if inst.clock < inst.available_at:
+                inst.clock = min(horizon, inst.available_at)
+                continue
+            prefill = self._admit(inst)
+            if prefill:
+                inst.clock += perf.prefill_s(inst.cfg, prefill)
+                continue
+            if not inst.running:
+                nxt = min((s.ready_at for s in inst.waiting if s.ready_at > inst.clock), default=horizon)
+                inst.clock = min(horizon, nxt)
+                if not inst.waiting or nxt >= horizon:
+                    inst.clock = horizon
+                continue
+            b = len(inst.running)
+            used = inst.used()
+            room = inst.cap - used
+            if room < b:  # KV overflow: preempt the newest request, recompute it later
+                s = inst.running.pop()
+                s.kv_ready = False
+                inst.waiting.appendleft(s)
+                self.preemptions += 1
+                continue
+            k = min(s.target - s.generated for s in inst.running)
+            k = min(k, room // b)
+            step0 = perf.decode_step_s(inst.cfg, b, used)
+            k = min(k, max(1, math.ceil((horizon - inst.clock) / step0)))
+            pending_ready = [s.ready_at for s in inst.waiting if s.ready_at > inst.clock]
+            if pending_ready:
+                k = min(k, max(1, math.ceil((min(pending_ready) - inst.clock) / step0)))
+            if inst.waiting and not pending_ready:  # admissions wait for room: re-check every few iterations
+                k = min(k, 256)
+            k = max(1, k)
+            inst.clock += k * perf.decode_step_s(inst.cfg, b, used + b * (k - 1) / 2.0)
+            inst.window_tokens += b * k
+            still = []
+            for s in inst.running:
+                s.generated += k
+                if s.generated >= s.target:
+                    done.append(FinishedRequest(s.rid, s.generated, inst.clock, inst.index, s.group))
+                else:
+                    still.append(s)
+            inst.running = still

@@ -1,0 +1,37 @@
+"""`orchestrl sched ...` as an operator runs it: real subprocesses and files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agents.cli", "sched", *args], cwd=REPO, text=True,
+                          capture_output=True, timeout=240)
+
+
+def test_trace_then_replay_compares_policies_and_plots(tmp_path):
+    trace = tmp_path / "t.json"
+    assert run("trace", "--prompts", "16", "--k", "8", "--max-tokens", "8192", "--out", str(trace)).returncode == 0
+    csv = tmp_path / "curve.csv"
+    out = run("replay", "--model", "Qwen2.5-14B", "--gpus", "8", "--trace", str(trace),
+              "--policy", "verl-lo,orchestrl", "--plot", "--curve-csv", str(csv))
+    assert out.returncode == 0, out.stderr
+    assert "verl-lo" in out.stdout and "orchestrl" in out.stdout and "verl-lo=*" in out.stdout
+    assert csv.read_text().startswith("time_s,policy,remaining")
+    js = run("replay", "--model", "Qwen2.5-14B", "--gpus", "8", "--trace", str(trace), "--policy", "static-tp:4",
+             "--json")
+    doc = json.loads(js.stdout)
+    assert doc[0]["policy"] == "static-tp:4" and doc[0]["finished"] == 128 and doc[0]["makespan_s"] > 0
+
+
+def test_bad_input_is_one_line_with_exit_2(tmp_path):
+    out = run("replay", "--model", "Qwen9", "--gpus", "8", "--trace", str(tmp_path / "none.json"))
+    assert out.returncode == 2 and "Qwen9" in out.stderr and "Traceback" not in out.stderr
+    specs = run("specs")
+    assert "Qwen3-235B-A22B" in specs.stdout and "H20" in specs.stdout
