@@ -17,7 +17,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents import cli_fabric, cli_ocs, cli_sched, demo
+    from agents import cli_fabric, cli_groups, cli_ocs, cli_sched, demo
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_fabric.register(groups)
     cli_ocs.register(groups)
     cli_sched.register(groups)
+    cli_groups.register(groups)
     demo.register(groups)
     return parser
 

@@ -1,0 +1,158 @@
+"""Baseline placement policies RollMux is compared against (§7.1, §7.5).
+
+* Solo-D: every job on its own dedicated rollout and training nodes (standard disaggregation).
+* Co-located (veRL): every phase of a job on its training (H800) nodes; no rollout pool.
+* Gavel+: heterogeneity-aware job-level sharing; jobs of a group take turns as whole jobs, each
+  with a time fraction just large enough for its SLO; phases of different jobs never interleave.
+* Random: a random group that can hold the job's state (or a new one), random nodes in it.
+* Greedy (Most-Idle): the group with the highest idle-time share, its least-loaded nodes.
+
+Random and Greedy check only residency (memory, group size), not SLOs, as in §7.5; they run under
+the same round-robin intra-group schedule as RollMux.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from compute_sched.groups.cluster import Cluster, Decision
+from compute_sched.groups.config import GroupConfig
+from compute_sched.groups.inter import RollMuxScheduler, isolated_decision
+from compute_sched.groups.intra import group_jobs, round_robin
+from compute_sched.groups.model import Group, JobSpec
+from fabric.errors import ConfigError
+
+__all__ = ["SoloPolicy", "ColocatedPolicy", "GavelPolicy", "RandomPolicy", "GreedyPolicy", "make_policy",
+           "POLICIES", "gavel_min_shares"]
+
+_EPS = 1e-9
+
+
+class SoloPolicy:
+    """Solo disaggregation: a new group per job, never shared."""
+
+    name = "solo"
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+
+    def place(self, job: JobSpec, cluster: Cluster) -> Decision:
+        return isolated_decision(job, cluster, (self.config.reference_rollout_gpu,))
+
+
+class ColocatedPolicy:
+    """veRL-style co-location: rollout and training time-share the job's own training nodes."""
+
+    name = "colocated"
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+
+    def place(self, job: JobSpec, cluster: Cluster) -> Decision:
+        cost = job.train_nodes * self.config.node_price_usd_per_h(self.config.train_gpu_type)
+        return Decision(job.job_id, "isolated", None, (), None, 0, job.train_nodes, cost, {}, (), "colocated")
+
+
+def _eligible(job: JobSpec, group: Group, config: GroupConfig) -> list[int]:
+    """Reference-type rollout nodes of ``group`` that can also hold ``job``'s rollout state, least loaded first."""
+    s = group.summary()
+    return sorted((n for n, node in group.rollout_nodes.items() if node.gpu_type == config.reference_rollout_gpu
+                   and s.node_mem_gb[n] + job.roll_mem_gb <= config.host_mem_gb + _EPS),
+                  key=lambda n: (s.node_load_s[n], n))
+
+
+def _accommodates(job: JobSpec, group: Group, config: GroupConfig, mode: str) -> list[int] | None:
+    """Eligible nodes if ``group`` can hold ``job`` under the residency constraint, else None."""
+    if group.mode != mode or len(group.order) >= config.max_group_size:
+        return None
+    if group.summary().train_mem_gb + group.train_mem_per_node(job) > config.host_mem_gb + _EPS:
+        return None
+    eligible = _eligible(job, group, config)
+    return eligible if len(eligible) >= job.roll_nodes else None
+
+
+def gavel_min_shares(group: Group) -> dict[str, float]:
+    """Return the time fraction each member needs for its SLO when members take turns as whole jobs."""
+    return {j: (group.roll_time(group.jobs[j], group.placements[j]) + group.train_time(group.jobs[j]))
+            / group.jobs[j].slo_budget_s for j in group.order}
+
+
+class GavelPolicy:
+    """Gavel+: job-level time fractions on a shared pool pair; admits while the minimum shares sum to <= 1."""
+
+    name = "gavel"
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+
+    def place(self, job: JobSpec, cluster: Cluster) -> Decision:
+        best: tuple[float, Group, tuple[int, ...]] | None = None
+        for group in cluster.groups.values():
+            eligible = _accommodates(job, group, self.config, "gavel")
+            if eligible is None:
+                continue
+            chosen = tuple(eligible[: job.roll_nodes])
+            own = (group.roll_time(job, chosen) + group.train_time(job)) / job.slo_budget_s
+            total = sum(gavel_min_shares(group).values()) + own
+            if total <= 1.0 + _EPS and (best is None or total > best[0]):
+                best = (total, group, chosen)
+        if best is None:
+            return isolated_decision(job, cluster, (self.config.reference_rollout_gpu,), mode="gavel")
+        return Decision(job.job_id, "direct", best[1].gid, best[2], mode="gavel")
+
+
+class RandomPolicy:
+    """Random: uniformly among the groups that can hold the job plus a new group; random nodes."""
+
+    name = "random"
+
+    def __init__(self, config: GroupConfig, seed: int = 0) -> None:
+        self.config = config
+        self.rng = random.Random(seed)
+
+    def place(self, job: JobSpec, cluster: Cluster) -> Decision:
+        options = [(g, e) for g in cluster.groups.values()
+                   if (e := _accommodates(job, g, self.config, "rollmux")) is not None]
+        pick = self.rng.randrange(len(options) + 1)
+        if pick == len(options):
+            return isolated_decision(job, cluster, (self.config.reference_rollout_gpu,))
+        group, eligible = options[pick]
+        return Decision(job.job_id, "direct", group.gid, tuple(sorted(self.rng.sample(eligible, job.roll_nodes))))
+
+
+class GreedyPolicy:
+    """Greedy (Most-Idle): the group with the highest idle-time share; its most idle rollout nodes."""
+
+    name = "greedy"
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+
+    def place(self, job: JobSpec, cluster: Cluster) -> Decision:
+        best: tuple[float, int, Group, list[int]] | None = None
+        for group in cluster.groups.values():
+            eligible = _accommodates(job, group, self.config, "rollmux")
+            if eligible is None:
+                continue
+            sched = round_robin(group_jobs(group), len(group.rollout_nodes), self.config)
+            idle = 1.0 - (sched.rollout_util + sched.train_util) / 2.0
+            if best is None or (idle, -group.gid) > (best[0], -best[1]):
+                best = (idle, group.gid, group, eligible)
+        if best is None:
+            return isolated_decision(job, cluster, (self.config.reference_rollout_gpu,))
+        return Decision(job.job_id, "direct", best[2].gid, tuple(best[3][: job.roll_nodes]))
+
+
+POLICIES: dict[str, Callable[..., object]] = {
+    "rollmux": RollMuxScheduler, "random": RandomPolicy, "greedy": GreedyPolicy, "solo": SoloPolicy,
+    "colocated": ColocatedPolicy, "gavel": GavelPolicy,
+}
+
+
+def make_policy(name: str, config: GroupConfig, seed: int = 0):
+    """Return a placement policy by name (``optimal`` lives in :mod:`compute_sched.groups.optimal`)."""
+    if name not in POLICIES:
+        raise ConfigError("policy", "--policy", f"unknown policy {name!r}", ", ".join([*POLICIES, "optimal"]))
+    cls = POLICIES[name]
+    return cls(config, seed) if cls is RandomPolicy else cls(config)
