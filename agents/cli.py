@@ -17,7 +17,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents import cli_fabric, cli_groups, cli_ocs, cli_sched, demo
+    from agents import cli_fabric, cli_groups, cli_ocs, cli_proxy, cli_sched, demo
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
     cli_fabric.register(groups)
     cli_ocs.register(groups)
+    cli_proxy.register(groups)
     cli_sched.register(groups)
     cli_groups.register(groups)
     demo.register(groups)

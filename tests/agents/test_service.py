@@ -1,0 +1,146 @@
+"""The control service in process, over in-memory devices: tenants sharing PoDs, ordered commits, faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.jobs import JobRegistry
+from agents.service import ControlService, scope_of
+from fabric.plan import CrossConnect
+from fabric.reconfig_order import order_plan_change
+from fabric.store import FabricStore
+from fabric.topology import FabricSpec, Topology, load_topology
+from tests.agents.conftest import TOPOLOGY_64
+from tests.fabric.fakes import FakeOcsDevice, expected_tables
+
+OPERATOR = "operator-token-0123456789"
+
+
+def _service(topology: Topology) -> tuple[ControlService, dict[str, FakeOcsDevice]]:
+    devices = {d: FakeOcsDevice(d, dev.radix_ports) for d, dev in topology.devices.items()}
+    service = ControlService(topology, devices, FabricStore(":memory:"), JobRegistry(topology, [OPERATOR]))
+    service.recover()
+    return service, devices
+
+
+def _windows(service: ControlService, job: str, t: float = 0.0) -> float:
+    """Report six train all-to-alls 50 ms apart; return the time of the last end."""
+    events = []
+    for k in range(6):
+        events += [{"kind": "start", "t_s": t + 0.05 * k, "stage": "train", "primitive": "all-to-all",
+                    "communicator": "ep"},
+                   {"kind": "end", "t_s": t + 0.05 * k + 0.002, "stage": "train", "primitive": "all-to-all",
+                    "communicator": "ep"}]
+    service.report_events(job, events)
+    return events[-1]["t_s"]
+
+
+def _train(job: str, layout: dict) -> dict:
+    return {"job": job, "stage": "train", "period": "fwd-bwd", "layout": layout, "collectives": [
+        {"primitive": "all-to-all", "over": "ep", "bytes_per_rank": 2e9},
+        {"primitive": "p2p", "over": "pp", "bytes_per_rank": 5e8}]}
+
+
+def _pairs(plan) -> set[tuple[str, str]]:
+    return {(c.a, c.b) for c in plan.circuits}
+
+
+def test_a_change_is_committed_step_by_step_without_dropping_a_pair_both_plans_connect():
+    service, devices = _service(load_topology(TOPOLOGY_64))
+    service.register_job("rl", "0-31")
+    t = _windows(service, "rl")
+    first = service.announce_intent("rl", {**_train("rl", {"tp": 4, "ep": 4, "dp": 4, "pp": 2, "gpus": "0-31"}),
+                                           "t_s": t})
+    old = service.store.last_committed_plan(scope_of("rl"))
+    second = service.announce_intent("rl", {**_train("rl", {"tp": 2, "ep": 8, "dp": 8, "pp": 2, "gpus": "0-31"}),
+                                            "t_s": t})
+    assert first.decision == second.decision == "commit", (first, second)
+    new = service.store.last_committed_plan(scope_of("rl"))
+    protected = _pairs(old) & _pairs(new)
+    assert protected and second.steps >= 2  # the variants share ToR pairs: make-before-break needs steps
+    allowed = {o.pair for o in order_plan_change(old, new).outages}
+    steps = [r.plan for r in reversed(service.store.history(scope_of("rl"), limit=second.steps))]
+    assert steps[-1].cross_connects() == new.cross_connects()
+    for plan in steps:  # every journalled intermediate state keeps every protected pair up
+        assert protected - _pairs(plan) <= allowed
+    assert {d: dict(t) for d, t in ((n, dev.cross_connects()) for n, dev in devices.items())} == \
+        expected_tables(new, devices)
+
+
+def _shared_pod_fabric() -> Topology:
+    # Two racks per PoD: jobs on different racks own different ToRs but share their PoDs' boundary.
+    return Topology(FabricSpec(name="shared", link_bps=200e9, pods=2, servers_per_pod=4, servers_per_tor=2,
+                               boundary_ports_per_pod=32, core_devices=1, agg_radix_ports=320, core_radix_ports=320))
+
+
+def _weight_sync(job: str, train: str, gen: str) -> dict:
+    return {"job": job, "stage": "weight-sync", "period": "broadcast", "collectives": [
+        {"primitive": "weight-sync", "train_gpus": train, "gen_gpus": gen, "model_bytes": 1e10}]}
+
+
+def _marker(service: ControlService, job: str, t: float) -> None:
+    service.report_events(job, [{"kind": "weight-sync-begin", "t_s": t, "window_hint_s": 10.0}])
+
+
+def test_jobs_sharing_pods_never_share_a_port():
+    service, devices = _service(_shared_pod_fabric())
+    service.register_job("a", "0-15,32-47")  # rack 0 of both PoDs
+    service.register_job("b", "16-31,48-63")  # rack 1 of both PoDs
+    for job, train, gen in (("a", "0-15", "32-47"), ("b", "16-31", "48-63")):
+        _marker(service, job, 1.0)
+        d = service.announce_intent(job, {**_weight_sync(job, train, gen), "t_s": 1.0})
+        assert d.decision == "commit" and d.circuits > 0, d
+    a = service.store.last_committed_plan(scope_of("a"))
+    b = service.store.last_committed_plan(scope_of("b"))
+    ports_a = {r for c in a.circuits for r in c.xc.ports()}
+    ports_b = {r for c in b.circuits for r in c.xc.ports()}
+    assert ports_a and ports_b and not ports_a & ports_b
+    assert any(c.tier == "core" for c in a.circuits) and any(c.tier == "core" for c in b.circuits)
+    merged = expected_tables(a, devices)
+    for name, table in expected_tables(b, devices).items():
+        merged[name].update(table)
+    assert {n: dev.cross_connects() for n, dev in devices.items()} == merged
+
+
+def test_a_failed_commit_of_one_job_leaves_the_other_jobs_circuits_in_place():
+    topology = _shared_pod_fabric()
+    service, devices = _service(topology)
+    service.register_job("a", "0-15,32-47")
+    service.register_job("b", "16-31,48-63")
+    _marker(service, "a", 1.0)
+    assert service.announce_intent("a", {**_weight_sync("a", "0-15", "32-47"), "t_s": 1.0}).decision == "commit"
+    a = service.store.last_committed_plan(scope_of("a"))
+    b_tors = sorted({topology.tor_of_gpu(g) for g in range(16, 32)})
+    for tor in b_tors:  # every first uplink of B's ToRs in PoD 0 fails on the device shared with A
+        ref = topology.tors[tor].uplinks[0]
+        devices[ref.device].fail_port(ref.port)
+    _marker(service, "b", 2.0)
+    d = service.announce_intent("b", {**_weight_sync("b", "16-31", "48-63"), "t_s": 2.0})
+    assert d.decision == "commit" and "failed, masked and re-planned" in d.reason, d
+    for c in a.circuits:  # A never lost a circuit, even on the devices B's rollback touched
+        ingress, egress = next(iter(expected_tables_for(c.xc, devices).items()))
+        assert devices[c.xc.device].cross_connects().get(ingress) == egress
+    b = service.store.last_committed_plan(scope_of("b"))
+    failed = {topology.tors[t].uplinks[0] for t in b_tors}
+    assert not failed & {r for c in b.circuits for r in c.xc.ports()}
+
+
+def expected_tables_for(xc: CrossConnect, devices: dict[str, FakeOcsDevice]) -> dict[int, int]:
+    from fabric.ocs.model import duplex_to_cross_connects
+
+    return dict(duplex_to_cross_connects(xc.a_port, xc.b_port, devices[xc.device].ports))
+
+
+def test_bad_events_refuse_the_whole_batch_and_out_of_order_events_are_listed():
+    from agents.service_checks import Unprocessable
+
+    service, _ = _service(load_topology(TOPOLOGY_64))
+    service.register_job("rl", "0-31")
+    with pytest.raises(Unprocessable) as err:
+        service.report_events("rl", [{"kind": "start", "t_s": 1.0, "stage": "train", "primitive": "a2a",
+                                      "communicator": "ep"}, {"kind": "end", "t_s": "late"}])
+    assert err.value.field == "events[1].t_s"
+    assert service.controller.topology is not None and service.report_events("rl", [])["accepted"] == 0
+    out = service.report_events("rl", [{"kind": "end", "t_s": 2.0, "stage": "train", "primitive": "a2a",
+                                        "communicator": "ep"}])
+    assert out["accepted"] == 0 and "no open start" in out["rejected"][0]["reason"]
