@@ -23,7 +23,8 @@ test: setup
 	$(PY) -m pytest
 
 bench: setup
-	$(PY) bench/allocator.py
+	for b in allocator commit gen_sched groups weight_sync; do \
+	  [ -f bench/$$b.py ] && $(PY) bench/$$b.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
