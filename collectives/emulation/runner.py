@@ -1,0 +1,116 @@
+"""Run one weight-sync round with a process per rank, on loopback or on an emulated cluster."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from collectives.emulation.launch import RankGroup, RankResult
+from collectives.emulation.netns import Host
+from collectives.emulation.worker import RankJob, run_rank
+from collectives.schedule import Schedule
+
+__all__ = ["SyncRun", "run_sync", "measure_goodput", "free_port"]
+
+
+@dataclass(frozen=True)
+class SyncRun:
+    """The outcome of one round over all ranks."""
+
+    results: list[RankResult]
+    elapsed_s: float  # last rank's data done - first rank's start (after everyone joined)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def verified(self) -> bool:
+        """Every rank finished, every checksum matched and every slice equals what was sent, bit for bit."""
+        return self.ok and all(r.value["report"]["verified"] and not r.value["mismatches"] for r in self.results)
+
+    def errors(self) -> list[str]:
+        return [f"rank {r.rank}: {r.error}" for r in self.results if not r.ok]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout_s: float = 30.0,
+             join_timeout_s: float = 120.0, check: bool = True, die_after: Mapping[int, int] | None = None,
+             stop_after: Mapping[int, int] | None = None, group: str = "orchestrl-weight-sync",
+             trace: bool = False, death_note: str = "", corrupt_rank: int = -1, backend: str = "gloo") -> SyncRun:
+    """Run ``schedule`` once with one process per rank and return every rank's result.
+
+    ``hosts`` maps schedule ranks to emulated servers (trainers first, as schedule ranks are
+    numbered); None runs every rank on loopback. ``die_after`` / ``stop_after`` map a generator
+    rank to the number of parameters after which it SIGKILLs / SIGSTOPs itself (writing the time
+    to ``death_note`` first); ``corrupt_rank`` flips a byte in that rank's first chunk on the wire.
+    """
+    n = schedule.world_size
+    if hosts is None:
+        store_host, port = "127.0.0.1", free_port()
+        netns: list[str | None] = [None] * n
+        env = [{"GLOO_SOCKET_IFNAME": "lo"}] * n
+    else:
+        if len(hosts) != n:
+            raise ValueError(f"{len(hosts)} hosts for {n} schedule ranks")
+        store_host, port = hosts[0].ip, 29500  # ports are private to each namespace
+        netns = [h.netns for h in hosts]
+        env = [{"GLOO_SOCKET_IFNAME": "eth0"}] * n
+    base = RankJob(schedule, 0, store_host, port, timeout_s=timeout_s, check=check, group=group, trace=trace,
+                   backend=backend)
+    jobs = [(replace(base, rank=r, host_ip=hosts[r].ip if hosts else "127.0.0.1",
+                     die_after_params=(die_after or {}).get(r, -1), stop_after_params=(stop_after or {}).get(r, -1),
+                     death_note=death_note, corrupt_first_send=r == corrupt_rank),) for r in range(n)]
+    with RankGroup(run_rank, jobs, netns=netns, env=env) as g:
+        results = g.join(join_timeout_s, ignore=sorted(stop_after or {}))
+    reports = [r.value["report"] for r in results if r.ok]
+    elapsed = (max(x["data_done_at"] for x in reports) - min(x["started_at"] for x in reports)) if reports else 0.0
+    return SyncRun(results, elapsed)
+
+
+def _sink(port: int, nbytes: int) -> float:
+    with socket.create_server(("0.0.0.0", port)) as srv:
+        conn, _ = srv.accept()
+        with conn:
+            got, first = 0, time.perf_counter()
+            while got < nbytes:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                got += len(chunk)
+            return 8.0 * got / (time.perf_counter() - first)
+
+
+def _source(ip: str, port: int, nbytes: int) -> None:
+    for _ in range(200):  # the sink may not be listening yet
+        try:
+            conn = socket.create_connection((ip, port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.02)
+    else:
+        raise ConnectionError(f"no listener at {ip}:{port}")
+    with conn:
+        block = b"\0" * (1 << 20)
+        sent = 0
+        while sent < nbytes:
+            conn.sendall(block[:min(len(block), nbytes - sent)])
+            sent += min(len(block), nbytes - sent)
+
+
+def measure_goodput(src: Host, dst: Host, nbytes: int, port: int = 29499) -> float:
+    """Return the TCP payload rate (bit/s) of one bulk flow from ``src`` to ``dst``."""
+    with RankGroup(_sink, [(port, nbytes)], netns=[dst.netns]) as sink:
+        with RankGroup(_source, [(dst.ip, port, nbytes)], netns=[src.netns]) as source:
+            source.join(120.0)
+        (res,) = sink.join(120.0)
+    if not res.ok:
+        raise RuntimeError(f"goodput probe {src.name} -> {dst.name} failed: {res.error}")
+    return float(res.value)
