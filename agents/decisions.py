@@ -7,7 +7,7 @@ trainer, an operator and a dashboard read the same record.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["PeriodDecision", "GATE_FAMILY", "scope_of"]
@@ -35,7 +35,7 @@ class PeriodDecision:
     reason: str  # why, in words
     circuits: int  # circuits of the plan
     window_s: float | None  # predicted safe window left when decided; None when unknown
-    switch_delay_s: float  # switching time the window had to cover (devices switch one after another)
+    switch_delay_s: float  # switching time the window had to cover: per add step, its slowest device
     plan_s: float  # materialisation: aggregate, allocate, place, validate
     device_s: float  # journalled commit: journal writes + driver round trips + device switching
     removed: int = 0  # full-duplex circuits torn down
@@ -48,4 +48,4 @@ class PeriodDecision:
     at: float = field(default_factory=time.time)  # unix time of the decision
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "devices": list(self.devices)}
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "devices": list(self.devices)}

@@ -4,8 +4,9 @@ Starts one emulated 3D-MEMS switch per OCS of the bundled 64-GPU fabric (subproc
 TL1 on ephemeral ports) and the control proxy in front of them, registers an RL job on all 64 GPUs
 and replays RL iterations through the host agent a trainer would import: the boundary events of
 each communication period (train forward/backward, gradient sync, weight sync, generation) and the
-intent of the next period. Per period it prints the template, circuits, predicted safe window,
-decision and device time. The first iteration fills the template cache (Phase 1 of §5.3) and
+intent of the next period, which the trainer announces as soon as the previous period's last
+collective has ended (so the plan can use the window before the period starts). Per period it
+prints the template, circuits, predicted safe window, decision and device time. The first iteration fills the template cache (Phase 1 of §5.3) and
 waits until the safe-window gate has seen enough slack; later iterations reuse the cache. At the
 end every device's cross-connect table is read back over TL1 and compared with the committed plan.
 
@@ -55,40 +56,57 @@ def _post(url: str, path: str, token: str, body: dict) -> dict:
 
 
 # ------------------------------------------------------------------ the job's collectives (job clock)
-def _collectives(agent, t: float, stage: str, comm: str, primitive: str, n: int, busy_s: float, gap_s: float) -> float:
+# Each period's replay starts at ``t`` and returns (end of its last collective, start of the next
+# period). The trainer knows which period comes next, so it announces that period's intent as soon
+# as the current period's last collective has ended: inside the window the new plan must use.
+def _collectives(agent, t: float, stage: str, comm: str, primitive: str, n: int, busy_s: float,
+                 gap_s: float) -> tuple[float, float]:
     for _ in range(n):
         agent.collective_start(comm, stage, primitive, t_s=t)
         agent.collective_end(comm, stage, primitive, t_s=t + busy_s)
         t += busy_s + gap_s
-    return t
+    return t - gap_s, t
 
 
-def _fwd_bwd(agent, t: float) -> float:
+def _fwd_bwd(agent, t: float) -> tuple[float, float]:
     # 8 micro-batches: MoE all-to-all (4 ms), then 20 ms of expert and attention compute.
     return _collectives(agent, t, "train", "ep", "all-to-all", 8, 4e-3, 20e-3)
 
 
-def _grad_sync(agent, t: float) -> float:
-    # 3 gradient buckets all-reduced back to back (2 ms apart), then the optimizer step.
-    return _collectives(agent, t, "train-dp", "dp", "all-reduce", 3, 15e-3, 2e-3) + 30e-3
+def _grad_sync(agent, t: float) -> tuple[float, float]:
+    # 3 gradient buckets all-reduced back to back (2 ms apart), then the 30 ms optimizer step.
+    last_end, _ = _collectives(agent, t, "train-dp", "dp", "all-reduce", 3, 15e-3, 2e-3)
+    return last_end, last_end + 30e-3
 
 
-def _weight_sync(agent, t: float) -> float:
-    agent.marker("weight-sync-begin", window_hint_s=50e-3, t_s=t)  # the runtime knows the pause before it
+def _weight_sync(agent, t: float) -> tuple[float, float]:
+    # The runtime pauses 40 ms before the broadcast (staging buffers) and says so with the marker.
+    agent.marker("weight-sync-begin", window_hint_s=40e-3, t_s=t)
     return _collectives(agent, t + 40e-3, "weight-sync", "ws", "weight-sync", 1, 0.3, 5e-3)
 
 
-def _gen(agent, t: float) -> float:
-    agent.marker("deployment-boundary", window_hint_s=2.0, t_s=t)  # engines redeploy with the new weights
+def _gen(agent, t: float) -> tuple[float, float]:
+    # Engines redeploy with the new weights for 1.5 s, announced with the deployment boundary.
+    agent.marker("deployment-boundary", window_hint_s=1.5, t_s=t)
     t += 1.5
     for _ in range(12):  # decode steps: TP all-reduce then MoE all-to-all, back to back
-        t = _collectives(agent, t, "gen", "tp", "all-reduce", 1, 1e-3, 0.3e-3)
-        t = _collectives(agent, t, "gen", "ep", "all-to-all", 1, 1e-3, 0.3e-3)
-    return t + 0.1
+        _, t = _collectives(agent, t, "gen", "tp", "all-reduce", 1, 1e-3, 0.3e-3)
+        last_end, t = _collectives(agent, t, "gen", "ep", "all-to-all", 1, 1e-3, 0.3e-3)
+    return last_end, last_end + 0.1
 
 
 _REPLAY = {"train-fwd-bwd.yaml": _fwd_bwd, "train-grad-sync.yaml": _grad_sync, "weight-sync.yaml": _weight_sync,
            "gen.yaml": _gen}
+
+
+_ANNOUNCE_AFTER_S = 0.5e-3  # the trainer announces the next period this long after the last collective ends
+
+
+def _announce(agent, doc: dict, t: float) -> dict:
+    """Announce ``doc`` at job time ``t``; return the proxy's first decision on it."""
+    agent.announce(doc, t_s=t)
+    agent.flush()
+    return agent.decisions[-1]
 
 
 def _line(d: dict) -> str:
@@ -123,27 +141,28 @@ def run_demo(examples: Path = EXAMPLES_DIR, iterations: int = 2) -> int:
         agent = HostAgent(proxy.url, job["token"], job=_JOB)
         hits = misses = 0
         t = 1000.0  # job clock, seconds
-        for it in range(iterations):
-            print(f"\n=== RL iteration {it + 1} ===")
-            for name in DEMO_PERIODS:
-                doc = intents[name]
-                agent.announce(doc, t_s=t)
-                agent.flush()
-                first = agent.decisions[-1]
-                t = _REPLAY[name](agent, t)
-                agent.flush()
-                cache = "cache hit" if first["cache_hit"] else "cache miss (filled)"
-                hits, misses = hits + first["cache_hit"], misses + (not first["cache_hit"])
-                print(f"\n--- period {doc['period']} (stage {doc['stage']}): template {first['template']}, {cache}, "
-                      f"plan {first['plan_id']} materialised in {first['plan_s'] * 1e3:.2f} ms")
-                rows = _get(proxy.url, f"/v1/decisions?job={_JOB}&limit=50", job["token"])["decisions"]
-                mine = [d for d in reversed(rows) if d["plan_id"] == first["plan_id"]]
-                for d in mine:
-                    print(_line(d))
-                if it == 0 and any(d["decision"] == "commit" for d in mine):
-                    plan = _get(proxy.url, f"/v1/plan?job={_JOB}", job["token"])["jobs"][_JOB]["plan"]
-                    print(format_plan_summary(plan_from_json(plan), topo, max_rows=8))
-                t += 1e-3
+        periods = [(it, name) for it in range(iterations) for name in DEMO_PERIODS]
+        first = _announce(agent, intents[periods[0][1]], t)
+        for k, (it, name) in enumerate(periods):
+            if name == DEMO_PERIODS[0]:
+                print(f"\n=== RL iteration {it + 1} ===")
+            doc = intents[name]
+            last_end, t = _REPLAY[name](agent, t)
+            agent.flush()
+            nxt = _announce(agent, intents[periods[k + 1][1]], last_end + _ANNOUNCE_AFTER_S) \
+                if k + 1 < len(periods) else None
+            cache = "cache hit" if first["cache_hit"] else "cache miss (filled)"
+            hits, misses = hits + first["cache_hit"], misses + (not first["cache_hit"])
+            print(f"\n--- period {doc['period']} (stage {doc['stage']}): template {first['template']}, {cache}, "
+                  f"plan {first['plan_id']} materialised in {first['plan_s'] * 1e3:.2f} ms")
+            rows = _get(proxy.url, f"/v1/decisions?job={_JOB}&limit=50", job["token"])["decisions"]
+            mine = [d for d in reversed(rows) if d["plan_id"] == first["plan_id"]]
+            for d in mine:
+                print(_line(d))
+            if it == 0 and any(d["decision"] == "commit" for d in mine):
+                plan = _get(proxy.url, f"/v1/plan?job={_JOB}", job["token"])["jobs"][_JOB]["plan"]
+                print(format_plan_summary(plan_from_json(plan), topo, max_rows=8))
+            first = nxt
         agent.close()
         stats = agent.stats()
         print(f"\ntemplate cache: {misses} entries, {hits} hits, {misses} misses")

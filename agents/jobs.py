@@ -214,12 +214,25 @@ class JobRegistry:
         """Keep ``doc`` as the job's last intent (re-planned after port failures and restarts)."""
         with self._lock:
             job = self._jobs[job_id]
+            if job.intent_doc == doc:
+                return  # an RL job re-announces the same few intents every iteration
             self._jobs[job_id] = Job(job.id, job.placement, job.token_sha256, job.registered_at, dict(doc))
-            self._write(self._jobs[job_id])
+            # no fsync of its own: durable with the fabric journal's next write to the same file (WAL)
+            self._write(self._jobs[job_id], durable=False)
 
-    def _write(self, job: Job) -> None:
+    def _write(self, job: Job, durable: bool = True) -> None:
         if self._conn is None:
             return
+        if not durable:
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            self._upsert(job)
+        finally:
+            if not durable:
+                self._conn.execute("PRAGMA synchronous=FULL")
+
+    def _upsert(self, job: Job) -> None:
+        assert self._conn is not None
         self._conn.execute(
             "INSERT INTO service_jobs (job, gpus_json, token_sha256, registered_at, intent_json) VALUES (?,?,?,?,?) "
             "ON CONFLICT (job) DO UPDATE SET gpus_json=excluded.gpus_json, token_sha256=excluded.token_sha256, "

@@ -4,12 +4,17 @@ Design note
 -----------
 :func:`fabric.reconfig_order.order_plan_change` splits a change into alternating bulk *add* and
 *remove* steps such that a switch pair both plans connect keeps a circuit throughout
-(make-before-break). Each step's outcome is itself a valid circuit set, so every step is applied
-as one :func:`fabric.reconcile.apply_plan_diff` to an intermediate plan: the journal holds the
-desired state before each step and what the devices confirmed after it, a crash between steps
-leaves the devices at a journalled state that still connects every protected pair, and
-reconciliation after a restart restores exactly that state. A device refusal rolls back only the
-step it happened in (:class:`fabric.reconcile.CommitError`), leaving the previous step committed.
+(make-before-break). Each step's outcome is itself a valid circuit set, so the steps are applied
+as a chain of journalled commits to intermediate plans (:func:`fabric.commit.apply_plan_steps`):
+the journal holds the desired state before each step and what the devices confirmed after it
+(closing one step and opening the next is one journal write), a crash between steps leaves the
+devices at a journalled state that still connects every protected pair, and reconciliation after
+a restart restores exactly that state. A device refusal rolls back only the step it happened in
+(:class:`fabric.commit.CommitError`), leaving the previous step committed.
+
+Within a step every device moves at once (:mod:`fabric.ocs.fanout`), so the devices switch for
+the sum over add steps of the slowest device of that step (:func:`switching_time_s`); that is the
+time a safe window must cover.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
+from fabric.commit import apply_plan_steps
 from fabric.plan import CircuitPlan, circuits_from, diff_plans
-from fabric.reconcile import apply_plan_diff
-from fabric.reconfig_order import ReconfigOrder, ReconfigStep, order_plan_change
+from fabric.reconfig_order import ReconfigOrder, order_plan_change
 from fabric.store import FabricStore
 
-__all__ = ["OrderedCommit", "plan_order", "switching_time_s", "apply_in_order"]
+__all__ = ["OrderedCommit", "PlannedChange", "plan_order", "plan_change", "switching_time_s", "apply_in_order"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,28 @@ class OrderedCommit:
         return self.commit_ids[-1] if self.commit_ids else None
 
 
+@dataclass(frozen=True)
+class PlannedChange:
+    """How ``old -> new`` will be applied: its non-blocking order and the plan held after each step.
+
+    Pure in the two plans, so a service that sees the same pair of plans every RL iteration
+    computes it once (:class:`agents.memo.OrderMemo`).
+    """
+
+    old: CircuitPlan | None  # what the devices hold before (None: nothing)
+    new: CircuitPlan
+    order: ReconfigOrder | None  # None: one remove-then-add step (nothing to protect, or see plan_order)
+    targets: tuple[CircuitPlan, ...]  # the journalled state after each step; the last one is ``new``
+
+    @property
+    def steps(self) -> int:
+        return len(self.targets)
+
+    def switching_time_s(self, delay_s: Mapping[str, float]) -> float:
+        """Return how long the devices switch during the change (see :func:`switching_time_s`)."""
+        return switching_time_s(self.order, self.new, self.old, delay_s)
+
+
 def plan_order(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrder | None:
     """Return the non-blocking order of ``old -> new``, or None to apply it as one step.
 
@@ -54,22 +81,56 @@ def plan_order(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrder | Non
         return None
 
 
+def plan_change(old: CircuitPlan | None, new: CircuitPlan, order: ReconfigOrder | None = None) -> PlannedChange:
+    """Return how ``old -> new`` will be applied: ``order`` (computed when None) and the plan after each step.
+
+    Notes
+    -----
+    The order is O((R + A)^2) worst case for R removed and A added circuits, typically two or
+    three rounds; the intermediate plans are O(S * C) for S steps of C circuits.
+    """
+    order = plan_order(old, new) if order is None else order
+    steps = order.steps if order is not None else ()
+    if len(steps) <= 1:  # nothing to protect: one commit does it (also a change of metadata only)
+        return PlannedChange(old, new, order, (new,))
+    by_xc = {c.xc: c for c in (old.circuits if old else ())}
+    by_xc.update((c.xc, c) for c in new.circuits)
+    current = set(old.cross_connects()) if old else set()
+    targets = []
+    for i, step in enumerate(steps, 1):
+        xcs = {c.xc for c in step.circuits}
+        current = current | xcs if step.action == "add" else current - xcs
+        targets.append(new if i == len(steps) else replace(
+            new, circuits=circuits_from(by_xc[x] for x in current),
+            notes=new.notes + (f"intermediate state after step {i} of {len(steps)} (non-blocking order)",)))
+    return PlannedChange(old, new, order, tuple(targets))
+
+
 def switching_time_s(order: ReconfigOrder | None, new: CircuitPlan, old: CircuitPlan | None,
                      delay_s: Mapping[str, float]) -> float:
-    """Return how long the devices switch during the change: each add step waits for each device it
-    touches, one device after another (removals free ports without moving a mirror to a target)."""
+    """Return how long the devices switch during the change ``old -> new``.
+
+    The devices of one step switch in parallel, so an add step lasts as long as its slowest
+    device; removals free ports without steering a mirror to a target and cost no switching
+    delay. The total is the sum over add steps of the largest delay among the step's devices
+    (one add phase when ``order`` is None).
+
+    Examples
+    --------
+    >>> from fabric.plan import Circuit, CrossConnect
+    >>> new = CircuitPlan("f", "train", "s", 1e9, (Circuit("agg", 0, "x", "y", CrossConnect("a", 1, 2)),
+    ...                                             Circuit("agg", 1, "u", "v", CrossConnect("b", 1, 2))))
+    >>> switching_time_s(None, new, None, {"a": 0.010, "b": 0.025})  # a and b switch together
+    0.025
+    """
     if order is None:
-        return sum(delay_s.get(d, 0.0) for d in {x.device for x in diff_plans(old, new).add})
-    return sum(delay_s.get(d, 0.0) for s in order.steps if s.action == "add" for d in s.by_device())
-
-
-def _intermediate(step_no: int, steps: int, new: CircuitPlan, circuits: list) -> CircuitPlan:
-    return replace(new, circuits=circuits_from(circuits),
-                   notes=new.notes + (f"intermediate state after step {step_no} of {steps} (non-blocking order)",))
+        return max((delay_s.get(d, 0.0) for d in {x.device for x in diff_plans(old, new).add}), default=0.0)
+    return sum(max((delay_s.get(d, 0.0) for d in s.by_device()), default=0.0) for s in order.steps if s.action == "add")
 
 
 def apply_in_order(store: FabricStore, old: CircuitPlan | None, new: CircuitPlan, devices: Mapping[str, object], *,
-                   scope: str, order: ReconfigOrder | None = None) -> OrderedCommit:
+                   scope: str, order: ReconfigOrder | None = None, change: PlannedChange | None = None
+                   ) -> OrderedCommit:
     """Apply ``old -> new`` step by step, each step one journalled commit; return what changed.
 
     Parameters
@@ -84,35 +145,25 @@ def apply_in_order(store: FabricStore, old: CircuitPlan | None, new: CircuitPlan
         Journal scope of the plans.
     order : ReconfigOrder, optional
         A precomputed :func:`plan_order` (computed when omitted).
+    change : PlannedChange, optional
+        A precomputed :func:`plan_change` of ``old -> new`` (wins over ``order``).
 
     Raises
     ------
-    fabric.reconcile.CommitError, fabric.reconcile.CommitInFlightError
-        As :func:`~fabric.reconcile.apply_plan_diff`, for the step that failed; earlier steps stay
+    fabric.commit.CommitError, fabric.commit.CommitInFlightError
+        As :func:`~fabric.commit.apply_plan_steps`, for the step that failed; earlier steps stay
         committed (the journal's last committed plan says which).
 
     Notes
     -----
-    S steps cost S journalled commits and S bulk commands per device they touch; the order itself
-    is O((R + A)^2) worst case for R removed and A added circuits, typically two or three rounds.
+    S steps cost S + 1 journal writes and S bulk commands per device they touch, the devices of a
+    step all at once; the order itself is O((R + A)^2) worst case for R removed and A added
+    circuits, typically two or three rounds.
     """
-    order = plan_order(old, new) if order is None else order
-    steps: tuple[ReconfigStep, ...] = order.steps if order is not None else ()
-    by_xc = {c.xc: c for c in (old.circuits if old else ())}
-    by_xc.update((c.xc, c) for c in new.circuits)
-    current = set(old.cross_connects()) if old else set()
-    ids: list[int] = []
-    if len(steps) <= 1:  # nothing to protect: one commit does it (also a change of metadata only)
-        reports = [apply_plan_diff(store, new, devices, scope=scope)]
-    else:
-        reports = []
-        for i, step in enumerate(steps, 1):
-            xcs = {c.xc for c in step.circuits}
-            current = current | xcs if step.action == "add" else current - xcs
-            target = new if i == len(steps) else _intermediate(i, len(steps), new, [by_xc[x] for x in current])
-            reports.append(apply_plan_diff(store, target, devices, scope=scope))
-    ids = [r.commit_id for r in reports]
+    if change is None or change.old is not old or change.new is not new:
+        change = plan_change(old, new, order)
+    reports = apply_plan_steps(store, change.targets, devices, scope=scope)
     touched = sorted({d for r in reports for d in r.devices})
-    outages = tuple(o.reason for o in order.outages) if order is not None else ()
-    return OrderedCommit(tuple(ids), sum(r.removed for r in reports), sum(r.added for r in reports), tuple(touched),
-                         max(len(steps), 1), outages)
+    outages = tuple(o.reason for o in change.order.outages) if change.order is not None else ()
+    return OrderedCommit(tuple(r.commit_id for r in reports), sum(r.removed for r in reports),
+                         sum(r.added for r in reports), tuple(touched), change.steps, outages)

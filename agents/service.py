@@ -9,15 +9,18 @@ circuits are journalled under their own scope (``job/<id>``), so a job's plan is
 whole every period while other tenants' circuits stay untouched.
 
 An announced intent runs Algorithm 2 under the job's view of the fabric (ports other jobs'
-circuits hold in its reach are reserved). An accepted plan is offered to the gate of its stage
-family (train and train-dp share one; gen and weight sync have their own, §5.2) with the time the
-devices will switch; it is committed at once, or kept pending and retried when later boundary
-events open a window. A commit re-checks the plan against the fabric as it is *now* (§5.3),
-refuses any circuit outside the job's placement, and applies the change in the non-blocking order
-of §5.4, each step one journalled :func:`fabric.reconcile.apply_plan_diff`
-(:mod:`agents.ordered_commit`). A device refusing a port masks it and re-plans once under the
-remaining port budget (§5.4). Every outcome becomes a :class:`PeriodDecision`, journalled in the
-store's decision log and counted in the metrics.
+circuits hold in its reach are reserved); parsing, planning and ordering are remembered across
+iterations (:class:`agents.planner.JobPlanner`). An accepted plan is offered to the gate of its
+stage family (train and train-dp share one; gen and weight sync have their own, §5.2) with the
+time the devices will switch: the devices of one step switch together, so that is, per add step of
+the non-blocking order, the slowest device of the step. It is committed at once, or kept pending
+and retried when later boundary events open a window. A commit re-checks the plan against the
+fabric as it is *now* (§5.3), refuses any circuit outside the job's placement, and applies the
+change in the non-blocking order of §5.4 as a chain of journalled commits
+(:mod:`agents.ordered_commit`, :mod:`fabric.commit`). A device refusal rolls the step back to
+every job's last committed circuits (a job's rollback never touches another job's), masks a
+failed port and re-plans once under the remaining port budget (§5.4). Every outcome becomes a
+:class:`PeriodDecision`, journalled in the store's decision log and counted in the metrics.
 
 All state changes take one lock, so decisions and device commands are totally ordered; the HTTP
 layer only translates.
@@ -32,16 +35,17 @@ from typing import Any, Mapping
 
 from agents.jobs import JobConflict, JobRegistry
 from agents.decisions import GATE_FAMILY, PeriodDecision, scope_of
+from agents.planner import JobPlanner
 from agents.metrics import MetricsRegistry, declare_service_metrics
-from agents.ordered_commit import OrderedCommit, apply_in_order, plan_order, switching_time_s
-from agents.service_checks import (Conflict, NotFound, integral, ServiceError, Unprocessable, check_intent_inside,
-                                   parse_events, plan_outside_placement, parse_mask_ports, reserved_ports)
-from fabric.controller import FabricController, FabricState, MaterializeResult, materialize
+from agents.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
+from agents.service_checks import (Conflict, NotFound, integral, ServiceError, Unprocessable, parse_events,
+                                   parse_mask_ports)
+from fabric.controller import FabricController, MaterializeResult
 from fabric.errors import ConfigError
-from fabric.intent import Intent, intent_from_mapping, parse_gpu_set
-from fabric.plan import CircuitPlan, diff_plans, plan_to_json, validate_plan
-from fabric.reconcile import CommitError, CommitInFlightError, reconcile
-from fabric.reconfig_order import ReconfigOrder
+from fabric.intent import Intent, parse_gpu_set
+from fabric.plan import CircuitPlan, plan_to_json, same_cross_connects, validate_plan
+from fabric.commit import CommitError, CommitInFlightError
+from fabric.reconcile import reconcile
 from fabric.safe_window import CommitDecision, EventOrderError, GateConfig, SafeWindowGate
 from fabric.store import FabricStore
 from fabric.templates.cache import TemplateCache
@@ -56,7 +60,7 @@ class _Pending:
     intent: Intent
     plan_id: str
     family: str
-    order: ReconfigOrder | None = None  # non-blocking order from the active plan (§5.4)
+    change: PlannedChange | None = None  # non-blocking order from the active plan and its steps (§5.4)
     epoch: int = 0  # fabric changes seen when planned; a later commit re-checks the plan
 
 
@@ -110,8 +114,8 @@ class ControlService:
         self.last_reconcile: dict[str, Any] | None = None
         self._lock = threading.RLock()
         self._tenants: dict[str, _Tenant] = {}
-        self._views: dict[tuple[int, frozenset], Topology] = {}
         self._epoch = 0  # bumped by every commit and mask: plans made before need the final check
+        self.planner = JobPlanner(self.controller, store, self.metrics)  # remembers what recurs every iteration
 
     # ------------------------------------------------------------------ start-up
     def recover(self) -> dict[str, Any]:
@@ -214,10 +218,10 @@ class ControlService:
                 raise Unprocessable("template", f"unknown template {doc['template']!r} "
                                                 f"(allowed: {', '.join(TEMPLATES)})")
             try:
-                intent = intent_from_mapping(doc, "intent", self.controller.topology)
+                intent = self.planner.parse(doc)
             except ConfigError as exc:
                 raise Unprocessable(exc.field, str(exc)) from None
-            check_intent_inside(intent, job, self.controller.topology, self.registry)
+            self.planner.check_inside(intent, job, self.registry)
             self.registry.remember_intent(job_id, doc)
             tenant = self._tenant(job_id)
             family = GATE_FAMILY[intent.stage]
@@ -225,27 +229,19 @@ class ControlService:
             tenant.last_t_s = now if now > float("-inf") else 0.0
             return self._offer(tenant, intent, family, tenant.last_t_s)
 
+    def clear_memos(self) -> None:
+        """Forget remembered parses, plans and orders (as after a restart; e.g. to time a first iteration)."""
+        with self._lock:
+            self.planner.clear()
+
     def _view(self, job_id: str) -> Topology:
         """The topology as ``job_id`` may use it: other jobs' circuits in its reach are reserved."""
-        base, pods = self.controller.topology, self._job(job_id).placement.pods
-        others = {j: t.active for j, t in self._tenants.items() if j != job_id and t.active is not None
-                  and self._job(j).placement.pods & pods}
-        foreign = reserved_ports(base, pods, others)
-        if not foreign:
-            return base
-        if (id(base), foreign) not in self._views:
-            self._views = {} if len(self._views) > 64 else self._views
-            self._views[(id(base), foreign)] = base.with_masked([(p.device, p.port, "reserved") for p in sorted(foreign)])
-        return self._views[(id(base), foreign)]
+        pods = self._job(job_id).placement.pods
+        return self.planner.view(pods, {j: t.active for j, t in self._tenants.items() if j != job_id and
+                                        t.active is not None and self._job(j).placement.pods & pods})
 
     def _materialize(self, tenant: _Tenant, intent: Intent) -> MaterializeResult:
-        state = FabricState(self._view(tenant.job), tenant.active)
-        misses = self.controller.cache.misses
-        result = materialize(intent, state, self.controller.cache, method=self.controller.method)
-        self.metrics.observe("orchestrl_plan_seconds", result.solve_s)
-        if self.controller.cache.misses != misses:
-            self.store.save_template_cache(self.controller.cache)
-        return result
+        return self.planner.materialize(intent, self._view(tenant.job), tenant.active)
 
     def _offer(self, tenant: _Tenant, intent: Intent, family: str, now_s: float) -> PeriodDecision:
         result = self._materialize(tenant, intent)
@@ -257,11 +253,12 @@ class ControlService:
         for gate in tenant.gates.values():
             gate.withdraw(tenant.job)  # a newer plan of the job supersedes any pending one
         tenant.pending = None
-        if diff_plans(tenant.active, result.plan).empty:
+        if same_cross_connects(tenant.active, result.plan):
             return self._commit(tenant, _Pending(result, intent, plan_id, family, None, self._epoch), base,
                                 "no device change needed")
-        pending = _Pending(result, intent, plan_id, family, plan_order(tenant.active, result.plan), self._epoch)
-        base["switch_delay_s"] = switching_time_s(pending.order, result.plan, tenant.active, self.switch_delay_s)
+        change = self.planner.change(tenant.active, result.plan)
+        pending = _Pending(result, intent, plan_id, family, change, self._epoch)
+        base["switch_delay_s"] = change.switching_time_s(self.switch_delay_s)  # devices of a step switch together
         d = tenant.gates[family].submit(tenant.job, intent.stage, base["switch_delay_s"], now_s, plan_id)
         return self._settle(tenant, pending, d, base)
 
@@ -277,23 +274,22 @@ class ControlService:
     # ------------------------------------------------------------------ commits
     def _commit(self, tenant: _Tenant, pending: _Pending, base: dict, why: str) -> PeriodDecision:
         tenant.pending = None
-        plan, order = pending.result.plan, pending.order
+        plan, change = pending.result.plan, pending.change
         # §5.3's final check, needed only when the fabric changed (a commit or a mask) since planning
         if pending.epoch != self._epoch and validate_plan(plan, self._view(tenant.job)):
             pending = replace(pending, result=self._materialize(tenant, pending.intent))
             if not pending.result.accepted:
                 return self._record(PeriodDecision(**{**base, "decision": "refused", "reason": "fabric changed "
                                     "since planning and the re-plan is invalid: " + "; ".join(pending.result.violations[:3])}))
-            plan, order = pending.result.plan, None
-        outside = plan_outside_placement(plan, self._job(tenant.job), self.controller.topology)
+            plan, change = pending.result.plan, None
+        outside = self.planner.outside(plan, self._job(tenant.job))
         if outside:
             return self._record(PeriodDecision(**{**base, "decision": "refused", "reason": "; ".join(outside[:3])}))
         started = time.perf_counter()
         try:
-            report = self._apply(tenant, plan, order)
-        except CommitError as exc:
+            report = self._apply(tenant, plan, change)
+        except CommitError as exc:  # its rollback kept every job's circuits; earlier steps stay committed
             self.metrics.inc("orchestrl_device_faults_total", kind="commit-error")
-            reconcile(self.store, self.devices)  # the failed step's rollback is per job: restore every job's circuits
             tenant.active = self.store.last_committed_plan(scope_of(tenant.job))
             if not exc.failed_ports:
                 return self._failed(tenant, base, str(exc), started)
@@ -322,10 +318,10 @@ class ControlService:
             "circuits": len(plan.circuits), "removed": report.removed, "added": report.added,
             "devices": report.devices, "commit_id": report.commit_id, "steps": report.steps}))
 
-    def _apply(self, tenant: _Tenant, plan: CircuitPlan, order=None) -> OrderedCommit:
+    def _apply(self, tenant: _Tenant, plan: CircuitPlan, change: PlannedChange | None = None) -> OrderedCommit:
         scope = scope_of(tenant.job)
         try:
-            return apply_in_order(self.store, tenant.active, plan, self.devices, scope=scope, order=order)
+            return apply_in_order(self.store, tenant.active, plan, self.devices, scope=scope, change=change)
         except CommitInFlightError:  # an earlier commit was cut short: restore the devices first
             self.metrics.inc("orchestrl_reconciliations_total", outcome="before-commit")
             reconcile(self.store, self.devices)

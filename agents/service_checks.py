@@ -101,22 +101,16 @@ def check_intent_inside(intent: Intent, job: Any, topology: Topology, registry: 
                     f"{format_gpus(foreign)} outside its placement{where}", "collectives")
 
 
-def _owner_pod(owner: str) -> int | None:
-    # Boundary fibres are tagged "boundary:pod<P>:<index>" by the topology.
-    if owner.startswith("boundary:pod"):
-        return int(owner.split(":")[1][3:])
-    return None
-
-
 def plan_outside_placement(plan: CircuitPlan, job: Any, topology: Topology) -> list[str]:
     """Return every circuit of ``plan`` that uses a port outside ``job``'s ToRs and PoDs, in words."""
     out = []
+    owners, by_agg, by_core = topology.port_owner, topology.fibre_by_agg, topology.fibre_by_core
+    pods, tors = job.placement.pods, job.placement.tors
     for c in plan.circuits:
         for ref in c.xc.ports():
-            owner = topology.port_owner.get(ref)
-            pod = _owner_pod(owner) if owner else None
-            inside = owner is not None and (pod in job.placement.pods if pod is not None else owner in job.placement.tors)
-            if not inside:
+            fibre = by_agg.get(ref) or by_core.get(ref)  # a boundary port belongs to its PoD, an uplink to its ToR
+            if not ((fibre.pod in pods) if fibre is not None else owners.get(ref) in tors):
+                owner = owners.get(ref)
                 out.append(f"circuit {c.xc} uses port {ref} of {owner or 'no cable'}, outside job {job.id!r}'s "
                            f"placement (ToRs {', '.join(sorted(job.placement.tors)[:4])}..., PoDs "
                            f"{', '.join(map(str, sorted(job.placement.pods)))})")

@@ -128,8 +128,7 @@ def _allocate_agg(problem: AllocationProblem, method: str) -> dict[tuple[str, st
 
 def _trim_uncoupled(core: list[Circuit], agg: list[Circuit], topology: Topology) -> tuple[list[Circuit], list[Circuit], list[str]]:
     """Drop Core circuits lacking lift/drop access at either end, and lift/drop left dangling."""
-    fibre_by_agg = {f.agg: f for fs in topology.boundary.values() for f in fs}
-    fibre_by_core = {f.core: f for fs in topology.boundary.values() for f in fs}
+    fibre_by_agg, fibre_by_core = topology.fibre_by_agg, topology.fibre_by_core
     lifted = {r for c in agg for r in c.xc.ports() if r in fibre_by_agg}
     notes: list[str] = []
     kept_core = []

@@ -199,18 +199,19 @@ def masked_orthogonal_rank_groups(world_size: int, parallel_size: Sequence[int],
     [[0, 2], [1, 3], [4, 6], [5, 7]]
     """
     strides = _prefix_products(parallel_size)
-    masked_shape = [s for s, m in zip(parallel_size, mask) if m]
-    unmasked_shape = [s for s, m in zip(parallel_size, mask) if not m]
-    masked_stride = [d for d, m in zip(strides, mask) if m]
-    unmasked_stride = [d for d, m in zip(strides, mask) if not m]
-    group_size = _prefix_products(masked_shape)[-1]
-    # Offsets inside a group do not depend on the group, so compute them once.
-    offsets = [_dot(_decompose(i, masked_shape), masked_stride) for i in range(group_size)]
-    groups = []
-    for group_index in range(world_size // group_size):
-        base = _dot(_decompose(group_index, unmasked_shape), unmasked_stride)
-        groups.append([base + off for off in offsets])
-    return groups
+    # Offsets inside a group do not depend on the group, so compute them once; both lists run
+    # through their digits first dimension fastest, as Megatron's decompose-and-dot does.
+    offsets = _mixed_radix([(s, d) for s, d, m in zip(parallel_size, strides, mask) if m])
+    bases = _mixed_radix([(s, d) for s, d, m in zip(parallel_size, strides, mask) if not m])
+    return [[base + off for off in offsets] for base in bases[:world_size // len(offsets)]]
+
+
+def _mixed_radix(dims: Sequence[tuple[int, int]]) -> list[int]:
+    """Return ``sum(digit_k * stride_k)`` for every digit vector over ``(size, stride)`` dims, first fastest."""
+    values = [0]
+    for size, stride in dims:
+        values = [v + k * stride for k in range(size) for v in values]
+    return values
 
 
 def parallel_groups(layout: ParallelLayout, gpus: Sequence[int]) -> dict[str, list[list[int]]]:
@@ -290,15 +291,3 @@ def _prefix_products(values: Sequence[int]) -> list[int]:
     for v in values:
         out.append(out[-1] * v)
     return out
-
-
-def _decompose(index: int, shape: Sequence[int]) -> list[int]:
-    digits = []
-    for size in shape:
-        digits.append(index % size)
-        index //= size
-    return digits
-
-
-def _dot(a: Sequence[int], b: Sequence[int]) -> int:
-    return sum(x * y for x, y in zip(a, b))

@@ -19,142 +19,18 @@ this both ways, together with port budgets, masks and template eligibility.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Mapping
 
-from fabric.allocator import pair_time_s
-from fabric.templates.base import TemplateScope, pod_endpoint, pod_of_endpoint
-from fabric.topology import BoundaryFibre, PortRef, Topology, uplink_endpoint
+from fabric.plan_types import (Circuit, CircuitPlan, CrossConnect, PlanDiff, _uplink_peer, _xc, circuits_from,
+                               diff_plans, is_uplink_endpoint, same_cross_connects)
+from fabric.templates.base import TemplateScope, pod_of_endpoint
+from fabric.topology import BoundaryFibre, PortRef, Topology
 
 __all__ = [
     "CrossConnect", "Circuit", "CircuitPlan", "PlanDiff", "place_core", "place_agg", "validate_plan",
-    "diff_plans", "plan_to_json", "plan_from_json", "format_plan_summary", "is_uplink_endpoint",
+    "diff_plans", "plan_to_json", "plan_from_json", "format_plan_summary", "is_uplink_endpoint", "circuits_from",
+    "same_cross_connects",
 ]
-
-
-@dataclass(frozen=True, order=True)
-class CrossConnect:
-    """A full-duplex circuit inside one device between duplex ports ``a_port < b_port``."""
-
-    device: str
-    a_port: int
-    b_port: int
-
-    def ports(self) -> tuple[PortRef, PortRef]:
-        return PortRef(self.device, self.a_port), PortRef(self.device, self.b_port)
-
-    def __str__(self) -> str:
-        return f"{self.device}:{self.a_port}<->{self.b_port}"
-
-
-def _xc(a: PortRef, b: PortRef) -> CrossConnect:
-    assert a.device == b.device
-    lo, hi = sorted((a.port, b.port))
-    return CrossConnect(a.device, lo, hi)
-
-
-@dataclass(frozen=True)
-class Circuit:
-    """One placed circuit with the allocator endpoints it serves."""
-
-    tier: str  # "agg" | "core"
-    pod: int | None  # PoD of an Agg circuit; None for Core
-    a: str  # allocator endpoint (ToR id, uplink endpoint or PoD endpoint), a < b
-    b: str
-    xc: CrossConnect
-
-
-def is_uplink_endpoint(name: str) -> bool:
-    return "/up:pod" in name
-
-
-def _uplink_peer(name: str) -> int:
-    return int(name.rsplit(":pod", 1)[1])
-
-
-@dataclass(frozen=True)
-class CircuitPlan:
-    """A complete plan for one communication period: every circuit on every device."""
-
-    fabric: str
-    template: str
-    signature: str
-    link_bps: float
-    circuits: tuple[Circuit, ...]
-    core_demand: Mapping[tuple[str, str], float] = field(default_factory=dict)  # directed PoD bytes
-    agg_demand: Mapping[int, Mapping[tuple[str, str], float]] = field(default_factory=dict)  # per PoD
-    notes: tuple[str, ...] = ()  # circuits dropped in placement or trimmed for coupling, in words
-    method: str = "greedy"
-
-    def cross_connects(self) -> frozenset[CrossConnect]:
-        return frozenset(c.xc for c in self.circuits)
-
-    def by_device(self) -> dict[str, list[CrossConnect]]:
-        out: dict[str, list[CrossConnect]] = defaultdict(list)
-        for c in self.circuits:
-            out[c.xc.device].append(c.xc)
-        return {d: sorted(v) for d, v in sorted(out.items())}
-
-    def multiplicities(self) -> dict[tuple[str, int | None, str, str], int]:
-        """Return circuits per (tier, pod, a, b)."""
-        out: dict[tuple[str, int | None, str, str], int] = defaultdict(int)
-        for c in self.circuits:
-            out[(c.tier, c.pod, c.a, c.b)] += 1
-        return dict(out)
-
-    def pair_times(self) -> list[dict]:
-        """Return every demanded pair with its circuits and Eq. 7 bottleneck time (inf if unserved)."""
-        counts = self.multiplicities()
-        rows = []
-        for tier, pod, demand in [("core", None, self.core_demand)] + [
-                ("agg", p, d) for p, d in sorted(self.agg_demand.items())]:
-            pairs = {tuple(sorted(k)) for k, v in demand.items() if v > 0}
-            for a, b in sorted(pairs):
-                c = counts.get((tier, pod, a, b), 0)
-                t = pair_time_s(demand.get((a, b), 0.0), demand.get((b, a), 0.0), c, self.link_bps)
-                rows.append({"tier": tier, "pod": pod, "a": a, "b": b, "circuits": c,
-                             "bytes_ab": demand.get((a, b), 0.0), "bytes_ba": demand.get((b, a), 0.0), "time_s": t})
-        return rows
-
-    def max_pair_time_s(self, tier: str | None = None) -> float:
-        """Largest bottleneck time over *served* pairs (optionally of one tier)."""
-        times = [r["time_s"] for r in self.pair_times() if r["circuits"] > 0 and (tier is None or r["tier"] == tier)]
-        return max(times, default=0.0)
-
-    def unserved(self) -> list[tuple[str, int | None, str, str]]:
-        return [(r["tier"], r["pod"], r["a"], r["b"]) for r in self.pair_times() if r["circuits"] == 0]
-
-
-@dataclass(frozen=True)
-class PlanDiff:
-    """Cross-connects to remove and to add to go from one plan to the next."""
-
-    remove: tuple[CrossConnect, ...]
-    add: tuple[CrossConnect, ...]
-    keep: tuple[CrossConnect, ...]
-
-    @property
-    def empty(self) -> bool:
-        return not self.remove and not self.add
-
-    def devices(self) -> list[str]:
-        return sorted({x.device for x in self.remove + self.add})
-
-
-def diff_plans(old: CircuitPlan | None, new: CircuitPlan) -> PlanDiff:
-    """Return the cross-connects that differ between ``old`` (or nothing) and ``new``.
-
-    Examples
-    --------
-    >>> a = CircuitPlan("f", "train", "s", 1e9, (Circuit("agg", 0, "x", "y", CrossConnect("d", 1, 2)),))
-    >>> b = CircuitPlan("f", "train", "s", 1e9, (Circuit("agg", 0, "x", "y", CrossConnect("d", 1, 3)),))
-    >>> d = diff_plans(a, b)
-    >>> [str(x) for x in d.remove], [str(x) for x in d.add]
-    (['d:1<->2'], ['d:1<->3'])
-    """
-    before = old.cross_connects() if old else frozenset()
-    after = new.cross_connects()
-    return PlanDiff(tuple(sorted(before - after)), tuple(sorted(after - before)), tuple(sorted(before & after)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,7 +64,7 @@ def place_core(topology: Topology, counts: Mapping[tuple[str, str], int], used: 
     """
     used = used if used is not None else set()
     free: dict[int, dict[str, list[BoundaryFibre]]] = defaultdict(lambda: defaultdict(list))
-    for pod in topology.pods:
+    for pod in sorted({pod_of_endpoint(e) for pair, n in counts.items() if n > 0 for e in pair}):  # PoDs in play only
         for f in topology.usable_boundary(pod):
             if f.core not in used and f.agg not in used:
                 free[pod][f.core.device].append(f)
@@ -274,27 +150,24 @@ def validate_plan(plan: CircuitPlan, topology: Topology, scope: TemplateScope | 
     """
     v: list[str] = []
     seen: dict[PortRef, CrossConnect] = {}
-    boundary_by_agg: dict[PortRef, BoundaryFibre] = {}
-    boundary_by_core: dict[PortRef, BoundaryFibre] = {}
-    for fibres in topology.boundary.values():
-        for f in fibres:
-            boundary_by_agg[f.agg] = f
-            boundary_by_core[f.core] = f
+    boundary_by_agg, boundary_by_core = topology.fibre_by_agg, topology.fibre_by_core
     core_fibre_peer: dict[PortRef, int] = {}  # agg end of a fibre carrying Core -> peer PoD
     lift_fibres: dict[PortRef, tuple[int, int]] = {}  # agg end of fibre with lift/drop -> (pod, peer)
     core_per_pod: dict[int, int] = defaultdict(int)
+    devices, masked, port_owner = topology.devices, topology.masked, topology.port_owner
     for c in plan.circuits:
-        dev = topology.devices.get(c.xc.device)
+        dev = devices.get(c.xc.device)
         if dev is None:
             v.append(f"{c.xc}: unknown device {c.xc.device!r}")
             continue
         if c.xc.a_port == c.xc.b_port:
             v.append(f"{c.xc}: a cross-connect needs two different ports")
-        for ref in c.xc.ports():
+        refs = c.xc.ports()
+        for ref in refs:
             if not 1 <= ref.port <= dev.radix_ports:
                 v.append(f"{c.xc}: port {ref.port} outside 1..{dev.radix_ports}")
-            if topology.is_masked(ref):
-                v.append(f"{c.xc}: uses masked port {ref} ({topology.masked[ref]})")
+            if ref in masked:
+                v.append(f"{c.xc}: uses masked port {ref} ({masked[ref]})")
             if ref in seen:
                 v.append(f"{c.xc}: port {ref} already used by {seen[ref]} (port budget exceeded)")
             seen[ref] = c.xc
@@ -302,7 +175,7 @@ def validate_plan(plan: CircuitPlan, topology: Topology, scope: TemplateScope | 
             if dev.tier != "core":
                 v.append(f"{c.xc}: core circuit {c.a}-{c.b} placed on {dev.tier} device")
                 continue
-            fa, fb = (boundary_by_core.get(r) for r in c.xc.ports())
+            fa, fb = (boundary_by_core.get(r) for r in refs)
             if fa is None or fb is None:
                 v.append(f"{c.xc}: core circuit {c.a}-{c.b} uses a port that is not a boundary fibre")
                 continue
@@ -319,12 +192,12 @@ def validate_plan(plan: CircuitPlan, topology: Topology, scope: TemplateScope | 
             if dev.tier != "agg" or dev.pod != c.pod:
                 v.append(f"{c.xc}: agg circuit of pod {c.pod} placed on device {dev.id}")
                 continue
-            owners = [topology.port_owner.get(r) for r in c.xc.ports()]
+            owners = [port_owner.get(r) for r in refs]
             ends = {c.a, c.b}
             tors = {e for e in ends if not is_uplink_endpoint(e)}
             ups = ends - tors
             port_tors = {o for o in owners if o is not None and not o.startswith("boundary:")}
-            port_fibres = [boundary_by_agg.get(r) for r in c.xc.ports() if boundary_by_agg.get(r) is not None]
+            port_fibres = [f for f in (boundary_by_agg.get(r) for r in refs) if f is not None]
             if port_tors != tors or len(port_fibres) != len(ups):
                 v.append(f"{c.xc}: ports belong to {sorted(o or '?' for o in owners)}, circuit claims {c.a}-{c.b}")
                 continue
@@ -451,8 +324,3 @@ def format_plan_summary(plan: CircuitPlan, topology: Topology, max_rows: int = 2
     for n in plan.notes:
         lines.append(f"  note: {n}")
     return "\n".join(lines)
-
-
-def circuits_from(circuits: Iterable[Circuit]) -> tuple[Circuit, ...]:
-    """Return circuits in a canonical order (tier, pod, device, ports) for stable output."""
-    return tuple(sorted(circuits, key=lambda c: (c.tier != "core", -1 if c.pod is None else c.pod, c.xc)))

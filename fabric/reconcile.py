@@ -1,4 +1,4 @@
-"""Journalled commits to OCS devices, and reconciliation of devices to the journal after a restart.
+"""Reconciliation of OCS devices to the journal: after a restart, and as the rollback of a failed commit.
 
 Design note
 -----------
@@ -19,27 +19,40 @@ store and listed in the report, and the caller re-plans under the remaining port
 (:func:`replan_after_failures`, OrchestrRL §5.4).
 
 Only the :class:`fabric.ocs.model.OcsDeviceClient` protocol is used (TL1 driver, emulator, fakes).
+Journalled commits themselves live in :mod:`fabric.commit` (also importable from here, as before).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Collection, Iterable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
 
-from fabric.errors import OrchestrlError
 from fabric.ocs.errors import OcsDenied, OcsError, OcsPortBlocked, OcsPortFailed, denied_from_code
+from fabric.ocs.fanout import each_device
 from fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
 from fabric.plan import CircuitPlan, CrossConnect, diff_plans
-from fabric.store import CommitRecord, FabricStore
+from fabric.store import CommitRecord, DeviceStep, FabricStore
 
 if TYPE_CHECKING:  # the controller imports nothing of the device layer; keep it that way
     from fabric.controller import FabricController, MaterializeResult
     from fabric.intent import Intent
 
 __all__ = ["UNUSABLE_PORT_STATES", "DeviceChanges", "DeviceReconcile", "ReconcileReport", "CommitReport", "CommitError",
-           "CommitInFlightError", "device_changes", "reconcile", "apply_plan_diff", "JournaledCommitter",
-           "replan_after_failures", "restore_controller"]
+           "CommitInFlightError", "device_changes", "reconcile", "reconcile_store", "apply_plan_diff",
+           "JournaledCommitter", "replan_after_failures", "restore_controller", "bulk_errors", "unusable_ports"]
+# Journalled commits moved to fabric.commit (which imports this module); served from there on first use.
+_FROM_COMMIT = {"CommitReport", "CommitError", "CommitInFlightError", "apply_plan_diff", "apply_plan_steps",
+                "JournaledCommitter"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_COMMIT:
+        return getattr(importlib.import_module("fabric.commit"), name)
+    raise AttributeError(f"module 'fabric.reconcile' has no attribute {name!r}")
+
 
 UNUSABLE_PORT_STATES = ("failed", "force-blocked")  # port states no circuit may use
 _MAX_ROUNDS = 4  # reconcile passes per device; each pass only grows the set of unusable ports
@@ -143,27 +156,7 @@ class ReconcileReport:
         return all(d.ok for d in self.devices) and not self.missing_devices
 
 
-class CommitError(OrchestrlError):
-    """A plan could not be applied; devices were restored to the previous plan if ``rolled_back``."""
-
-    def __init__(self, commit_id: int, problem: str, failed_ports: list[tuple[str, int, str]],
-                 rollback: ReconcileReport | None) -> None:
-        self.commit_id = commit_id
-        self.failed_ports = failed_ports
-        self.rollback = rollback
-        self.rolled_back = rollback is not None and all(d.ok for d in rollback.devices)  # the touched ones
-        fix = ("devices were restored to the last committed plan" if self.rolled_back else
-               "devices may be half-changed: run reconcile() with every device before the next commit")
-        if failed_ports:
-            fix += f"; re-plan without the failed ports {', '.join(f'{d}:{p}' for d, p, _ in failed_ports)}"
-        super().__init__(f"commit {commit_id}: {problem}; {fix}")
-
-
-class CommitInFlightError(OrchestrlError):
-    """An earlier commit of the scope never finished; devices must be reconciled first."""
-
-
-def _bulk_errors(result: BulkResult, device: str, command: str) -> list[OcsError]:
+def bulk_errors(result: BulkResult, device: str, command: str) -> list[OcsError]:
     """The refused items of a bulk result as exceptions (empty: every item was applied)."""
     if result.ok:
         return []
@@ -173,7 +166,7 @@ def _bulk_errors(result: BulkResult, device: str, command: str) -> list[OcsError
     return errors or [OcsError(device, command, "the bulk command stopped before applying every item")]
 
 
-def _unusable(client: OcsDeviceClient, errors: Iterable[BaseException] = ()) -> dict[int, str]:
+def unusable_ports(client: OcsDeviceClient, errors: Iterable[BaseException] = ()) -> dict[int, str]:
     """Duplex ports that cannot carry a circuit: from the device's port status, and from refusals.
 
     A refusal for a failed or blocked port names both ports of the cross-connect; it only counts
@@ -201,7 +194,7 @@ def _reconcile_device(name: str, client: OcsDeviceClient, wanted: list[CrossConn
     errors: list[str] = []
     try:
         n = client.ports
-        unusable = _unusable(client)
+        unusable = unusable_ports(client)
         table = client.cross_connects()
         for _ in range(_MAX_ROUNDS):
             ch = device_changes(wanted, table, n, unusable)
@@ -216,7 +209,7 @@ def _reconcile_device(name: str, client: OcsDeviceClient, wanted: list[CrossConn
                         res = client.disconnect([i for i, _ in pairs])
                     else:
                         res = client.connect(list(pairs), mode="continue")
-                    raised.extend(_bulk_errors(res, name, action))
+                    raised.extend(bulk_errors(res, name, action))
                 except OcsDenied as e:  # refused; the table read below says what, if anything, applied
                     raised.append(e)
             after = client.cross_connects()  # the device's own word on what happened
@@ -224,7 +217,7 @@ def _reconcile_device(name: str, client: OcsDeviceClient, wanted: list[CrossConn
             added += [p for p in ch.add if after.get(p[0]) == p[1]]
             errors += [str(e) for e in raised]
             if raised:
-                unusable = _unusable(client, raised)
+                unusable = unusable_ports(client, raised)
             table = after
         ch = device_changes(wanted, table, n, unusable)
     except OcsError as e:  # unreachable or not answering sensibly: this device is not reconciled
@@ -261,24 +254,59 @@ def reconcile(source: FabricStore | CircuitPlan | None, devices: Mapping[str, Oc
 
     The report's ``changes`` is 0 on a second run; ``failed_ports`` lists ports to re-plan around.
     Per device: one port-status read, one table read and at most two bulk commands per pass;
-    O(W + T) work for W wanted and T present cross-connects.
+    O(W + T) work for W wanted and T present cross-connects. Devices are reconciled all at once.
     """
     if not isinstance(source, FabricStore):
         wanted = _wanted_by_device([source] if source is not None else [])
-        results = tuple(_reconcile_device(d, c, wanted.get(d, [])) for d, c in sorted(devices.items()))
+        results = _reconcile_devices(devices, wanted)
         return ReconcileReport(results, missing_devices=tuple(sorted(set(wanted) - set(devices))))
-    return _reconcile_store(source, devices, scope)
+    return reconcile_store(source, devices, scope)
 
 
-def _reconcile_store(store: FabricStore, devices: Mapping[str, OcsDeviceClient], scope: str | None,
-                     close_state: str = "aborted", close_note: str = "") -> ReconcileReport:
+def _reconcile_devices(devices: Mapping[str, OcsDeviceClient],
+                       wanted: Mapping[str, list[CrossConnect]]) -> tuple[DeviceReconcile, ...]:
+    """Reconcile every device at once (they are independent); results in device order."""
+    done = each_device({d: partial(_reconcile_device, d, c, wanted.get(d, [])) for d, c in devices.items()})
+    return tuple(done[d] for d in sorted(done))
+
+
+def _own_pairs_changed(plan: CircuitPlan, result: DeviceReconcile, n_ports: int) -> bool:
+    """Whether reconciling ``result.device`` removed or added a cross-connect of ``plan``."""
+    mine = {p for xc in plan.by_device().get(result.device, ())
+            for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n_ports)}
+    return any(p in mine for p in result.removed + result.added)
+
+
+def reconcile_store(store: FabricStore, devices: Mapping[str, OcsDeviceClient], scope: str | None,
+                    close_state: str = "aborted", close_note: str = "", *,
+                    keep_other_scopes: bool = False) -> ReconcileReport:
+    """Reconcile ``devices`` to the journal; journal the outcome and close interrupted commits.
+
+    Parameters
+    ----------
+    store, devices
+        The journal and the devices to bring in line with it.
+    scope : str or None
+        Reconcile to this scope's last committed plan (None: every scope's, merged), and close
+        its interrupted commits as ``close_state`` with ``close_note``.
+    keep_other_scopes : bool
+        Also hold every *other* scope's last committed circuits on these devices (a rollback of
+        ``scope`` on devices it shares). Such a scope gets a reconcile record only when one of
+        its own cross-connects had to be restored or a port it uses failed.
+
+    Notes
+    -----
+    Devices are reconciled all at once; per device as :func:`reconcile`. Each journalled scope
+    costs two journal writes (the reconciled plan, then the confirmations with the outcome).
+    """
     pending = store.in_flight(scope)
-    scopes = sorted({scope} if scope is not None else set(store.scopes()) | {r.scope for r in pending})
-    targets: dict[str, CommitRecord | None] = {s: store.last_committed(s) for s in scopes}
+    own = {scope} if scope is not None else set(store.scopes()) | {r.scope for r in pending}
+    bystanders = set(store.scopes()) - own if keep_other_scopes and scope is not None else set()
+    targets: dict[str, CommitRecord | None] = {s: store.last_committed(s) for s in sorted(own | bystanders)}
     plans = {s: r.plan for s, r in targets.items() if r is not None}
     wanted = _wanted_by_device(plans.values())
-    results = tuple(_reconcile_device(d, c, wanted.get(d, [])) for d, c in sorted(devices.items()))
-    report = ReconcileReport(results, {s: r.id if r else None for s, r in targets.items()},
+    results = _reconcile_devices(devices, wanted)
+    report = ReconcileReport(results, {s: r.id if r else None for s, r in targets.items() if s in own},
                              missing_devices=tuple(sorted(set(wanted) - set(devices))))
     if report.failed_ports:
         store.mask_ports(report.failed_ports)
@@ -290,17 +318,19 @@ def _reconcile_store(store: FabricStore, devices: Mapping[str, OcsDeviceClient],
             continue
         effective = _without(rec.plan, dropped, "a port is failed or force-blocked")
         touched = [by_device[d] for d in rec.plan.by_device() if d in by_device]
-        if effective is rec.plan and not any(d.removed or d.added for d in touched):
+        if s in bystanders:
+            changed = any(_own_pairs_changed(rec.plan, d, devices[d.device].ports) for d in touched)
+        else:
+            changed = any(d.removed or d.added for d in touched)
+        if effective is rec.plan and not changed:
             continue
         cid = store.begin_commit(s, effective, kind="reconcile", base_id=rec.id)
-        for d in touched:
-            if d.removed:
-                store.record_step(cid, d.device, "remove", d.removed, d.removed, "ok")
-            if d.added:
-                store.record_step(cid, d.device, "add", d.added, d.added, "ok")
+        steps = [DeviceStep(d.device, action, pairs, pairs, "ok") for d in touched
+                 for action, pairs in (("remove", d.removed), ("add", d.added)) if pairs]
         all_ok = all(d.ok for d in touched)
         store.finish_commit(cid, "committed" if all_ok else "failed", "" if all_ok else "; ".join(
-            f"{d.device}: {'; '.join(d.errors) or 'residual ' + str(d.residual)}" for d in touched if not d.ok))
+            f"{d.device}: {'; '.join(d.errors) or 'residual ' + str(d.residual)}" for d in touched if not d.ok),
+            steps=steps)
         journal.append(cid)
     resolved = []
     for rec in pending:
@@ -311,109 +341,6 @@ def _reconcile_store(store: FabricStore, devices: Mapping[str, OcsDeviceClient],
             store.finish_commit(rec.id, close_state, close_note or f"interrupted; devices reconciled to {target}")
             resolved.append(rec.id)
     return dataclasses.replace(report, resolved_commits=tuple(resolved), reconcile_commits=tuple(journal))
-
-
-@dataclass(frozen=True)
-class CommitReport:
-    """Outcome of a successful :func:`apply_plan_diff`."""
-
-    commit_id: int
-    base_id: int | None  # committed record the change started from
-    removed: int  # full-duplex circuits removed
-    added: int  # full-duplex circuits added
-    devices: tuple[str, ...]  # devices touched
-
-
-def _bulk_step(store: FabricStore, cid: int, name: str, client: OcsDeviceClient, action: str,
-               pairs: list[SimplexPair]) -> list[BaseException]:
-    """Run one bulk command, journal what the device confirmed, return the errors (empty: all done)."""
-    errors: list[BaseException] = []
-    try:
-        res = client.disconnect([i for i, _ in pairs]) if action == "remove" else client.connect(pairs, mode="stop")
-        errors.extend(_bulk_errors(res, name, action))
-    except OcsError as e:
-        errors.append(e)
-    done, status = pairs, "ok"
-    if errors:
-        try:  # the command may have applied in part: read back what the device holds
-            table = client.cross_connects()
-            done = [p for p in pairs if (table.get(p[0]) == p[1]) == (action == "add")]
-        except OcsError as e:
-            errors.append(e)
-            done = []
-        status = "partial" if done else "failed"
-    store.record_step(cid, name, action, pairs, done, status, "; ".join(map(str, errors)))
-    return errors
-
-
-def apply_plan_diff(store: FabricStore, plan: CircuitPlan, devices: Mapping[str, OcsDeviceClient], *,
-                    scope: str | None = None) -> CommitReport:
-    """Apply ``plan`` to the devices as one journalled commit; return what changed.
-
-    Journal the intent, then per device one bulk removal followed by one bulk addition (ports are
-    freed before reuse), journalling what each device confirmed, then mark the commit committed.
-    The diff is taken against the store's last committed plan of ``scope`` (default: the plan's
-    fabric name), which is what the devices hold.
-
-    Raises :class:`CommitInFlightError` if an earlier commit of the scope was interrupted (call
-    :func:`reconcile` first); :class:`CommitError` if a device refused: the touched devices are
-    reconciled back to the last committed plan, the commit is marked failed and ``failed_ports``
-    lists ports to re-plan around; ``KeyError`` if a changed device has no client (nothing sent).
-    """
-    scope = plan.fabric if scope is None else scope
-    pending = store.in_flight(scope)
-    if pending:
-        raise CommitInFlightError(f"scope {scope!r}: commit {pending[0].id} was interrupted and devices may be "
-                                  "half-changed; run reconcile(store, devices) before committing again")
-    base = store.last_committed(scope)
-    diff = diff_plans(base.plan if base else None, plan)
-    missing = [d for d in diff.devices() if d not in devices]
-    if missing:
-        raise KeyError(f"plan for scope {scope!r} changes devices without a client: {', '.join(missing)}; "
-                       "add them to the device configuration")
-    cid = store.begin_commit(scope, plan, base_id=base.id if base else None)
-    for name in diff.devices():
-        client = devices[name]
-        n = client.ports
-        for action, xcs in (("remove", diff.remove), ("add", diff.add)):
-            pairs = [p for xc in xcs if xc.device == name for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n)]
-            if not pairs:
-                continue
-            errors = _bulk_step(store, cid, name, client, action, pairs)
-            if errors:
-                rollback = _reconcile_store(store, {d: devices[d] for d in diff.devices()}, scope,
-                                            "failed", f"{name} {action}: {errors[0]}")
-                try:
-                    refused = _unusable(client, errors)
-                except OcsError:
-                    refused = {}
-                failed = sorted(set(rollback.failed_ports) | {(name, p, s) for p, s in refused.items()})
-                if failed:
-                    store.mask_ports(failed)
-                raise CommitError(cid, f"device {name} refused {action}: {errors[0]}", failed, rollback)
-    store.finish_commit(cid, "committed")
-    return CommitReport(cid, base.id if base else None, len(diff.remove), len(diff.add), tuple(diff.devices()))
-
-
-class JournaledCommitter:
-    """:class:`fabric.controller.PlanCommitter` that journals every commit in a store.
-
-    The ``diff`` the controller passes is not trusted: the change is re-derived from the store's
-    last committed plan, which is what the devices hold even after a restart.
-    """
-
-    def __init__(self, store: FabricStore, devices: Mapping[str, OcsDeviceClient], scope: str | None = None):
-        self.store = store
-        self.devices = devices
-        self.scope = scope
-        self.last: CommitReport | None = None
-
-    def commit(self, plan: CircuitPlan, diff: object = None) -> None:
-        self.last = apply_plan_diff(self.store, plan, self.devices, scope=self.scope)
-
-    def recover(self) -> ReconcileReport:
-        """Reconcile every device to the journal (call once at start-up, and after a CommitError)."""
-        return reconcile(self.store, self.devices, scope=self.scope)
 
 
 def restore_controller(controller: FabricController, store: FabricStore, scope: str | None = None) -> None:

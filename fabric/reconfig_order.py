@@ -8,7 +8,9 @@ Adds never hurt, but a new circuit can only be made once the stale circuits hold
 gone, and a stale circuit may only go once its pair has another circuit up. The order is built in
 rounds, each one bulk *add* step then one bulk *remove* step (one bulk operation per device):
 
-1. add every new circuit whose ports are free;
+1. add every new circuit whose ports are free, but a circuit of a pair the old set does not
+   connect only in the last add step: it protects nothing, and every add step costs the devices
+   one switching delay, which the safe window must cover;
 2. remove every stale circuit whose pair is not protected or keeps another circuit up; of a
    protected pair with only stale circuits left, keep an *anchor* that blocks no add, or else
    the one that least stands in the way of the pair's own replacement and of other such pairs.
@@ -28,9 +30,11 @@ path also needs its lift/drop circuits; each tier's circuits are protected per p
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import Collection, Iterable
+from operator import attrgetter
+from typing import Any, Collection, Iterable
 
 from fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
 from fabric.topology import PortRef
@@ -39,6 +43,12 @@ __all__ = [
     "LinkCircuit", "ReconfigStep", "Outage", "ReconfigOrder", "order_reconfiguration", "order_plan_change",
     "check_connectivity_preserved",
 ]
+
+
+def __getattr__(name: str) -> Any:  # the order's verifier lives in fabric.reconfig_check (which imports this)
+    if name == "check_connectivity_preserved":
+        return importlib.import_module("fabric.reconfig_check").check_connectivity_preserved
+    raise AttributeError(f"module 'fabric.reconfig_order' has no attribute {name!r}")
 
 Pair = tuple[str, str]
 
@@ -63,6 +73,8 @@ class LinkCircuit:
             for name, value in swapped.items():
                 object.__setattr__(self, name, value)
         object.__setattr__(self, "_pair", tuple(sorted((self.a_endpoint, self.b_endpoint))))
+        object.__setattr__(self, "_xc", CrossConnect(self.device, self.a_port, self.b_port))  # asked for often
+        object.__setattr__(self, "_ports", self._xc.ports())  # type: ignore[attr-defined]
 
     @property
     def pair(self) -> Pair:
@@ -71,10 +83,10 @@ class LinkCircuit:
 
     @property
     def xc(self) -> CrossConnect:
-        return CrossConnect(self.device, self.a_port, self.b_port)
+        return self._xc  # type: ignore[attr-defined]
 
     def ports(self) -> tuple[PortRef, PortRef]:
-        return self.xc.ports()
+        return self._ports  # type: ignore[attr-defined]
 
     @classmethod
     def from_circuit(cls, circuit: Circuit) -> LinkCircuit:
@@ -83,6 +95,9 @@ class LinkCircuit:
 
     def __str__(self) -> str:
         return f"{self.xc} ({self.pair[0]}-{self.pair[1]})"
+
+
+_fields = attrgetter("device", "a_port", "b_port", "a_endpoint", "b_endpoint")  # LinkCircuit's order, compared in C
 
 
 @dataclass(frozen=True)
@@ -136,7 +151,7 @@ def _checked(circuits: Iterable[LinkCircuit], name: str) -> frozenset[LinkCircui
     """Return the circuits as a set, refusing a set that uses a port twice."""
     seen: dict[PortRef, LinkCircuit] = {}
     out = frozenset(circuits)
-    for c in sorted(out):
+    for c in sorted(out, key=_fields):
         for p in c.ports():
             if p in seen:
                 raise ValueError(f"{name} circuits: port {p.device}:{p.port} is used by both {seen[p]} and {c}; "
@@ -193,6 +208,7 @@ def order_reconfiguration(old: Iterable[LinkCircuit], new: Iterable[LinkCircuit]
     outage: t1-t3 is down from step 3 to step 4: its only circuit d:5<->6 (t1-t3) holds port d:5 that its
     replacement d:5<->7 (t1-t3) needs, and every new circuit of the pair needs a port of an old one
     (unavoidable brief outage)
+    >>> from fabric.reconfig_check import check_connectivity_preserved
     >>> check_connectivity_preserved(old, new, order.steps, order.outage_pairs)
     []
     """
@@ -211,7 +227,7 @@ def order_reconfiguration(old: Iterable[LinkCircuit], new: Iterable[LinkCircuit]
         else:
             break
     outages = tuple(_explain(r, down, unavoidable, best.steps, best.new_of) for r, down, unavoidable in best.broken)
-    return ReconfigOrder(tuple(best.steps), tuple(sorted(best.kept)), tuple(sorted(best.protected)), outages)
+    return ReconfigOrder(tuple(best.steps), tuple(sorted(best.kept, key=_fields)), tuple(sorted(best.protected)), outages)
 
 
 _MAX_REPLANS = 32  # extra greedy runs with other anchors when an avoidable-looking outage remains
@@ -249,7 +265,7 @@ class _Attempt:
     def _emit(self, action: str, circuits: Collection[LinkCircuit]) -> int:
         if self.steps and self.steps[-1].action == action:  # merged: the later step's state is still checked
             circuits = set(circuits) | set(self.steps.pop().circuits)
-        self.steps.append(ReconfigStep(action, tuple(sorted(circuits))))
+        self.steps.append(ReconfigStep(action, tuple(sorted(circuits, key=_fields))))
         return len(self.steps) - 1
 
     def _remove(self, batch: Collection[LinkCircuit]) -> int:
@@ -265,6 +281,8 @@ class _Attempt:
     def _run(self) -> None:
         while self.stale or self.todo:
             addable = {a for a in self.todo if not self.blocked_by[a]}
+            if len(addable) < len(self.todo):  # another add step must come: what protects nothing waits for it
+                addable = {a for a in addable if a.pair in self.protected}
             if addable:
                 self.todo -= addable
                 self.nonstale.update(a.pair for a in addable)
@@ -275,7 +293,7 @@ class _Attempt:
             if addable or removable:
                 continue
             # Deadlock: every stale circuit is the last one of a protected pair and blocks some add.
-            doomed = [r for r in sorted(self.stale)
+            doomed = [r for r in sorted(self.stale, key=_fields)
                       if all(_conflict(o, n) for o in self.old_of[r.pair] for n in self.new_of[r.pair])]
             if doomed:
                 i = self._remove(doomed)
@@ -300,7 +318,7 @@ class _Attempt:
                 critical.update({r: 1 / len(blocked_by[a]) for r in blocked_by[a]})
         sure = {r for p, g in groups.items() if p not in anchored for r in g}  # go this round anyway
         todo_of = _by_pair(todo)
-        out = sorted(sure)
+        out = sorted(sure, key=_fields)
         for pair in sorted(anchored):
             group = groups[pair]
             idle = [r for r in group if not blocking[r]]
@@ -322,7 +340,7 @@ class _Attempt:
 
 def _by_pair(circuits: Iterable[LinkCircuit]) -> defaultdict[Pair, list[LinkCircuit]]:
     out: defaultdict[Pair, list[LinkCircuit]] = defaultdict(list)
-    for c in sorted(circuits):
+    for c in sorted(circuits, key=_fields):
         out[c.pair].append(c)
     return out
 
@@ -384,66 +402,3 @@ def order_plan_change(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrde
         raise ValueError(f"plans {new.template!r}: cross-connect(s) {', '.join(map(str, odd))} serve different "
                          f"endpoints in the old and the new plan; a port belongs to one endpoint")
     return order
-
-
-def check_connectivity_preserved(old: Iterable[LinkCircuit], new: Iterable[LinkCircuit],
-                                 steps: Iterable[ReconfigStep], allowed_outages: Collection[Pair] = ()) -> list[str]:
-    """Replay ``steps`` from ``old``; return every violation in words (empty list: the order is sound).
-
-    Checked: adds use free ports and removes existing circuits; after every step (one kind of
-    operation each, so this covers its partial application too) every pair both ``old`` and ``new``
-    connect, bar ``allowed_outages``, has a circuit; the final state equals ``new``.
-
-    Notes
-    -----
-    O(S + C) for S steps and C circuits moved.
-
-    Examples
-    --------
-    >>> old, new = [LinkCircuit("d", 1, 2, "x", "y")], [LinkCircuit("d", 1, 3, "x", "y")]
-    >>> check_connectivity_preserved(old, new, [ReconfigStep("add", tuple(new))])[0]
-    'step 0: add d:1<->3 (x-y): port d:1 is still held by d:1<->2 (x-y)'
-    >>> check_connectivity_preserved(old, new, [ReconfigStep("remove", tuple(old)), ReconfigStep("add", tuple(new))])
-    ['after step 0: x-y has no circuit although both plans connect it (restored in step 1)']
-    """
-    old_set, new_set = _checked(old, "old"), _checked(new, "new")
-    protected = {c.pair for c in old_set} & {c.pair for c in new_set}
-    allowed = {tuple(sorted(p)) for p in allowed_outages}
-    state = set(old_set)
-    used = {p: c for c in state for p in c.ports()}
-    up = Counter(c.pair for c in state)
-    problems: list[str] = []
-    down: dict[Pair, int] = {}
-    for i, step in enumerate(steps):
-        if step.action not in ("add", "remove"):
-            problems.append(f"step {i}: action {step.action!r} is neither 'add' nor 'remove'")
-            continue
-        for c in step.circuits:
-            if step.action == "add":
-                clash = next((p for p in c.ports() if p in used), None)
-                if clash is not None:
-                    problems.append(f"step {i}: add {c}: port {clash.device}:{clash.port} is still held by "
-                                    f"{used[clash]}")
-                    continue
-                state.add(c)
-                used.update((p, c) for p in c.ports())
-                up[c.pair] += 1
-                if c.pair in down:
-                    problems.append(f"after step {down.pop(c.pair)}: {c.pair[0]}-{c.pair[1]} has no circuit although "
-                                    f"both plans connect it (restored in step {i})")
-            elif c not in state:
-                problems.append(f"step {i}: remove {c}: no such circuit is up")
-            else:
-                state.remove(c)
-                for p in c.ports():
-                    del used[p]
-                up[c.pair] -= 1
-                if up[c.pair] == 0 and c.pair in protected and c.pair not in allowed:
-                    down[c.pair] = i
-    problems += [f"after step {i}: {a}-{b} has no circuit although both plans connect it (never restored)"
-                 for (a, b), i in sorted(down.items())]
-    if state != new_set:
-        missing, extra = sorted(new_set - state), sorted(state - new_set)
-        problems.append(f"final state differs from the new plan: missing {', '.join(map(str, missing)) or '-'}; "
-                        f"extra {', '.join(map(str, extra)) or '-'}")
-    return problems

@@ -3,15 +3,22 @@
 Design note
 -----------
 The journal is write-ahead at the level of plans: a commit row with the *desired* plan is made
-durable (state ``intent``) before any device is touched, every bulk device step appends what the
-device confirmed, and the row is closed as ``committed``, ``failed`` or ``aborted`` only after the
-devices hold the outcome. So after a crash at any point, ``last_committed_plan`` is the plan the
-fabric is known to have reached, and ``in_flight`` names the commit that may have left devices
+durable (state ``intent``) before any device is touched; the row is closed as ``committed``,
+``failed`` or ``aborted``, together with what each device confirmed, only after the devices hold
+the outcome. So after a crash at any point, ``last_committed_plan`` is the plan the fabric is
+known to have reached, and ``in_flight`` names the commit that may have left devices
 half-changed; :mod:`fabric.reconcile` reads the devices and restores the former.
 
-Each journal step is one SQLite transaction in WAL mode with ``synchronous=FULL``: a step that
-returned is on disk, a step interrupted by a crash is absent as a whole. The schema version lives
-in ``PRAGMA user_version``; a file written by a newer orchestrl is refused rather than guessed at.
+Each journal write is one SQLite transaction in WAL mode with ``synchronous=FULL``: a write that
+returned is on disk, one interrupted by a crash is absent as a whole. Every such write costs an
+fsync, the dominant cost of a commit, so a commit takes as few as the guarantee allows: the intent
+(one), then the confirmations and the outcome (one); a change applied in several ordered steps
+closes one step and journals the next step's intent in a single transaction
+(:meth:`FabricStore.advance_commit`), i.e. S + 1 writes for S steps. The decision log is an audit
+trail that no recovery reads: its rows are written without their own fsync (``synchronous=NORMAL``
+for that transaction) and become durable with the next journal write; a crash of the process loses
+none of them, a power cut at most the rows since the last commit. The schema version lives in
+``PRAGMA user_version``; a file written by a newer orchestrl is refused rather than guessed at.
 """
 
 from __future__ import annotations
@@ -22,144 +29,19 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from fabric.errors import OrchestrlError
 from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
+from fabric.store_records import (_FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_VERSION, CommitRecord, DecisionRecord,
+                                  DeviceStep, MaskedPort, SimplexPairs, StepRecord, StoreCorruptError, StoreError,
+                                  StoreVersionError, default_store_path)
 from fabric.templates.cache import CacheEntry, TemplateCache
 
 __all__ = [
     "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
-    "CommitRecord", "StepRecord", "MaskedPort", "DecisionRecord", "FabricStore", "default_store_path",
+    "CommitRecord", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "FabricStore", "default_store_path",
 ]
-
-SCHEMA_VERSION = 1
-COMMIT_STATES = ("intent", "committed", "failed", "aborted")  # intent = started, not finished
-_FINAL_STATES = COMMIT_STATES[1:]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS commits (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    scope       TEXT NOT NULL,
-    kind        TEXT NOT NULL CHECK (kind IN ('apply', 'reconcile')),
-    state       TEXT NOT NULL CHECK (state IN ('intent', 'committed', 'failed', 'aborted')),
-    plan_json   TEXT NOT NULL,
-    base_id     INTEGER,
-    started_at  REAL NOT NULL,
-    finished_at REAL,
-    note        TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS commits_by_scope ON commits (scope, kind, state, id);
-CREATE TABLE IF NOT EXISTS commit_steps (
-    id             INTEGER PRIMARY KEY AUTOINCREMENT,
-    commit_id      INTEGER NOT NULL REFERENCES commits (id) ON DELETE CASCADE,
-    device         TEXT NOT NULL,
-    action         TEXT NOT NULL CHECK (action IN ('remove', 'add')),
-    requested_json TEXT NOT NULL,
-    confirmed_json TEXT NOT NULL,
-    status         TEXT NOT NULL,
-    detail         TEXT NOT NULL DEFAULT '',
-    at             REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS steps_by_commit ON commit_steps (commit_id, id);
-CREATE TABLE IF NOT EXISTS template_cache (
-    signature  TEXT PRIMARY KEY,
-    entry_json TEXT NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS masked_ports (
-    device    TEXT NOT NULL,
-    port      INTEGER NOT NULL,
-    reason    TEXT NOT NULL,
-    masked_at REAL NOT NULL,
-    PRIMARY KEY (device, port)
-);
-CREATE TABLE IF NOT EXISTS decisions (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
-    at          REAL NOT NULL,
-    scope       TEXT NOT NULL,
-    outcome     TEXT NOT NULL,
-    detail_json TEXT NOT NULL
-);
-"""
-
-SimplexPairs = Sequence[tuple[int, int]]  # (ingress, egress) cross-connects in device numbering
-
-
-def default_store_path() -> Path:
-    """Return ``$XDG_STATE_HOME/orchestrl/fabric.db`` (``~/.local/state/orchestrl/fabric.db``)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "orchestrl" / "fabric.db"
-
-
-class StoreError(OrchestrlError):
-    """The durable store could not be opened or used; the message names the file and the fix."""
-
-    def __init__(self, path: str, problem: str, fix: str = "") -> None:
-        self.path = path
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"fabric store {path}: {problem}" + (f"; fix: {fix}" if fix else ""))
-
-
-class StoreVersionError(StoreError):
-    """The file was written by a newer orchestrl (higher schema version) than this one."""
-
-
-class StoreCorruptError(StoreError):
-    """The file is not a readable SQLite database, or fails SQLite's integrity check."""
-
-
-@dataclass(frozen=True)
-class CommitRecord:
-    """One journalled commit: the desired plan of a scope and how far applying it got."""
-
-    id: int
-    scope: str  # what the plan covers, e.g. the fabric name; reconcile targets per scope
-    kind: str  # "apply": a plan change; "reconcile": devices restored to the plan after a restart
-    state: str  # one of COMMIT_STATES
-    plan: CircuitPlan
-    base_id: int | None  # committed record the change started from (None: empty fabric)
-    started_at: float  # unix time the intent was journalled
-    finished_at: float | None
-    note: str  # why it failed or was aborted, in words
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """What one device confirmed after one bulk step of a commit."""
-
-    commit_id: int
-    device: str
-    action: str  # "remove" | "add"
-    requested: tuple[tuple[int, int], ...]  # simplex (ingress, egress) pairs asked for
-    confirmed: tuple[tuple[int, int], ...]  # the pairs the device reported done
-    status: str  # "ok" | "partial" | "failed" | "error"
-    detail: str
-    at: float
-
-
-@dataclass(frozen=True)
-class MaskedPort:
-    """A duplex port kept out of planning (failed, force-blocked, or masked by an operator)."""
-
-    device: str
-    port: int
-    reason: str
-    masked_at: float
-
-
-@dataclass(frozen=True)
-class DecisionRecord:
-    """One safe-window decision (committed, deferred and why), as :mod:`fabric.safe_window` reports it."""
-
-    id: int
-    at: float
-    scope: str
-    outcome: str
-    detail: Mapping[str, Any]
 
 
 class FabricStore:
@@ -194,6 +76,7 @@ class FabricStore:
         self.decision_retention = decision_retention
         self._lock = threading.RLock()
         self._plans: dict[int, CircuitPlan] = {}  # commit id -> plan: hot paths skip re-parsing JSON
+        self._docs: dict[int, tuple[CircuitPlan, str]] = {}  # id(plan) -> (plan, its journal JSON)
         self._conn = self._open()
 
     def _open(self) -> sqlite3.Connection:
@@ -249,16 +132,26 @@ class FabricStore:
                 raise
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One durable transaction: all of the body, or none of it."""
+    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction: all of the body, or none of it; on disk when it returns if ``durable``.
+
+        A non-durable transaction skips its fsync (``synchronous=NORMAL``; WAL keeps it atomic and
+        consistent) and becomes durable with the next durable one, whose fsync covers the WAL.
+        """
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            if not durable:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            finally:
+                if not durable:
+                    self._conn.execute("PRAGMA synchronous=FULL")
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
@@ -280,17 +173,33 @@ class FabricStore:
         Call this before touching any device: after a crash the record tells reconciliation that
         devices may hold a mix of the base plan and this one.
         """
-        doc = json.dumps(plan_to_json(plan, derived=False), separators=(",", ":"), allow_nan=False)
         with self._tx() as c:
-            cur = c.execute("INSERT INTO commits (scope, kind, state, plan_json, base_id, started_at) "
-                            "VALUES (?, ?, 'intent', ?, ?, ?)", (scope, kind, doc, base_id, time.time()))
-            cid = int(cur.lastrowid)
+            cid = self._insert_intent(c, scope, plan, kind, base_id)
         self._remember(cid, plan)
         return cid
 
+    def _insert_intent(self, c: sqlite3.Connection, scope: str, plan: CircuitPlan, kind: str,
+                       base_id: int | None) -> int:
+        doc = self._plan_json(plan)
+        cur = c.execute("INSERT INTO commits (scope, kind, state, plan_json, base_id, started_at) "
+                        "VALUES (?, ?, 'intent', ?, ?, ?)", (scope, kind, doc, base_id, time.time()))
+        return int(cur.lastrowid)
+
+    def _plan_json(self, plan: CircuitPlan) -> str:
+        """The journal's JSON text of ``plan``, serialised once per plan object (a job's plans recur)."""
+        with self._lock:
+            got = self._docs.get(id(plan))
+            if got is not None and got[0] is plan:
+                return got[1]
+            doc = json.dumps(plan_to_json(plan, derived=False), separators=(",", ":"), allow_nan=False)
+            while len(self._docs) >= 64:  # holding the plan keeps its id from being reused
+                self._docs.pop(next(iter(self._docs)))
+            self._docs[id(plan)] = (plan, doc)
+            return doc
+
     def _remember(self, commit_id: int, plan: CircuitPlan) -> CircuitPlan:
         with self._lock:  # ids are never reused (AUTOINCREMENT) and plans are frozen, so this never goes stale
-            while len(self._plans) >= 16:
+            while len(self._plans) >= 256:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[commit_id] = plan
         return plan
@@ -298,23 +207,59 @@ class FabricStore:
     def record_step(self, commit_id: int, device: str, action: str, requested: SimplexPairs,
                     confirmed: SimplexPairs, status: str, detail: str = "") -> None:
         """Append what ``device`` confirmed after one bulk ``action`` ("remove" or "add") of a commit."""
-        req = json.dumps([list(p) for p in requested])
-        conf = json.dumps([list(p) for p in confirmed])
         with self._tx() as c:
             self._require_open(c, commit_id)
-            c.execute("INSERT INTO commit_steps (commit_id, device, action, requested_json, confirmed_json, status, "
-                      "detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                      (commit_id, device, action, req, conf, status, detail, time.time()))
+            self._insert_steps(c, commit_id, [DeviceStep(device, action, tuple(requested), tuple(confirmed), status,
+                                                         detail)])
 
-    def finish_commit(self, commit_id: int, state: str, note: str = "") -> None:
-        """Close an open commit as ``committed``, ``failed`` or ``aborted`` and prune old records."""
+    def record_steps(self, commit_id: int, steps: Iterable[DeviceStep]) -> None:
+        """Append several device confirmations of one open commit in one transaction."""
+        with self._tx() as c:
+            self._require_open(c, commit_id)
+            self._insert_steps(c, commit_id, steps)
+
+    @staticmethod
+    def _insert_steps(c: sqlite3.Connection, commit_id: int, steps: Iterable[DeviceStep]) -> None:
+        now = time.time()
+        rows = []
+        for s in steps:
+            requested = json.dumps(s.requested)  # pairs as [ingress, egress] lists
+            confirmed = requested if s.confirmed == s.requested else json.dumps(s.confirmed)
+            rows.append((commit_id, s.device, s.action, requested, confirmed, s.status, s.detail, now))
+        c.executemany("INSERT INTO commit_steps (commit_id, device, action, requested_json, confirmed_json, status, "
+                      "detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def finish_commit(self, commit_id: int, state: str, note: str = "", steps: Iterable[DeviceStep] = ()) -> None:
+        """Close an open commit as ``committed``, ``failed`` or ``aborted`` and prune old records.
+
+        ``steps`` (what the devices confirmed) are journalled in the same transaction.
+        """
         if state not in _FINAL_STATES:
             raise ValueError(f"finish_commit: state {state!r} is not one of {', '.join(_FINAL_STATES)}")
         with self._tx() as c:
-            scope = self._require_open(c, commit_id)
-            c.execute("UPDATE commits SET state = ?, finished_at = ?, note = ? WHERE id = ?",
-                      (state, time.time(), note, commit_id))
-            self._prune_commits(c, scope)
+            self._close(c, commit_id, state, note, steps)
+
+    def advance_commit(self, commit_id: int, steps: Iterable[DeviceStep], plan: CircuitPlan, *,
+                       kind: str = "apply") -> int:
+        """Close ``commit_id`` as committed and journal ``plan`` as the next intent of its scope, atomically.
+
+        One transaction, one fsync: after a crash either the step is still in flight (devices are
+        reconciled to the commit before it) or it is committed and the next one is in flight.
+        Returns the id of the new commit, whose base is ``commit_id``.
+        """
+        with self._tx() as c:
+            scope = self._close(c, commit_id, "committed", "", steps)
+            cid = self._insert_intent(c, scope, plan, kind, commit_id)
+        self._remember(cid, plan)
+        return cid
+
+    def _close(self, c: sqlite3.Connection, commit_id: int, state: str, note: str, steps: Iterable[DeviceStep]) -> str:
+        scope = self._require_open(c, commit_id)
+        self._insert_steps(c, commit_id, steps)
+        c.execute("UPDATE commits SET state = ?, finished_at = ?, note = ? WHERE id = ?",
+                  (state, time.time(), note, commit_id))
+        self._prune_commits(c, scope)
+        return scope
 
     def _require_open(self, c: sqlite3.Connection, commit_id: int) -> str:
         row = c.execute("SELECT scope, state FROM commits WHERE id = ?", (commit_id,)).fetchone()
@@ -338,6 +283,19 @@ class FabricStore:
         plan = self._plans.get(row[0]) or self._remember(row[0], plan_from_json(json.loads(row[4])))
         return CommitRecord(row[0], row[1], row[2], row[3], plan, row[5], row[6], row[7], row[8])
 
+    def _records(self, where: str, args: Sequence[Any]) -> list[CommitRecord]:
+        """Commit records matching ``where``; a plan already in memory is not read back from the file."""
+        with self._lock:
+            out = []
+            for row in self._conn.execute("SELECT id, scope, kind, state, base_id, started_at, finished_at, note "
+                                          f"FROM commits {where}", args).fetchall():
+                plan = self._plans.get(row[0])
+                if plan is None:
+                    text = self._conn.execute("SELECT plan_json FROM commits WHERE id = ?", (row[0],)).fetchone()[0]
+                    plan = self._remember(row[0], plan_from_json(json.loads(text)))
+                out.append(CommitRecord(row[0], row[1], row[2], row[3], plan, *row[4:]))
+            return out
+
     def commit(self, commit_id: int) -> CommitRecord:
         """Return one commit record by id (``KeyError`` if it does not exist or was pruned)."""
         rows = self._query(f"SELECT {self._COMMIT_COLS} FROM commits WHERE id = ?", (commit_id,))
@@ -351,9 +309,8 @@ class FabricStore:
         That is a plan change (kind ``apply``) or, after a restart, the outcome of reconciliation
         (kind ``reconcile``: the plan before it minus circuits on ports that had failed).
         """
-        rows = self._query(f"SELECT {self._COMMIT_COLS} FROM commits WHERE scope = ? "
-                           "AND state = 'committed' ORDER BY id DESC LIMIT 1", (scope,))
-        return self._commit_row(rows[0]) if rows else None
+        rows = self._records("WHERE scope = ? AND state = 'committed' ORDER BY id DESC LIMIT 1", (scope,))
+        return rows[0] if rows else None
 
     def last_committed_plan(self, scope: str) -> CircuitPlan | None:
         """Return the plan of :meth:`last_committed` (``None``: nothing committed, an empty fabric)."""
@@ -363,8 +320,7 @@ class FabricStore:
     def in_flight(self, scope: str | None = None) -> list[CommitRecord]:
         """Return commits that were started but never finished (oldest first)."""
         where, args = (" AND scope = ?", (scope,)) if scope is not None else ("", ())
-        return [self._commit_row(r) for r in self._query(
-            f"SELECT {self._COMMIT_COLS} FROM commits WHERE state = 'intent'{where} ORDER BY id", args)]
+        return self._records(f"WHERE state = 'intent'{where} ORDER BY id", args)
 
     def history(self, scope: str | None = None, limit: int = 50) -> list[CommitRecord]:
         """Return the newest ``limit`` commit records (of one scope, or all), newest first."""
@@ -427,9 +383,12 @@ class FabricStore:
             "SELECT device, port, reason, masked_at FROM masked_ports ORDER BY device, port")]
 
     def log_decision(self, scope: str, outcome: str, detail: Mapping[str, Any]) -> int:
-        """Append one safe-window decision; the log keeps the newest ``decision_retention`` rows."""
+        """Append one safe-window decision; the log keeps the newest ``decision_retention`` rows.
+
+        Written without an fsync of its own (see the module's design note).
+        """
         doc = json.dumps(dict(detail), sort_keys=True, default=str)
-        with self._tx() as c:
+        with self._tx(durable=False) as c:  # an audit trail: durable with the next journal write
             rid = int(c.execute("INSERT INTO decisions (at, scope, outcome, detail_json) VALUES (?, ?, ?, ?)",
                                 (time.time(), scope, outcome, doc)).lastrowid)
             c.execute("DELETE FROM decisions WHERE id <= ?", (rid - self.decision_retention,))

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import networkx as nx
 
-from fabric.config import Reader, load_document
+from fabric.config import load_document
 from fabric.errors import ConfigError
+from fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec, OcsTechnology, _spec_from_reader, spec_from_mapping
 
 __all__ = [
     "OcsTechnology",
@@ -47,28 +48,6 @@ __all__ = [
     "uplink_endpoint",
     "spec_from_mapping",
 ]
-
-
-@dataclass(frozen=True)
-class OcsTechnology:
-    """One row of OrchestrRL Table 2: how long a device of this kind takes to switch."""
-
-    name: str
-    switch_delay_s: float  # reconfiguration delay; what a safe window must cover
-    radix_ports: int  # duplex ports of one commodity device
-    example: str  # the product line Table 2 cites, for humans
-
-
-OCS_TECHNOLOGIES: Mapping[str, OcsTechnology] = {
-    t.name: t
-    for t in (
-        OcsTechnology("rotor", 0.01e-3, 128, "RotorNet (InFocus)"),
-        OcsTechnology("mems-3d", 10e-3, 320, "3D MEMS (Calient)"),
-        OcsTechnology("piezo", 25e-3, 576, "Piezo (Polatis)"),
-        OcsTechnology("liquid-crystal", 100e-3, 512, "Liquid crystal (Coherent)"),
-        OcsTechnology("robotic", 120.0, 1008, "Robotic (Telescent)"),
-    )
-}
 
 
 @dataclass(frozen=True, order=True)
@@ -113,107 +92,6 @@ class OcsDevice:
     pod: int | None  # owning PoD for Agg devices; None for Core
     technology: OcsTechnology
     radix_ports: int
-
-
-@dataclass(frozen=True)
-class FabricSpec:
-    """The validated content of a topology file; every field documents one design choice."""
-
-    name: str
-    link_bps: float  # line rate of every NIC, ToR uplink and OCS port (one direction)
-    gpus_per_server: int = 8  # also NICs per server (one NIC per GPU, rail-aligned)
-    pods: int = 1
-    servers_per_pod: int = 4
-    servers_per_tor: int = 0  # rack size; 0 means the whole PoD is one rack
-    rails_per_tor: int = 1  # consecutive rails terminated on one ToR
-    tor_uplinks: int = 0  # uplinks per ToR into OCS-Agg; 0 means non-blocking (= down ports)
-    agg_technology: str = "mems-3d"
-    agg_devices_per_pod: int = 1
-    agg_radix_ports: int = 0  # 0 means the technology's radix (Table 2)
-    boundary_ports_per_pod: int = 0  # fibres from a PoD's Agg layer to OCS-Core
-    core_technology: str = "mems-3d"
-    core_devices: int = 1
-    core_radix_ports: int = 0
-    masked_ports: tuple[tuple[str, int, str], ...] = ()  # (device, port, reason)
-    gpu_type: str = "H800"
-    source: str = "<spec>"  # where the spec came from, for error messages
-
-    @property
-    def effective_servers_per_tor(self) -> int:
-        return self.servers_per_tor or self.servers_per_pod
-
-    @property
-    def tor_down_ports(self) -> int:
-        return self.effective_servers_per_tor * self.rails_per_tor
-
-    @property
-    def effective_tor_uplinks(self) -> int:
-        return self.tor_uplinks or self.tor_down_ports
-
-
-def _spec_from_reader(r: Reader) -> FabricSpec:
-    r.reject_unknown({"name", "link_gbps", "gpu_type", "server", "pods", "tor", "ocs_agg", "ocs_core", "masked_ports"})
-    techs = ", ".join(OCS_TECHNOLOGIES)
-    server = r.section("server", default={})
-    server.reject_unknown({"gpus"})
-    pods = r.section("pods")
-    pods.reject_unknown({"count", "servers"})
-    tor = r.section("tor", default={})
-    tor.reject_unknown({"servers_per_tor", "rails_per_tor", "uplinks"})
-    agg = r.section("ocs_agg", default={})
-    agg.reject_unknown({"technology", "devices_per_pod", "radix_ports", "boundary_ports"})
-    core = r.section("ocs_core", default={})
-    core.reject_unknown({"technology", "devices", "radix_ports"})
-
-    gpus = server.int("gpus", default=8, minimum=1, maximum=64)
-    n_pods = pods.int("count", minimum=1, maximum=4096)
-    servers_per_pod = pods.int("servers", minimum=1, maximum=100_000)
-    servers_per_tor = tor.int("servers_per_tor", default=servers_per_pod, minimum=1)
-    if servers_per_pod % servers_per_tor:
-        raise tor.error("servers_per_tor", f"{servers_per_tor} does not divide pods.servers={servers_per_pod}",
-                        f"a divisor of {servers_per_pod}")
-    rails_per_tor = tor.int("rails_per_tor", default=1, minimum=1, maximum=gpus)
-    if gpus % rails_per_tor:
-        raise tor.error("rails_per_tor", f"{rails_per_tor} does not divide server.gpus={gpus}", f"a divisor of {gpus}")
-    down = servers_per_tor * rails_per_tor
-    uplinks = tor.int("uplinks", default=down, minimum=0)
-    agg_tech = agg.str("technology", default="mems-3d", choices=OCS_TECHNOLOGIES)
-    agg_devices = agg.int("devices_per_pod", default=1, minimum=1)
-    agg_radix = agg.int("radix_ports", default=OCS_TECHNOLOGIES[agg_tech].radix_ports, minimum=2)
-    boundary = agg.int("boundary_ports", default=0 if n_pods == 1 else uplinks, minimum=0)
-    core_tech = core.str("technology", default=agg_tech, choices=OCS_TECHNOLOGIES)
-    core_devices = core.int("devices", default=1 if n_pods > 1 else 0, minimum=0)
-    core_radix = core.int("radix_ports", default=OCS_TECHNOLOGIES[core_tech].radix_ports, minimum=2)
-
-    tors_per_pod = (servers_per_pod // servers_per_tor) * (gpus // rails_per_tor)
-    agg_ports_needed = tors_per_pod * uplinks + boundary
-    if agg_ports_needed > agg_devices * agg_radix:
-        raise agg.error("devices_per_pod",
-                        f"{agg_devices} device(s) of {agg_radix} ports cannot hold {tors_per_pod} ToRs x {uplinks} "
-                        f"uplinks + {boundary} boundary ports = {agg_ports_needed} ports",
-                        f">= {-(-agg_ports_needed // agg_radix)} devices, or fewer tor.uplinks / boundary_ports")
-    if boundary and n_pods > 1 and core_devices == 0:
-        raise core.error("devices", "is 0 but PoDs have boundary ports", ">= 1 OCS-Core device")
-    core_needed = n_pods * boundary if n_pods > 1 else 0
-    if core_needed > core_devices * core_radix:
-        raise core.error("devices", f"{core_devices} device(s) of {core_radix} ports cannot terminate {n_pods} PoDs x "
-                                    f"{boundary} boundary ports = {core_needed}",
-                         f">= {-(-core_needed // core_radix)} devices")
-    masked = []
-    for m in r.sections("masked_ports", default=[]):
-        m.reject_unknown({"device", "port", "reason"})
-        masked.append((m.str("device"), m.int("port", minimum=1), m.str("reason", default="failed",
-                                                                          choices=("failed", "reserved"))))
-    return FabricSpec(
-        name=r.str("name"),
-        link_bps=r.float("link_gbps", minimum=0.0, exclusive_minimum=True) * 1e9,
-        gpus_per_server=gpus, pods=n_pods, servers_per_pod=servers_per_pod,
-        servers_per_tor=servers_per_tor, rails_per_tor=rails_per_tor, tor_uplinks=uplinks,
-        agg_technology=agg_tech, agg_devices_per_pod=agg_devices, agg_radix_ports=agg_radix,
-        boundary_ports_per_pod=boundary if n_pods > 1 else 0,
-        core_technology=core_tech, core_devices=core_devices if n_pods > 1 else 0, core_radix_ports=core_radix,
-        masked_ports=tuple(masked), gpu_type=r.str("gpu_type", default="H800"), source=r.source,
-    )
 
 
 def tor_endpoint(tor_id: str) -> str:
@@ -307,6 +185,8 @@ class Topology:
             rack = (server % s.servers_per_pod) // s.effective_servers_per_tor
             self._gpu_tor.append(tor_by_key[(pod, rack, local // s.rails_per_tor)])
         self.masked: dict[PortRef, str] = {PortRef(d, p): why for d, p, why in s.masked_ports}
+        self._usable_uplinks: dict[str, tuple[PortRef, ...]] = {}
+        self._usable_boundary: dict[int, tuple[BoundaryFibre, ...]] = {}
 
     def _check_masks(self) -> None:
         for i, (device, port, _) in enumerate(self.spec.masked_ports):
@@ -368,23 +248,55 @@ class Topology:
             out[t.pod].append(t.id)
         return {p: tuple(v) for p, v in out.items()}
 
-    def agg_devices(self, pod: int) -> tuple[str, ...]:
-        return tuple(d.id for d in self.devices.values() if d.tier == "agg" and d.pod == pod)
+    @cached_property
+    def _agg_devices(self) -> dict[int, tuple[str, ...]]:
+        out: dict[int, list[str]] = {p: [] for p in self.pods}
+        for d in self.devices.values():
+            if d.tier == "agg":
+                out.setdefault(d.pod, []).append(d.id)
+        return {p: tuple(v) for p, v in out.items()}
 
-    def core_devices(self) -> tuple[str, ...]:
+    def agg_devices(self, pod: int) -> tuple[str, ...]:
+        return self._agg_devices.get(pod, ())
+
+    @cached_property
+    def _core_devices(self) -> tuple[str, ...]:
         return tuple(d.id for d in self.devices.values() if d.tier == "core")
 
+    def core_devices(self) -> tuple[str, ...]:
+        return self._core_devices
+
     # -- port availability ------------------------------------------------------------------
+    # A Topology never changes after construction (with_masked builds a new one), so the lookups
+    # below are computed once per instance: planning a one-PoD intent then costs O(that PoD), not
+    # O(every boundary fibre of the fabric).
     def is_masked(self, ref: PortRef) -> bool:
         return ref in self.masked
 
     def usable_uplinks(self, tor_id: str) -> tuple[PortRef, ...]:
-        """Agg ports of a ToR's uplinks that are not masked."""
-        return tuple(p for p in self.tors[tor_id].uplinks if p not in self.masked)
+        """Agg ports of a ToR's uplinks that are not masked (computed once per ToR)."""
+        got = self._usable_uplinks.get(tor_id)
+        if got is None:
+            got = self._usable_uplinks[tor_id] = tuple(p for p in self.tors[tor_id].uplinks if p not in self.masked)
+        return got
 
     def usable_boundary(self, pod: int) -> tuple[BoundaryFibre, ...]:
-        """Boundary fibres of a PoD whose Agg and Core ends are both unmasked."""
-        return tuple(f for f in self.boundary.get(pod, ()) if f.agg not in self.masked and f.core not in self.masked)
+        """Boundary fibres of a PoD whose Agg and Core ends are both unmasked (computed once per PoD)."""
+        got = self._usable_boundary.get(pod)
+        if got is None:
+            got = self._usable_boundary[pod] = tuple(f for f in self.boundary.get(pod, ())
+                                                     if f.agg not in self.masked and f.core not in self.masked)
+        return got
+
+    @cached_property
+    def fibre_by_agg(self) -> dict[PortRef, BoundaryFibre]:
+        """Every boundary fibre by its OCS-Agg end (masked or not)."""
+        return {f.agg: f for fs in self.boundary.values() for f in fs}
+
+    @cached_property
+    def fibre_by_core(self) -> dict[PortRef, BoundaryFibre]:
+        """Every boundary fibre by its OCS-Core end (masked or not)."""
+        return {f.core: f for fs in self.boundary.values() for f in fs}
 
     def with_masked(self, ports: Iterable[tuple[str, int, str]]) -> "Topology":
         """Return a copy of this topology with more ports masked (e.g. after a port failure)."""
@@ -459,8 +371,3 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     """Return the topology described by a YAML file, refusing bad files with a :class:`ConfigError`."""
     reader = load_document(path)
     return Topology(_spec_from_reader(reader))
-
-
-def spec_from_mapping(data: Mapping[str, object], source: str = "<mapping>") -> FabricSpec:
-    """Return a validated :class:`FabricSpec` from an already-parsed mapping."""
-    return _spec_from_reader(Reader(data, source))

@@ -77,6 +77,8 @@ def unquote(text: str) -> str:
     if len(text) < 2 or text[0] != '"' or text[-1] != '"':
         return text
     body, out, i = text[1:-1], [], 0
+    if "\\" not in body:  # nothing escaped (every patch line): the body is the value
+        return body
     while i < len(body):
         ch = body[i]
         if ch == "\\" and i + 1 < len(body):
@@ -117,6 +119,9 @@ def split_fields(text: str, sep: str) -> list[str]:
     return fields
 
 
+_QUOTE_OR_END = re.compile(r'[";]')
+
+
 class Tl1Splitter:
     """Incremental splitter of a TL1 byte stream into messages, each ending at an unquoted ``;``.
 
@@ -139,8 +144,26 @@ class Tl1Splitter:
         self._prev = ""
 
     def feed(self, data: bytes) -> list[str]:
+        text = self._decoder.decode(data)
+        if self._in_comment or self._escaped or self._prev == "/" or "\\" in text or "/" in text:
+            return self._feed_chars(text)
+        # No escape and no comment can start or end in this chunk: only quotes and ';' matter, so
+        # jump from one to the next instead of stepping through every character.
+        out, start = [], 0
+        for m in _QUOTE_OR_END.finditer(text):
+            if m.group() == '"':
+                self._in_quote = not self._in_quote
+            elif not self._in_quote:
+                self._buf.append(text[start:m.end()])
+                out.append("".join(self._buf))
+                self._buf, start = [], m.end()
+        self._buf.append(text[start:])
+        self._prev = text[-1:] or self._prev
+        return out
+
+    def _feed_chars(self, text: str) -> list[str]:
         out = []
-        for ch in self._decoder.decode(data):
+        for ch in text:
             self._buf.append(ch)
             prev, self._prev = self._prev, ch
             if self._in_quote:

@@ -65,6 +65,10 @@ class TemplateCache:
         self.misses += 1
         return entry, False
 
+    def peek(self, signature: str) -> CacheEntry | None:
+        """Return the entry of ``signature`` (None when absent) without counting a hit or a miss."""
+        return self._entries.get(signature)
+
     def put(self, entry: CacheEntry) -> None:
         """Add (or replace) an entry without touching the counters, e.g. when restoring from disk."""
         self._entries[entry.signature] = entry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,9 @@ def test_demo_plans_two_iterations_and_hits_the_cache_on_the_second():
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("cache hit") == 4 and "REFUSED" not in out.stdout
     assert "template cache: 4 entries, 4 hits, 4 misses" in out.stdout
+    # Once the gates have seen an iteration, every period commits (or needs no change) at the first
+    # window of its granularity, and an intent is never announced after its window has passed.
+    assert "REJECT" not in out.stdout and "FAILED" not in out.stdout
+    periods = out.stdout.split("=== RL iteration 2 ===")[1].split("--- period")[1:]
+    assert len(periods) == 4 and all(re.search(r"(COMMIT|UNCHANGED) +attempt [12] ", p) for p in periods), periods
+    assert not re.search(r"\(-[\d.]+ \w+ left", out.stdout)

@@ -12,17 +12,14 @@ from agents.lab import EmulatedFabric
 from fabric.store import FabricStore
 from tests.agents.conftest import TOPOLOGY_64, Api, intent, wait_settled, wanted_tables, warm_up
 
-SLOW_SWITCH_MS = 2000  # each device's bulk connect takes this long while the proxy is killed
+SLOW_MS = 2000  # each device's bulk command (its switching, then its reply) takes this long
 
 
-def _in_flight_adds(state: str) -> int:
-    """Return the bulk connects journalled by the open commit (-1 while no commit is open)."""
+def _in_flight(state: str) -> int | None:
+    """Return the id of the open commit (None while no commit is open)."""
     with sqlite3.connect(f"file:{state}?mode=ro", uri=True, timeout=5) as db:
         row = db.execute("SELECT id FROM commits WHERE state = 'intent' ORDER BY id LIMIT 1").fetchone()
-        if row is None:
-            return -1
-        return db.execute("SELECT count(*) FROM commit_steps WHERE commit_id = ? AND action = 'add'",
-                          row).fetchone()[0]
+        return None if row is None else row[0]
 
 
 def _last_committed(lab: EmulatedFabric, job: str):
@@ -47,9 +44,11 @@ def test_kill_during_a_commit_then_restart_leaves_devices_exactly_at_the_last_co
         assert doc["decision"] == "commit", doc
         before = api.call("GET", "/v1/plan")[1]["jobs"]["rl"]["plan"]
 
-        # The weight-sync plan changes all three devices, one after another, each taking 2 s.
+        # The weight-sync plan changes all three devices (at once); each applies a command at once,
+        # then takes 2 s to switch and 2 s more to reply.
         for name in lab.switches:
-            lab.control(name).switch_delay(SLOW_SWITCH_MS)
+            lab.control(name).switch_delay(SLOW_MS)
+            lab.control(name).delay_replies(SLOW_MS)
         api.call("POST", "/v1/jobs/rl/events", {"events": [{"kind": "weight-sync-begin", "t_s": t + 1,
                                                             "window_hint_s": 60.0}]})
         body = {**intent("weight-sync.yaml", job="rl"), "t_s": t + 1}
@@ -64,14 +63,17 @@ def test_kill_during_a_commit_then_restart_leaves_devices_exactly_at_the_last_co
         poster = threading.Thread(target=post, daemon=True)
         poster.start()
         deadline = time.monotonic() + 60
-        # Kill once one device confirmed its new circuits: the next device is switching right now.
-        while _in_flight_adds(str(lab.state_path)) < 1:
+        # Kill while the first step is in flight: the devices have applied their commands, their
+        # replies are on the way, and the journal holds the intent and nothing else of the change.
+        while _in_flight(str(lab.state_path)) is None:
             assert time.monotonic() < deadline and poster.is_alive(), f"commit never went in flight: {answer}"
             time.sleep(0.02)
+        time.sleep(0.5)
         lab.proxy.kill()
         poster.join(60)
         for name in lab.switches:
             lab.control(name).switch_delay(0)
+            lab.control(name).delay_replies(0)
         wait_settled(lab)
         assert lab.tables() != wanted_tables(before, lab.topology), "the crash should leave devices half-changed"
 

@@ -102,6 +102,30 @@ def test_jobs_sharing_pods_never_share_a_port():
     assert {n: dev.cross_connects() for n, dev in devices.items()} == merged
 
 
+def test_a_window_must_cover_the_slowest_device_of_each_step_not_the_sum_of_all_devices():
+    service, _ = _service(_shared_pod_fabric())  # 3D MEMS everywhere: 10 ms per device
+    service.register_job("a", "0-15,32-47")
+    _marker(service, "a", 1.0)
+    d = service.announce_intent("a", {**_weight_sync("a", "0-15", "32-47"), "t_s": 1.0})
+    assert d.decision == "commit" and len(d.devices) == 3 and d.steps == 1, d
+    assert d.switch_delay_s == pytest.approx(0.010)  # the three devices switch at once: 10 ms, not 30 ms
+
+
+def test_switching_time_is_per_add_step_the_slowest_device_of_that_step():
+    from agents.ordered_commit import plan_change
+    from fabric.plan import Circuit, CircuitPlan
+
+    def plan(*xcs):
+        return CircuitPlan("f", "train", "s", 1e9, tuple(Circuit("agg", 0, a, b, CrossConnect(d, p, q))
+                                                         for d, p, q, a, b in xcs))
+    old = plan(("fast", 1, 2, "t1", "t2"), ("slow", 1, 2, "t3", "t4"))
+    new = plan(("fast", 1, 3, "t1", "t2"), ("slow", 1, 3, "t3", "t4"))  # both pairs move: remove, then add
+    change = plan_change(old, new)
+    adds = [s for s in change.order.steps if s.action == "add"]
+    assert len(adds) == 1 and change.steps == 2
+    assert change.switching_time_s({"fast": 0.001, "slow": 0.025}) == pytest.approx(0.025)
+
+
 def test_a_failed_commit_of_one_job_leaves_the_other_jobs_circuits_in_place():
     topology = _shared_pod_fabric()
     service, devices = _service(topology)

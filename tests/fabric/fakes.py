@@ -10,6 +10,7 @@ and raises :class:`SimulatedCrash` at the chosen one.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from fabric.ocs.errors import OcsConnectionError
@@ -31,11 +32,13 @@ class Crasher:
         self.count = 0
         self.labels: list[str] = []
         self.crashed_at: str | None = None
+        self._lock = threading.Lock()
 
     def point(self, label: str) -> None:
-        self.labels.append(label)
-        hit = self.at is not None and self.count == self.at
-        self.count += 1
+        with self._lock:  # devices of one step are driven from several threads at once
+            self.labels.append(label)
+            hit = self.at is not None and self.count == self.at
+            self.count += 1
         if hit:
             self.crashed_at = label
             raise SimulatedCrash(label)
@@ -126,10 +129,21 @@ class CrashingStore(FabricStore):
         super().record_step(*args, **kwargs)
         self.crasher.point("store record_step: after")
 
+    def record_steps(self, *args: Any, **kwargs: Any) -> None:
+        self.crasher.point("store record_steps: before")
+        super().record_steps(*args, **kwargs)
+        self.crasher.point("store record_steps: after")
+
     def finish_commit(self, *args: Any, **kwargs: Any) -> None:
         self.crasher.point("store finish_commit: before")
         super().finish_commit(*args, **kwargs)
         self.crasher.point("store finish_commit: after")
+
+    def advance_commit(self, *args: Any, **kwargs: Any) -> int:
+        self.crasher.point("store advance_commit: before")
+        cid = super().advance_commit(*args, **kwargs)
+        self.crasher.point("store advance_commit: after")
+        return cid
 
 
 def expected_tables(plan: CircuitPlan | None, devices: dict[str, FakeOcsDevice]) -> dict[str, dict[int, int]]:

@@ -70,7 +70,9 @@ def test_crash_points_cover_journal_device_and_partial_bulk_steps():
     labels = _crash_points()
     assert labels[0] == "store begin_commit: before" and labels[-1] == "store finish_commit: after"
     assert "agg0 connect: half applied" in labels and "core0 disconnect: after" in labels
-    assert len(labels) == N_POINTS == 22  # 2 per journal write (5), device command (4) and half-applied add (2)
+    # 2 per journal write (2: the intent before any device; the confirmations with the outcome after),
+    # per device command (4) and per half-applied add (2)
+    assert len(labels) == N_POINTS == 14
 
 
 N_POINTS = len(_crash_points())
@@ -312,3 +314,43 @@ def test_crash_during_reconciliation_is_recovered_by_the_next_one(tmp_path):
             assert j > 4
             break
         j += 1
+
+
+class _TableWatch:
+    """Stands in for a crasher: at every point of every device command, checks a device's table."""
+
+    def __init__(self, device: FakeOcsDevice, must_hold: dict[int, int]) -> None:
+        self.device, self.must_hold, self.points, self.violations = device, must_hold, 0, []
+
+    def point(self, label: str) -> None:
+        self.points += 1
+        table = self.device.state.cross_connects()
+        lost = {i: e for i, e in self.must_hold.items() if table.get(i) != e}
+        if lost:
+            self.violations.append(f"{label}: {lost} missing")
+
+
+def test_failed_commit_rolls_back_without_touching_another_scopes_circuits_on_a_shared_device():
+    devices = _devices()
+    store = FabricStore(":memory:")
+    b_plan = _plan(("agg0", 5, 6), ("agg1", 3, 4), sig="b")
+    apply_plan_diff(store, b_plan, devices, scope="job/b")
+    a_old = _plan(("agg0", 1, 2), ("core0", 1, 2), sig="a-old")
+    apply_plan_diff(store, a_old, devices, scope="job/a")
+    # A moves to agg0 3<->4 (whose port 4 has failed) and core0 3<->4; both devices are shared or busy
+    a_new = _plan(("agg0", 3, 4), ("core0", 3, 4), sig="a-new")
+    devices["agg0"].fail_port(4)
+    watch = _TableWatch(devices["agg0"], expected_tables(b_plan, devices)["agg0"])
+    for d in devices.values():
+        d.crasher = watch  # called before, during and after every connect and disconnect
+    with pytest.raises(CommitError, match="agg0:4") as err:
+        apply_plan_diff(store, a_new, devices, scope="job/a")
+    assert watch.points > 4 and watch.violations == []  # B's cross-connects held at every step
+    assert err.value.rolled_back and store.in_flight() == []
+    assert store.last_committed_plan("job/a").cross_connects() == a_old.cross_connects()
+    assert store.last_committed_plan("job/b").cross_connects() == b_plan.cross_connects()
+    held = expected_tables(a_old, devices)
+    for name, table in expected_tables(b_plan, devices).items():
+        held[name].update(table)
+    assert tables(devices) == held  # A back at its last commit, B untouched
+    assert [r.scope for r in store.history(limit=10) if r.kind == "reconcile"] == ["job/a"]  # B needed nothing

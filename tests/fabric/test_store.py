@@ -74,6 +74,36 @@ def test_commit_retention_keeps_last_committed_and_unfinished():
         assert good in ids and open_one in ids and len(ids) == 5  # 3 newest finished + both protected
 
 
+def test_a_chain_of_steps_closes_one_and_opens_the_next_in_one_write(tmp_path):
+    from fabric.store import DeviceStep
+
+    first, second, third = _plan(("agg0", 1, 2)), _plan(("agg0", 1, 2), ("agg0", 3, 4)), _plan(("agg0", 3, 4))
+    add = DeviceStep("agg0", "add", ((3, 12), (4, 11)), ((3, 12), (4, 11)), "ok")
+    remove = DeviceStep("agg0", "remove", ((1, 10), (2, 9)), ((1, 10), (2, 9)), "ok")
+    with FabricStore(tmp_path / "f.db") as store:
+        base = store.begin_commit("fab", first)
+        store.finish_commit(base, "committed")
+        c1 = store.begin_commit("fab", second, base_id=base)
+        c2 = store.advance_commit(c1, [add], third)
+        # step 1 is committed and step 2 in flight, together: a crash now leaves exactly this
+        assert store.last_committed("fab").id == c1 and [r.id for r in store.in_flight()] == [c2]
+        assert store.commit(c2).base_id == c1 and store.commit(c2).plan == third
+        store.finish_commit(c2, "committed", steps=[remove])
+        assert store.last_committed_plan("fab") == third and store.in_flight() == []
+        assert [(s.action, s.confirmed) for s in store.steps(c1)] == [("add", add.confirmed)]
+        assert [(s.action, s.status) for s in store.steps(c2)] == [("remove", "ok")]
+        with pytest.raises(ValueError, match="already committed"):
+            store.advance_commit(c2, [], first)
+
+
+def test_decision_rows_written_without_their_own_fsync_are_kept(tmp_path):
+    with FabricStore(tmp_path / "f.db") as store:
+        store.log_decision("pod0", "deferred", {"reason": "window too short"})
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # the journal stays FULL
+    with FabricStore(tmp_path / "f.db") as store:
+        assert [r.detail["reason"] for r in store.decisions()] == ["window too short"]
+
+
 def test_template_cache_round_trip():
     cache = TemplateCache()
     cache.get_or_create("sig-a", "train", "fwd", None, "greedy")

@@ -65,6 +65,19 @@ def test_splitter_finds_every_block_whatever_the_chunking(resps, data):
     assert splitter.pending == ""
 
 
+@settings(max_examples=300)
+@given(st.text(alphabet='ab";\\/* \r\né', max_size=40), st.data())
+def test_the_splitter_fast_path_reads_any_stream_as_the_character_scan_does(text, data):
+    stream = text.encode("utf-8")
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=5)))
+    fast, slow = Tl1Splitter(), Tl1Splitter()
+    got, want = [], []
+    for lo, hi in zip([0, *cuts], [*cuts, len(stream)]):
+        got += fast.feed(stream[lo:hi])
+        want += slow._feed_chars(slow._decoder.decode(stream[lo:hi]))  # one character at a time
+    assert got == want and fast.pending == slow.pending
+
+
 def test_semicolons_in_quotes_and_comments_do_not_end_a_block():
     resp = Response("9", "COMPLD", ('3:failed,fibre cut; see "rack 2";',), comment="a; b", sid="sw1")
     blocks = Tl1Splitter().feed(format_response(resp).encode())

@@ -1,0 +1,236 @@
+"""Journalled plan changes on OCS devices: journal the intent, drive every device at once, journal the outcome.
+
+Design note
+-----------
+A commit moves the devices of a scope from the store's last committed plan to a new one. Its
+intent (the new plan) is journalled, and on disk, before any device is touched. Then every device
+the diff touches gets one bulk removal followed by one bulk addition (ports are freed before
+reuse), all devices at once, since they are independent (:func:`fabric.ocs.fanout.each_device`).
+Then what each device confirmed and the outcome are journalled in one transaction. Reconciliation
+(:mod:`fabric.reconcile`) reads the devices, never the confirmations, so they need not be on disk
+before the next command; the intent must.
+
+A change made of several ordered steps (§5.4, :mod:`agents.ordered_commit`) is a chain of such
+commits in which closing one step and journalling the next step's intent is a single transaction
+(:meth:`fabric.store.FabricStore.advance_commit`): S steps cost S + 1 fsyncs and S device round
+trips, each as long as the slowest device of its step. After a crash anywhere in the chain the
+journal names the step in flight and its committed predecessor, which reconciliation restores.
+
+If a device refuses, the step's devices are reconciled back to what the journal says they hold:
+the union of *every* scope's last committed plan, so the rollback of one scope never removes the
+circuits another scope holds on a shared device. Earlier steps of a chain stay committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Mapping, Sequence
+
+from fabric.errors import OrchestrlError
+from fabric.ocs.errors import OcsError
+from fabric.ocs.fanout import each_device
+from fabric.ocs.model import OcsDeviceClient, duplex_to_cross_connects
+from fabric.plan import CircuitPlan, CrossConnect, PlanDiff, diff_plans
+from fabric.reconcile import ReconcileReport, SimplexPair, bulk_errors, reconcile, reconcile_store, unusable_ports
+from fabric.store import DeviceStep, FabricStore
+
+__all__ = ["CommitReport", "CommitError", "CommitInFlightError", "apply_plan_diff", "apply_plan_steps",
+           "JournaledCommitter"]
+
+
+@dataclass(frozen=True)
+class CommitReport:
+    """Outcome of one successful journalled commit (one step of a chain)."""
+
+    commit_id: int
+    base_id: int | None  # committed record the change started from
+    removed: int  # full-duplex circuits removed
+    added: int  # full-duplex circuits added
+    devices: tuple[str, ...]  # devices touched
+
+
+class CommitError(OrchestrlError):
+    """A plan could not be applied; devices were restored to the previous plan if ``rolled_back``."""
+
+    def __init__(self, commit_id: int, problem: str, failed_ports: list[tuple[str, int, str]],
+                 rollback: ReconcileReport | None) -> None:
+        self.commit_id = commit_id
+        self.failed_ports = failed_ports
+        self.rollback = rollback
+        self.rolled_back = rollback is not None and all(d.ok for d in rollback.devices)  # the touched ones
+        fix = ("devices were restored to the last committed plan" if self.rolled_back else
+               "devices may be half-changed: run reconcile() with every device before the next commit")
+        if failed_ports:
+            fix += f"; re-plan without the failed ports {', '.join(f'{d}:{p}' for d, p, _ in failed_ports)}"
+        super().__init__(f"commit {commit_id}: {problem}; {fix}")
+
+
+class CommitInFlightError(OrchestrlError):
+    """An earlier commit of the scope never finished; devices must be reconciled first."""
+
+
+_Outcome = tuple[DeviceStep, list[BaseException]]  # what a device confirmed, and its errors (empty: all done)
+
+
+def _bulk_step(name: str, client: OcsDeviceClient, action: str, pairs: list[SimplexPair]) -> _Outcome:
+    """Run one bulk command; return what the device confirmed and its errors."""
+    errors: list[BaseException] = []
+    try:
+        res = client.disconnect([i for i, _ in pairs]) if action == "remove" else client.connect(pairs, mode="stop")
+        errors.extend(bulk_errors(res, name, action))
+    except OcsError as e:
+        errors.append(e)
+    done, status = pairs, "ok"
+    if errors:
+        try:  # the command may have applied in part: read back what the device holds
+            table = client.cross_connects()
+            done = [p for p in pairs if (table.get(p[0]) == p[1]) == (action == "add")]
+        except OcsError as e:
+            errors.append(e)
+            done = []
+        status = "partial" if done else "failed"
+    return DeviceStep(name, action, tuple(pairs), tuple(done), status, "; ".join(map(str, errors))), errors
+
+
+def _drive_device(name: str, client: OcsDeviceClient, remove: list[CrossConnect],
+                  add: list[CrossConnect]) -> list[_Outcome]:
+    """One device's part of a step: its bulk removal, then its bulk addition; stop at the first error."""
+    n = client.ports
+    out: list[_Outcome] = []
+    for action, xcs in (("remove", remove), ("add", add)):
+        pairs = [p for xc in xcs for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n)]
+        if pairs:
+            out.append(_bulk_step(name, client, action, pairs))
+            if out[-1][1]:
+                break
+    return out
+
+
+def _apply_diff(store: FabricStore, scope: str, cid: int, diff: PlanDiff,
+                devices: Mapping[str, OcsDeviceClient]) -> list[DeviceStep]:
+    """Drive every device of ``diff`` at once; return their confirmations, or roll back and raise."""
+    touched = diff.devices()
+    remove: dict[str, list[CrossConnect]] = {d: [] for d in touched}
+    add: dict[str, list[CrossConnect]] = {d: [] for d in touched}
+    for xc in diff.remove:
+        remove[xc.device].append(xc)
+    for xc in diff.add:
+        add[xc.device].append(xc)
+    outcomes = each_device({d: partial(_drive_device, d, devices[d], remove[d], add[d]) for d in touched})
+    steps = [step for d in touched for step, _ in outcomes[d]]
+    failed = [(d, step, errors) for d in touched for step, errors in outcomes[d] if errors]
+    if not failed:
+        return steps
+    # what the devices did, refusals last, journalled before the rollback changes it again
+    store.record_steps(cid, sorted(steps, key=lambda st: st.status != "ok"))
+    name, step, errors = failed[0]
+    rollback = reconcile_store(store, {d: devices[d] for d in touched}, scope, "failed",
+                               f"{name} {step.action}: {errors[0]}", keep_other_scopes=True)
+    refused: set[tuple[str, int, str]] = set()
+    for d, _, errs in failed:
+        try:
+            refused |= {(d, p, s) for p, s in unusable_ports(devices[d], errs).items()}
+        except OcsError:
+            pass  # the device does not answer: the rollback report already says so
+    failed_ports = sorted(set(rollback.failed_ports) | refused)
+    if failed_ports:
+        store.mask_ports(failed_ports)
+    raise CommitError(cid, f"device {name} refused {step.action}: {errors[0]}", failed_ports, rollback)
+
+
+def apply_plan_steps(store: FabricStore, plans: Sequence[CircuitPlan], devices: Mapping[str, OcsDeviceClient], *,
+                     scope: str | None = None) -> tuple[CommitReport, ...]:
+    """Apply ``plans`` one after another, each a journalled commit, with S + 1 journal writes for S plans.
+
+    Parameters
+    ----------
+    store : FabricStore
+        The journal; each diff is taken against the previous plan, the first against the store's
+        last committed plan of ``scope`` (what the devices hold).
+    plans : sequence of CircuitPlan
+        The states to reach, in order (e.g. the intermediate states of a non-blocking order).
+    devices : mapping of str to OcsDeviceClient
+        A client per device a diff touches.
+    scope : str, optional
+        Journal scope (default: the last plan's fabric name).
+
+    Returns
+    -------
+    tuple of CommitReport
+        One per plan, in order.
+
+    Raises
+    ------
+    CommitInFlightError
+        An earlier commit of the scope was interrupted: call :func:`fabric.reconcile.reconcile` first.
+    CommitError
+        A device refused: the step's devices were reconciled back to every scope's last committed
+        plan (earlier steps stay committed), the step is marked failed, ``failed_ports`` lists ports
+        to re-plan around.
+    KeyError
+        A changed device has no client (nothing was sent or journalled).
+
+    Notes
+    -----
+    Per step: one bulk command per device and action, all devices at once; O(C) work for C
+    cross-connects changed.
+    """
+    if not plans:
+        raise ValueError("apply_plan_steps: plans is empty; give at least the plan to reach")
+    scope = plans[-1].fabric if scope is None else scope
+    pending = store.in_flight(scope)
+    if pending:
+        raise CommitInFlightError(f"scope {scope!r}: commit {pending[0].id} was interrupted and devices may be "
+                                  "half-changed; run reconcile(store, devices) before committing again")
+    base = store.last_committed(scope)
+    before = [base.plan if base else None, *plans[:-1]]
+    diffs = [diff_plans(old, new) for old, new in zip(before, plans)]
+    missing = sorted({d for diff in diffs for d in diff.devices() if d not in devices})
+    if missing:
+        raise KeyError(f"plan for scope {scope!r} changes devices without a client: {', '.join(missing)}; "
+                       "add them to the device configuration")
+    base_id = base.id if base else None
+    cid = store.begin_commit(scope, plans[0], base_id=base_id)
+    reports = []
+    for i, diff in enumerate(diffs):
+        steps = _apply_diff(store, scope, cid, diff, devices)
+        reports.append(CommitReport(cid, base_id, len(diff.remove), len(diff.add), tuple(diff.devices())))
+        if i + 1 < len(plans):
+            base_id, cid = cid, store.advance_commit(cid, steps, plans[i + 1])
+        else:
+            store.finish_commit(cid, "committed", steps=steps)
+    return tuple(reports)
+
+
+def apply_plan_diff(store: FabricStore, plan: CircuitPlan, devices: Mapping[str, OcsDeviceClient], *,
+                    scope: str | None = None) -> CommitReport:
+    """Apply ``plan`` to the devices as one journalled commit; return what changed.
+
+    Journal the intent, then on every device the diff touches (all at once) one bulk removal
+    followed by one bulk addition, then journal what each device confirmed together with the
+    outcome. The diff is taken against the store's last committed plan of ``scope`` (default: the
+    plan's fabric name), which is what the devices hold. Raises as :func:`apply_plan_steps`.
+    """
+    return apply_plan_steps(store, [plan], devices, scope=scope)[0]
+
+
+class JournaledCommitter:
+    """:class:`fabric.controller.PlanCommitter` that journals every commit in a store.
+
+    The ``diff`` the controller passes is not trusted: the change is re-derived from the store's
+    last committed plan, which is what the devices hold even after a restart.
+    """
+
+    def __init__(self, store: FabricStore, devices: Mapping[str, OcsDeviceClient], scope: str | None = None):
+        self.store = store
+        self.devices = devices
+        self.scope = scope
+        self.last: CommitReport | None = None
+
+    def commit(self, plan: CircuitPlan, diff: object = None) -> None:
+        self.last = apply_plan_diff(self.store, plan, self.devices, scope=self.scope)
+
+    def recover(self) -> ReconcileReport:
+        """Reconcile every device to the journal (call once at start-up, and after a CommitError)."""
+        return reconcile(self.store, self.devices, scope=self.scope)
