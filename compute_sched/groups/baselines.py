@@ -4,15 +4,18 @@
 * Co-located (veRL): every phase of a job on its training (H800) nodes; no rollout pool.
 * Gavel+: heterogeneity-aware job-level sharing; jobs of a group take turns as whole jobs, each
   with a time fraction just large enough for its SLO; phases of different jobs never interleave.
-* Random: a random group that can hold the job's state (or a new one), random nodes in it.
-* Greedy (Most-Idle): the group with the highest idle-time share, its least-loaded nodes.
+* Random: a random group that can accommodate the job (or a new one), random nodes in it.
+* Greedy (Most-Idle): the group with the highest idle-time share, its most idle nodes.
 
-Random and Greedy check only residency (memory, group size), not SLOs, as in §7.5; they run under
-the same round-robin intra-group schedule as RollMux.
+Random and Greedy check only residency (memory, group size, enough nodes), not SLOs, as in §7.5.
+Following §7.5's wording ("placed on random rollout and train nodes within this group") they pin a
+job to as many rollout *and training* nodes of the group as it asks for, and never provision nodes
+into an existing group; each pinned node runs its jobs in round-robin order like a rollout node.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Callable
 
@@ -24,7 +27,7 @@ from compute_sched.groups.model import Group, JobSpec
 from fabric.errors import ConfigError
 
 __all__ = ["SoloPolicy", "ColocatedPolicy", "GavelPolicy", "RandomPolicy", "GreedyPolicy", "make_policy",
-           "POLICIES", "gavel_min_shares"]
+           "POLICIES", "gavel_min_shares", "idle_share"]
 
 _EPS = 1e-9
 
@@ -102,8 +105,48 @@ class GavelPolicy:
         return Decision(job.job_id, "direct", best[1].gid, best[2], mode="gavel")
 
 
+def _pinned_choices(job: JobSpec, group: Group, config: GroupConfig) -> tuple[list[int], list[int]] | None:
+    """Nodes a Random/Greedy job could be pinned to in ``group``, least loaded first, or None if it does not fit.
+
+    "A group that can accommodate it" (§7.5): room for one more member, and at least as many rollout
+    nodes (``job.roll_nodes``) and training nodes (``job.train_nodes``) with host memory left for the
+    job's resident state as the job asks for. SLOs are not checked; nothing is provisioned.
+    """
+    if group.mode != "rollmux" or len(group.order) >= config.max_group_size:
+        return None
+    roll = _eligible(job, group, config)
+    if len(roll) < job.roll_nodes:
+        return None
+    loads = {n: sum(group.member_train_time(j) for j in group.order
+                    if n in group.train_placements.get(j, group.train_nodes)) for n in group.train_nodes}
+    train = sorted((n for n in group.train_nodes
+                    if group.train_node_mem_gb(n) + job.train_mem_gb <= config.host_mem_gb + _EPS),
+                   key=lambda n: (loads[n], n))
+    if len(train) < job.train_nodes:
+        return None
+    return roll, train
+
+
+def idle_share(group: Group, config: GroupConfig) -> float:
+    """Return the share of ``group``'s provisioned node-time (both pools) left idle by its worst-case schedule."""
+    if not group.order:
+        return 1.0
+    sched = round_robin(group_jobs(group), len(group.rollout_nodes), config, n_train_nodes=len(group.train_nodes))
+    r, t = len(group.rollout_nodes), len(group.train_nodes)
+    return 1.0 - (sched.rollout_util * r + sched.train_util * t) / (r + t)
+
+
+def _new_pinned_group(job: JobSpec, cluster: Cluster, config: GroupConfig) -> Decision:
+    return dataclasses.replace(isolated_decision(job, cluster, (config.reference_rollout_gpu,)), pin_train=True)
+
+
 class RandomPolicy:
-    """Random: uniformly among the groups that can hold the job plus a new group; random nodes."""
+    """Random (§7.5): uniformly among {groups that can accommodate the job} and {a new group}; random nodes.
+
+    With ``k`` groups able to hold the job, a new group is opened with probability ``1 / (k + 1)``.
+    Inside an existing group the job is pinned to ``roll_nodes`` random rollout nodes and
+    ``train_nodes`` random training nodes among those with host memory to spare.
+    """
 
     name = "random"
 
@@ -112,17 +155,23 @@ class RandomPolicy:
         self.rng = random.Random(seed)
 
     def place(self, job: JobSpec, cluster: Cluster) -> Decision:
-        options = [(g, e) for g in cluster.groups.values()
-                   if (e := _accommodates(job, g, self.config, "rollmux")) is not None]
+        options = [(g, c) for g in cluster.groups.values()
+                   if (c := _pinned_choices(job, g, self.config)) is not None]
         pick = self.rng.randrange(len(options) + 1)
         if pick == len(options):
-            return isolated_decision(job, cluster, (self.config.reference_rollout_gpu,))
-        group, eligible = options[pick]
-        return Decision(job.job_id, "direct", group.gid, tuple(sorted(self.rng.sample(eligible, job.roll_nodes))))
+            return _new_pinned_group(job, cluster, self.config)
+        group, (roll, train) = options[pick]
+        return Decision(job.job_id, "direct", group.gid, tuple(sorted(self.rng.sample(roll, job.roll_nodes))),
+                        pin_train=True, train_nodes=tuple(sorted(self.rng.sample(train, job.train_nodes))))
 
 
 class GreedyPolicy:
-    """Greedy (Most-Idle): the group with the highest idle-time share; its most idle rollout nodes."""
+    """Greedy (Most-Idle, §7.5): the group with the highest idle-time share; its most idle nodes.
+
+    Idle-time share is idle node-time over provisioned node-time of both pools under the group's
+    round-robin schedule (:func:`idle_share`). Only groups that can accommodate the job compete (an
+    empty new group would always be the most idle); a new group is opened when none can.
+    """
 
     name = "greedy"
 
@@ -130,18 +179,19 @@ class GreedyPolicy:
         self.config = config
 
     def place(self, job: JobSpec, cluster: Cluster) -> Decision:
-        best: tuple[float, int, Group, list[int]] | None = None
+        best: tuple[float, int, Group, list[int], list[int]] | None = None
         for group in cluster.groups.values():
-            eligible = _accommodates(job, group, self.config, "rollmux")
-            if eligible is None:
+            choices = _pinned_choices(job, group, self.config)
+            if choices is None:
                 continue
-            sched = round_robin(group_jobs(group), len(group.rollout_nodes), self.config)
-            idle = 1.0 - (sched.rollout_util + sched.train_util) / 2.0
+            idle = idle_share(group, self.config)
             if best is None or (idle, -group.gid) > (best[0], -best[1]):
-                best = (idle, group.gid, group, eligible)
+                best = (idle, group.gid, group, *choices)
         if best is None:
-            return isolated_decision(job, cluster, (self.config.reference_rollout_gpu,))
-        return Decision(job.job_id, "direct", best[2].gid, tuple(best[3][: job.roll_nodes]))
+            return _new_pinned_group(job, cluster, self.config)
+        _, _, group, roll, train = best
+        return Decision(job.job_id, "direct", group.gid, tuple(roll[: job.roll_nodes]), pin_train=True,
+                        train_nodes=tuple(train[: job.train_nodes]))
 
 
 POLICIES: dict[str, Callable[..., object]] = {

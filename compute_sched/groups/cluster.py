@@ -36,6 +36,10 @@ class Decision:
     rollout_pods: tuple[int, ...] = ()  # PoDs the job's rollout nodes will span (fabric topology only)
     mode: str = "rollmux"  # sharing mode of a new group
     evaluated: int = 0  # placements whose SLO check ran a schedule simulation
+    # Random/Greedy pin a job to training nodes (§7.5); RollMux never does (footnote 2: the job's
+    # data-parallel degree follows the whole pool). Pinned: ``train_nodes`` plus any new ones.
+    pin_train: bool = False
+    train_nodes: tuple[int, ...] = ()  # existing training nodes of the group the job is pinned to
 
 
 class Cluster:
@@ -64,10 +68,12 @@ class Cluster:
         if decision.group_id is None:
             group = Group(self._next_gid, self.config, mode=decision.mode)
             self._next_gid += 1
-            group.add_nodes(self.allocator.allocate("train", self.config.train_gpu_type, decision.new_train_count))
+            new_train = self.allocator.allocate("train", self.config.train_gpu_type, decision.new_train_count)
+            group.add_nodes(new_train)
             created = True
         else:
             group = self.groups[decision.group_id]
+            new_train = []
             created = False
         new_ids: list[int] = []
         if decision.new_roll_count:
@@ -81,7 +87,8 @@ class Cluster:
                 raise
             group.add_nodes(nodes)
             new_ids = [n.node_id for n in nodes]
-        group.add(job, tuple(decision.roll_nodes) + tuple(new_ids))
+        pins = tuple(decision.train_nodes) + tuple(n.node_id for n in new_train) if decision.pin_train else None
+        group.add(job, tuple(decision.roll_nodes) + tuple(new_ids), pins)
         self.groups[group.gid] = group
         self.job_group[job.job_id] = group.gid
         return group

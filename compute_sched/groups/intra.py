@@ -38,7 +38,8 @@ class GroupJob:
     job_id: str
     roll_nodes: tuple[int, ...]  # rollout node ids it is pinned to
     roll_s: float  # worst-case rollout time on those nodes
-    train_s: float  # worst-case training time on the group's training pool
+    train_s: float  # worst-case training time on the group's training pool (or on its pinned training nodes)
+    train_nodes: tuple[int, ...] | None = None  # training node ids it is pinned to; None: the whole pool
 
 
 @dataclass(frozen=True)
@@ -61,19 +62,19 @@ class GroupSchedule:
     iteration_s: Mapping[str, float]  # mean iteration time of each job over the measured window
     meta_iteration_s: float  # mean length of one meta-iteration
     rollout_util: float  # useful rollout node-time / provisioned rollout node-time
-    train_util: float  # training-pool busy time / elapsed time
+    train_util: float  # busy training node-time / provisioned training node-time
     segments: tuple[Segment, ...] = ()
 
 
 def group_jobs(group: Group) -> list[GroupJob]:
     """Return the members of ``group`` in round-robin order with their worst-case in-group phase times."""
     return [GroupJob(j, group.placements[j], group.roll_time(group.jobs[j], group.placements[j]),
-                     group.train_time(group.jobs[j])) for j in group.order]
+                     group.member_train_time(j), group.train_placements.get(j)) for j in group.order]
 
 
 def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupConfig, *,
                 draws: np.ndarray | None = None, iterations: int | None = None,
-                record: bool = False) -> GroupSchedule:
+                record: bool = False, n_train_nodes: int = 1) -> GroupSchedule:
     """Return the round-robin schedule of ``jobs`` (in their order) on a group's pools.
 
     Parameters
@@ -91,6 +92,9 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
         Meta-iterations to simulate when ``draws`` is None (default ``2 * len(jobs) + 6``).
     record : bool
         Keep every phase as a :class:`Segment`.
+    n_train_nodes : int
+        Training nodes the group holds (utilisation denominator). A member pinned to training nodes
+        queues on each of them like a rollout on its rollout nodes; an unpinned one takes the pool.
 
     Returns
     -------
@@ -132,7 +136,9 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
     part_free: dict[int, float] = {}  # node -> when the next phase may start on it
     full_free: dict[int, float] = {}  # node -> when the last phase on it has fully drained
     last_on: dict[int, str] = {}
-    train_free, train_last = 0.0, None
+    pool = ("pool",)  # the training resource of an unpinned member: the whole pool at once
+    t_free: dict = {}  # training resource -> when it is free
+    t_last: dict = {}  # training resource -> last job on it
     ready = [0.0] * n
     ends = [[0.0] * its for _ in range(n)]
     roll_useful = [0.0] * its
@@ -164,25 +170,31 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
                 full_free[node] = max(end, full_free.get(node, 0.0))
                 last_on[node] = job.job_id
             roll_useful[it] += len(nodes) * (tail_at + config.tail_capacity_fraction * (work - tail_at))
-            t_start = max(end, train_free)
-            if train_last is not None and train_last != job.job_id:
+            t_res = tuple(("t", x) for x in job.train_nodes) if job.train_nodes else pool
+            t_start = max([end] + [t_free.get(r, 0.0) for r in t_res])
+            if any(t_last.get(r, job.job_id) != job.job_id for r in t_res):
                 t_start += warm
             t_end = t_start + job.train_s * f_train
-            train_free, train_last = t_end, job.job_id
-            train_busy[it] += job.train_s * f_train
+            for r in t_res:
+                t_free[r], t_last[r] = t_end, job.job_id
+            if not job.train_nodes:  # the pool: ("pool",) blocks all pinned nodes too (never mixed in practice)
+                for r in list(t_free):
+                    t_free[r] = max(t_free[r], t_end)
+            train_busy[it] += job.train_s * f_train * (len(job.train_nodes) if job.train_nodes else n_train_nodes)
             ready[k] = t_end
             ends[k][it] = t_end
             if record:
                 migrated = tail_abs if migrate and tail_at < work else None
                 segments.append(Segment(job.job_id, "rollout", nodes, it, start, end, migrated))
-                segments.append(Segment(job.job_id, "train", (), it, t_start, t_end))
+                segments.append(Segment(job.job_id, "train", job.train_nodes or (), it, t_start, t_end))
         if planned and iterations is None:
             # The worst case is max-plus linear, so from some iteration on its state, taken relative
             # to the meta-iteration's end, repeats exactly; the period is then exact.
             top = max(ready)
             key = (tuple(round(top - ready[k], 6) for k in range(n)),
                    tuple(sorted((nd, round(top - v, 6)) for nd, v in part_free.items())),
-                   tuple(sorted((nd, round(top - v, 6)) for nd, v in full_free.items())), round(top - train_free, 6))
+                   tuple(sorted((nd, round(top - v, 6)) for nd, v in full_free.items())),
+                   tuple(sorted((str(r), round(top - v, 6)) for r, v in t_free.items())))
             if key in seen:
                 cycle = (seen[key], it)
                 break
@@ -194,7 +206,7 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
         per_job = {job.job_id: meta for job in jobs}
         span = done_i - done_j
         r_util = sum(roll_useful[j + 1:i + 1]) / (max(1, n_rollout_nodes) * span) if span > 0 else 0.0
-        t_util = sum(train_busy[j + 1:i + 1]) / span if span > 0 else 0.0
+        t_util = sum(train_busy[j + 1:i + 1]) / (max(1, n_train_nodes) * span) if span > 0 else 0.0
         return GroupSchedule(per_job, meta, min(1.0, r_util), min(1.0, t_util), tuple(segments))
     # Every member runs once per meta-iteration, so all share one long-run period. Measure it on the
     # meta-iteration's completion (the training pool is sequential, so the last member ends it): the
@@ -206,7 +218,7 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
     per_job = {job.job_id: meta for job in jobs}
     span = meta * window
     r_util = sum(roll_useful[its - window:]) / (max(1, n_rollout_nodes) * span) if span > 0 else 0.0
-    t_util = sum(train_busy[its - window:]) / span if span > 0 else 0.0
+    t_util = sum(train_busy[its - window:]) / (max(1, n_train_nodes) * span) if span > 0 else 0.0
     return GroupSchedule(per_job, meta, min(1.0, r_util), min(1.0, t_util), tuple(segments))
 
 

@@ -140,6 +140,9 @@ class Group:
     order: list[str] = field(default_factory=list)
     jobs: dict[str, JobSpec] = field(default_factory=dict)
     placements: dict[str, tuple[int, ...]] = field(default_factory=dict)  # job -> its rollout node ids
+    # job -> training node ids it is pinned to. Only the Random/Greedy baselines pin (§7.5: "placed on
+    # random rollout and train nodes"); an unpinned job trains on the whole pool (footnote 2).
+    train_placements: dict[str, tuple[int, ...]] = field(default_factory=dict)
     rollout_nodes: dict[int, Node] = field(default_factory=dict)
     train_nodes: dict[int, Node] = field(default_factory=dict)
     _summary: "GroupSummary | None" = field(default=None, repr=False, compare=False)
@@ -161,6 +164,22 @@ class Group:
         count = train_count if train_count is not None else len(self.train_nodes)
         return job.t_train_s * job.train_nodes / count
 
+    def member_train_time(self, job_id: str) -> float:
+        """Worst-case training time of a member where it trains (its pinned nodes, else the whole pool)."""
+        pins = self.train_placements.get(job_id)
+        return self.train_time(self.jobs[job_id], len(pins) if pins else None)
+
+    def train_node_mem_gb(self, node_id: int) -> float:
+        """Host DRAM resident on one training node: pinned members on it plus every unpinned member."""
+        out = 0.0
+        for j in self.order:
+            pins = self.train_placements.get(j)
+            if pins is None:
+                out += self.train_mem_per_node(self.jobs[j])
+            elif node_id in pins:
+                out += self.train_mem_per_node(self.jobs[j], len(pins))
+        return out
+
     def train_mem_per_node(self, job: JobSpec, train_count: int | None = None) -> float:
         """Host DRAM ``job`` needs on each training node (its state spread over the pool, never below Table 2)."""
         count = train_count if train_count is not None else len(self.train_nodes)
@@ -175,7 +194,7 @@ class Group:
                 t_cycle_s=self.t_cycle_s(), train_load_s=self.train_load_s(), node_load_s=loads,
                 node_mem_gb={n: self.node_mem_used_gb(n) for n in self.rollout_nodes},
                 train_mem_gb=self.train_mem_used_gb(), min_slo_budget_s=self.min_slo_budget_s(),
-                max_inner_solo_s=max((self.roll_time(self.jobs[j], self.placements[j]) + self.train_time(self.jobs[j])
+                max_inner_solo_s=max((self.roll_time(self.jobs[j], self.placements[j]) + self.member_train_time(j)
                                       for j in self.order), default=0.0))
         return self._summary
 
@@ -190,10 +209,15 @@ class Group:
         return sum(self.jobs[j].roll_mem_gb for j in self.jobs_on(node_id))
 
     def train_mem_used_gb(self) -> float:
-        return sum(self.train_mem_per_node(self.jobs[j]) for j in self.order)
+        """Resident GB on the fullest training node."""
+        return max((self.train_node_mem_gb(n) for n in self.train_nodes), default=0.0)
 
     def train_load_s(self) -> float:
-        return sum(self.train_time(self.jobs[j]) for j in self.order)
+        """Worst-case training work on the busiest training node (the whole pool when nobody is pinned)."""
+        if not self.train_placements:
+            return sum(self.train_time(self.jobs[j]) for j in self.order)
+        return max((sum(self.member_train_time(j) for j in self.order
+                        if n in self.train_placements.get(j, self.train_nodes)) for n in self.train_nodes), default=0.0)
 
     def t_cycle_s(self) -> float:
         """``T_G^cycle``: the longest member's solo iteration time."""
@@ -224,18 +248,24 @@ class Group:
         return tuple(sorted({self.rollout_nodes[n].pod for n in node_ids if self.rollout_nodes[n].pod is not None}))
 
     # -- membership -----------------------------------------------------------------------------------
-    def add(self, job: JobSpec, node_ids: Sequence[int]) -> None:
-        """Admit ``job`` pinned to existing rollout nodes ``node_ids``; refuses a residency violation."""
+    def add(self, job: JobSpec, node_ids: Sequence[int], train_ids: Sequence[int] | None = None) -> None:
+        """Admit ``job`` pinned to existing rollout nodes ``node_ids`` (and, if given, training nodes
+        ``train_ids``; else it trains on the whole pool); refuses a residency violation."""
         if job.job_id in self.jobs:
             raise ConfigError(f"group {self.gid}", "jobs", f"job {job.job_id!r} is already a member", "a new job id")
         missing = [n for n in node_ids if n not in self.rollout_nodes]
         if missing:
             raise ConfigError(f"group {self.gid}", "placement", f"nodes {missing} are not rollout nodes of the group",
                               f"{sorted(self.rollout_nodes)}")
+        if train_ids is not None and (not train_ids or any(n not in self.train_nodes for n in train_ids)):
+            raise ConfigError(f"group {self.gid}", "train placement", f"{list(train_ids)} are not training nodes "
+                              f"of the group", f"a non-empty subset of {sorted(self.train_nodes)}")
         self._summary = None
         self.order.append(job.job_id)
         self.jobs[job.job_id] = job
         self.placements[job.job_id] = tuple(node_ids)
+        if train_ids is not None:
+            self.train_placements[job.job_id] = tuple(train_ids)
         over = self.residency_violations()
         if over:
             self.remove(job.job_id)
@@ -243,13 +273,18 @@ class Group:
                               f"at most {self.config.host_mem_gb} GB resident per node")
 
     def remove(self, job_id: str) -> list[int]:
-        """Remove a member; return the rollout node ids no member uses any more."""
+        """Remove a member; return the node ids no member uses any more (a node is paid while any job on it runs)."""
         self._summary = None
         self.order.remove(job_id)
         del self.jobs[job_id]
         del self.placements[job_id]
+        self.train_placements.pop(job_id, None)
         used = {n for nodes in self.placements.values() for n in nodes}
-        return [n for n in self.rollout_nodes if n not in used]
+        unused = [n for n in self.rollout_nodes if n not in used]
+        if self.order and all(j in self.train_placements for j in self.order):  # all pinned: free idle ones
+            used_t = {n for nodes in self.train_placements.values() for n in nodes}
+            unused += [n for n in self.train_nodes if n not in used_t]
+        return unused
 
     def add_nodes(self, nodes: Iterable[Node]) -> None:
         """Provision nodes into the group's pools (rollout scaling, or a new group's pools)."""
@@ -270,6 +305,6 @@ class Group:
         cap = self.config.host_mem_gb + 1e-9
         out = [f"rollout node {n} holds {self.node_mem_used_gb(n):.1f} GB" for n in self.rollout_nodes
                if self.node_mem_used_gb(n) > cap]
-        if self.train_nodes and self.train_mem_used_gb() > cap:
-            out.append(f"training nodes hold {self.train_mem_used_gb():.1f} GB each")
+        out += [f"training node {n} holds {self.train_node_mem_gb(n):.1f} GB" for n in self.train_nodes
+                if self.train_node_mem_gb(n) > cap]
         return out

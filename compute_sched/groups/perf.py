@@ -50,7 +50,8 @@ def realised_performance(group: Group, config: GroupConfig, responses: ResponseM
     """Return the realised performance of ``group`` in its sharing mode (deterministic for a seed)."""
     draws = draws_for(config, responses, list(group.order), seed, iterations)
     if group.mode == "rollmux":
-        sched = round_robin(group_jobs(group), len(group.rollout_nodes), config, draws=draws)
+        sched = round_robin(group_jobs(group), len(group.rollout_nodes), config, draws=draws,
+                            n_train_nodes=len(group.train_nodes))
         return GroupPerf(dict(sched.iteration_s), sched.rollout_util * len(group.rollout_nodes),
                          sched.train_util * len(group.train_nodes))
     mean = draws.mean(axis=0)  # (jobs, 3)

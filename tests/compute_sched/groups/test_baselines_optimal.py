@@ -4,11 +4,12 @@ import itertools
 
 import pytest
 
-from compute_sched.groups.baselines import GavelPolicy, GreedyPolicy, RandomPolicy, gavel_min_shares, make_policy
+from compute_sched.groups.baselines import (GavelPolicy, GreedyPolicy, RandomPolicy, gavel_min_shares, idle_share,
+                                          make_policy)
 from compute_sched.groups.cluster import Cluster
 from compute_sched.groups.config import GroupConfig
 from compute_sched.groups.inter import RollMuxScheduler
-from compute_sched.groups.intra import GroupJob, group_jobs, worst_case_iteration_s
+from compute_sched.groups.intra import GroupJob, group_jobs, round_robin, worst_case_iteration_s
 from compute_sched.groups.model import JobSpec
 from compute_sched.groups.optimal import MAX_OPTIMAL_JOBS, optimal_groups
 from compute_sched.groups.workload import synthesize_jobs
@@ -112,3 +113,68 @@ def test_rollmux_is_never_cheaper_than_the_optimum_and_the_optimum_is_feasible(w
 def test_optimum_refuses_instances_too_large_to_search():
     with pytest.raises(ConfigError, match="--jobs"):
         optimal_groups(synthesize_jobs("mixed", MAX_OPTIMAL_JOBS + 1, 0), CFG)
+
+
+def _three_open_groups():
+    """Three one-job groups (1 rollout + 1 training node each) that can each take another small job."""
+    cluster = Cluster(CFG)
+    for i in range(3):
+        job = JobSpec(f"g{i}", 100, 100)
+        cluster.apply(job, make_policy("solo", CFG).place(job, cluster))
+    return cluster
+
+
+def test_random_opens_a_new_group_with_probability_one_over_k_plus_one():
+    cluster = _three_open_groups()
+    counts: dict = {}
+    trials = 4000
+    for seed in range(trials):
+        d = RandomPolicy(CFG, seed=seed).place(JobSpec("new", 50, 50), cluster)
+        counts[d.group_id] = counts.get(d.group_id, 0) + 1
+    assert set(counts) == {None, 0, 1, 2}  # every group that can accommodate it, and a new one
+    for gid, c in counts.items():  # uniform over k + 1 = 4 options (4 sigma ~ 0.027)
+        assert abs(c / trials - 0.25) < 0.03, (gid, c)
+
+
+def test_random_and_greedy_only_consider_groups_with_enough_nodes_and_never_provision_into_them():
+    cluster = _three_open_groups()
+    big = JobSpec("big", 100, 100, roll_nodes=2, train_nodes=2)  # no one-node group can accommodate it
+    for seed in range(50):
+        d = RandomPolicy(CFG, seed=seed).place(big, cluster)
+        assert d.group_id is None and d.new_roll_count == 2 and d.new_train_count == 2
+    d = GreedyPolicy(CFG).place(big, cluster)
+    assert d.group_id is None and d.pin_train
+
+
+def test_random_and_greedy_pin_training_nodes_and_release_them_when_idle():
+    cluster = Cluster(CFG)
+    big = JobSpec("big", 100, 100, roll_nodes=2, train_nodes=2)
+    cluster.apply(big, GreedyPolicy(CFG).place(big, cluster))
+    small = JobSpec("small", 100, 100)
+    d = GreedyPolicy(CFG).place(small, cluster)
+    assert d.group_id == 0 and len(d.roll_nodes) == 1 and len(d.train_nodes) == 1
+    group = cluster.apply(small, d)
+    assert group.member_train_time("small") == pytest.approx(100)  # on its own node count, no DP rescaling
+    cost_before = cluster.cost_usd_per_h()
+    cluster.remove("big")  # the small job keeps only the nodes it runs on
+    assert len(group.train_nodes) == 1 and len(group.rollout_nodes) == 1
+    assert cluster.cost_usd_per_h() == pytest.approx(cost_before - 14.8 - 42.24)
+
+
+def test_pinned_training_nodes_run_in_parallel():
+    cfg = GroupConfig(warm_start_s=0.0)
+    a = GroupJob("a", (0,), 100.0, 100.0, train_nodes=(10,))
+    b = GroupJob("b", (1,), 100.0, 100.0, train_nodes=(11,))
+    s = round_robin([a, b], 2, cfg, n_train_nodes=2)
+    assert s.iteration_s["a"] == pytest.approx(200.0) and s.train_util == pytest.approx(0.5)
+    shared = round_robin([a, GroupJob("b", (1,), 100.0, 100.0, train_nodes=(10,))], 2, cfg, n_train_nodes=1)
+    assert shared.train_util == pytest.approx(1.0)
+
+
+def test_greedy_idle_share_weights_nodes_of_both_pools():
+    cluster = Cluster(CFG)
+    job = JobSpec("a", 100, 300, roll_nodes=3)  # 3 rollout nodes busy 1/4, 1 training node busy 3/4
+    group = cluster.apply(job, GreedyPolicy(CFG).place(job, cluster))
+    sched = round_robin(group_jobs(group), 3, CFG, n_train_nodes=1)
+    expected = 1 - (3 * sched.rollout_util + sched.train_util) / 4
+    assert idle_share(group, CFG) == pytest.approx(expected)
