@@ -25,7 +25,7 @@ from compute_sched.layout import InstanceConfig
 from compute_sched.perf import PerfModel
 from compute_sched.workload import BIN_TOKENS, RequestState, StepWorkload
 
-__all__ = ["RequestClass", "ClassTable", "build_classes", "instance_time_s"]
+__all__ = ["RequestClass", "ClassTable", "build_classes", "instance_time_s", "step_profile_s"]
 
 
 @dataclass(frozen=True)
@@ -112,16 +112,30 @@ def instance_time_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, cou
     >>> 0 < instance_time_s(perf=pm, cfg=tp2, table=t, counts=t.counts / 2) < instance_time_s(pm, tp2, t, t.counts)
     True
     """
+    return float(step_profile_s(perf, cfg, table, counts, tail_mass=tail_mass).sum())
+
+
+def step_profile_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, counts: np.ndarray, *,
+                   tail_mass: float = 0.25) -> np.ndarray:
+    """Expected seconds one instance of ``cfg`` spends in each grid interval of ``table``.
+
+    Entry ``t`` is the time to decode the ``step_tokens`` tokens after grid point ``t`` with the
+    expected batch and context there (0 once fewer than ``tail_mass`` requests remain), so the
+    sum is :func:`instance_time_s` and a prefix sum is the time to reach a later point of the step.
+
+    Notes
+    -----
+    O(J T) for J classes and T grid points.
+    """
     counts = np.asarray(counts, dtype=float)
+    out = np.zeros(len(table.grid_tokens))
     if counts.sum() <= 0:
-        return 0.0
+        return out
     batch = counts @ table.survival
     ctx = counts @ (table.survival * (table.contexts[:, None] + table.grid_tokens[None, :]))
     active = batch >= min(tail_mass, counts.sum())
-    if not active.any():
-        return 0.0
     cap = max(1.0, float(perf.kv_capacity_tokens(cfg)))
-    total = 0.0
-    for b, c in zip(batch[active], ctx[active]):
-        total += table.step_tokens * perf.decode_step_s(cfg, b, min(c, cap)) * max(1.0, c / cap)
-    return float(total)
+    for t in np.flatnonzero(active):
+        b, c = batch[t], ctx[t]
+        out[t] = table.step_tokens * perf.decode_step_s(cfg, b, min(c, cap)) * max(1.0, c / cap)
+    return out

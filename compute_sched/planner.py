@@ -26,6 +26,12 @@ The best few candidates are then materialised to concrete requests and instances
 instances that keep their configuration and GPUs, so their requests stay) and evaluated exactly;
 the plan is adopted only if it beats the current layout by ``margin_s`` (Alg. 1 line 5).
 
+Homogeneous layouts (the candidates and the current layout) are scored over the planning horizon,
+not to the end of the step: a layout is charged for the early phase it will run and credited with
+the best later hand-over of the tail to another configuration (:mod:`compute_sched.lookahead`),
+because the scheduler re-plans as the batch shrinks. Without this, a throughput layout is charged
+for a tail it never runs and the planner jumps to the tail layout at t = 0.
+
 Complexity: one homogeneous score is O(J T) for J classes and T grid points; each mix is a
 threshold search of O(P J T) plus, for J <= ``mip_max_classes``, one MIP with 2T binaries and
 2J + 2T continuous variables (time-limited); materialisation is O(R log K).
@@ -44,6 +50,7 @@ from compute_sched.costs import CostModel
 from compute_sched.engine import ClusterSnapshot
 from compute_sched.estimate import ClassTable, build_classes, instance_time_s
 from compute_sched.layout import Instance, InstanceConfig, Layout, candidate_configs
+from compute_sched.lookahead import Continuation, best_continuation
 from compute_sched.perf import PerfModel
 from compute_sched.workload import StepWorkload
 
@@ -67,6 +74,8 @@ class PlannerConfig:
     mip_time_limit_s: float = 0.25
     cross_node_tp: bool = True
     afd_ratios: tuple[tuple[int, int], ...] = ((3, 1),)
+    lookahead: bool = True  # score homogeneous layouts with the best later hand-over of the tail
+    handover_after_s: float = 60.0  # earliest forecast hand-over (the scheduler's re-plan cooldown)
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,7 @@ class Plan:
     layout: Layout
     placement: dict[str, int]  # request id -> instance of ``layout``
     predicted_s: float  # Obj_new: max over instances of T_k + C^mig_k + C^sw_k
-    current_s: float  # Obj_cur: EstMakespan of the current layout and assignment
+    current_s: float  # Obj_cur: EstMakespan of the current layout and assignment (less its tail hand-over credit)
     cost_s: float  # largest C^sw + C^mig among the new instances
     reconfigure: bool  # Obj_new + margin < Obj_cur and the layout differs
     phase: str  # "early" or "tail"
@@ -84,6 +93,7 @@ class Plan:
     mips: int  # mixed-integer programs solved
     solve_s: float  # wall-clock seconds of the whole decision
     per_instance_s: tuple[float, ...] = field(default=())
+    continuation: str = ""  # forecast hand-over of the tail, e.g. "tp8 after ~5120 tokens" ("" if none)
 
 
 def _place(types: Sequence[tuple[InstanceConfig, int]], current: Layout, gpn: int) -> Layout:
@@ -294,16 +304,29 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
     where = snap.instance_of()
     current_s, _, cur_totals = evaluate_layout(snap.layout, where, table, snap, perf, costs, cfg.tail_mass)
     phase = "early" if len(pending) / total >= cfg.phase_batch_per_gpu else "tail"
-    configs = [c for c in candidate_configs(total, gpn, moe=perf.model.is_moe, cross_node_tp=cfg.cross_node_tp,
+    fitting = [c for c in candidate_configs(total, gpn, moe=perf.model.is_moe, cross_node_tp=cfg.cross_node_tp,
                                             afd_ratios=cfg.afd_ratios) if perf.fits(c)]
-    if phase == "early":
-        configs = [c for c in configs if c.gpus <= gpn]
-    else:
-        configs = [c for c in configs if c.kind != "afd" and not (c.kind == "tp" and c.tp == 1)] or configs
+    tail_configs = [c for c in fitting if c.kind != "afd" and not (c.kind == "tp" and c.tp == 1)] or fitting
+    configs = [c for c in fitting if c.gpus <= gpn] if phase == "early" else tail_configs
+    conts: dict[InstanceConfig, Continuation] = {}
+
+    def credit(layout: Layout) -> float:
+        """Seconds a homogeneous layout's later tail hand-over saves (0 for mixes or without lookahead)."""
+        kinds = {i.config for i in layout.instances}
+        return _config_credit(next(iter(kinds))) if cfg.lookahead and len(kinds) == 1 else 0.0
+
+    def _config_credit(c: InstanceConfig) -> float:
+        if c not in conts:
+            conts[c] = best_continuation(perf, costs, table, c, tail_configs, total, tail_mass=cfg.tail_mass,
+                                         min_head_s=cfg.handover_after_s)
+        return conts[c].credit_s
+
+    current_s -= credit(snap.layout)
     scored: list[tuple[float, list[tuple[InstanceConfig, int]], dict[InstanceConfig, np.ndarray]]] = []
     for c in configs:
         n = total // c.gpus
         est = instance_time_s(perf, c, table, table.counts / n, tail_mass=cfg.tail_mass)
+        est -= _config_credit(c) if cfg.lookahead else 0.0
         sw = 0.0 if all(i.config == c for i in snap.layout.instances) else costs.switch(None, c).seconds
         scored.append((est + sw, [(c, n)], {c: table.counts}))
     scored.sort(key=lambda s: s[0])
@@ -331,6 +354,7 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
         layout = _place(types, snap.layout, gpn)
         placement = _materialize(layout, split, table, snap)
         obj, cost, totals = evaluate_layout(layout, placement, table, snap, perf, costs, cfg.tail_mass)
+        obj -= credit(layout)
         if best_plan is None or obj < best_plan[0]:
             best_plan = (obj, cost, layout, placement, totals)
     obj, cost, layout, placement, totals = best_plan
@@ -338,5 +362,9 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
     reconfigure = changed and layout != snap.layout and obj + cfg.margin_s < current_s
     if not reconfigure:
         layout, placement, obj, cost, totals = snap.layout, where, current_s, 0.0, cur_totals
+    kinds = {i.config for i in layout.instances}
+    cont = conts.get(next(iter(kinds))) if len(kinds) == 1 else None
+    note = (f"{cont.tail.name} after ~{cont.switch_tokens:.0f} tokens"
+            if cont is not None and cont.tail != cont.head and cont.credit_s > 0 else "")
     return Plan(layout, placement, obj, current_s, cost, reconfigure, phase, len(scored), mips,
-                time.perf_counter() - t0, tuple(totals))
+                time.perf_counter() - t0, tuple(totals), note)

@@ -1,0 +1,88 @@
+"""Phase-aware planning horizon: small TP through the early phase, large TP for the tail (§2.1, Figure 11)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from compute_sched.costs import CostModel
+from compute_sched.engine import GenerationRequest
+from compute_sched.estimate import build_classes, instance_time_s, step_profile_s
+from compute_sched.hardware import load_gpu, load_model
+from compute_sched.layout import InstanceConfig, homogeneous
+from compute_sched.lookahead import best_continuation
+from compute_sched.perf import PerfModel
+from compute_sched.planner import PlannerConfig, plan_layout
+from compute_sched.replay import ReplayOptions, replay
+from compute_sched.scheduler import SchedulerConfig
+from compute_sched.sim_engine import SimEngine
+from compute_sched.traces import heavy_tailed_trace
+from compute_sched.workload import LengthHistogram, RequestState, StepWorkload
+
+PM = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+TP = {k: InstanceConfig("tp", tp=k) for k in (1, 2, 4, 8)}
+FIG3 = heavy_tailed_trace(128, 8, 15360, seed=4)  # 1,024 responses, most under 7.5K, tail to the 15K cap
+
+
+def _fresh_step(trace, gpus, tp):
+    """A step at t = 0 on ``gpus`` GPUs of TP=``tp`` (requests dealt round-robin) and the step's histogram."""
+    lengths = {q.request_id: q.output_tokens for q in trace.requests}
+    layout = homogeneous(TP[tp], gpus)
+    engine = SimEngine(PM, layout, lengths)
+    n = len(layout.instances)
+    reqs = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
+    for k in range(n):
+        engine.add_requests(reqs[k::n], k)
+    return engine, StepWorkload(LengthHistogram.from_lengths(list(lengths.values()), trace.max_tokens))
+
+
+def test_step_profile_sums_to_the_instance_time():
+    _, w = _fresh_step(FIG3, 8, 2)
+    table = build_classes([RequestState(q.request_id, q.prompt_tokens, 0, 15360) for q in FIG3.requests], w)
+    prof = step_profile_s(PM, TP[2], table, table.counts / 4)
+    assert prof.shape == table.grid_tokens.shape and (prof >= 0).all()
+    assert np.isclose(prof.sum(), instance_time_s(PM, TP[2], table, table.counts / 4))
+
+
+def test_planner_keeps_small_tp_in_the_early_phase_and_forecasts_the_tail_hand_over():
+    """At t = 0 with 128 responses per GPU, TP=2 stays: scoring it to the end of the step would wrongly
+    charge it for the tail a later plan hands to TP=8 (the planner used to jump to TP=4 here)."""
+    engine, w = _fresh_step(FIG3, 8, 2)
+    plan = plan_layout(engine.snapshot(), PM, CostModel(PM), w)
+    assert plan.phase == "early" and not plan.reconfigure
+    assert plan.continuation.startswith("tp8 after")
+    blind = plan_layout(engine.snapshot(), PM, CostModel(PM), w, PlannerConfig(lookahead=False))
+    assert blind.reconfigure and all(i.config.tp > 2 for i in blind.layout.instances)
+
+
+def test_replay_runs_small_tp_early_and_large_tp_in_the_tail():
+    """Figure 11's shape on a Figure 3 trace: many small-TP instances first, TP=8 for the long tail."""
+    res = replay(FIG3, PM, 8, "orchestrl")
+    events = res.report.reconfigurations
+    assert events and events[0].time_s > 0  # the step starts on 4x tp2 and keeps it for the early phase
+    assert events[-1].to_layout == "1x tp8"
+    assert len(res.report.finished) == len(FIG3.requests)
+    blind = replay(FIG3, PM, 8, "orchestrl",
+                   options=ReplayOptions(scheduler=SchedulerConfig(planner=PlannerConfig(lookahead=False))))
+    assert blind.report.reconfigurations[0].time_s == 0  # without the horizon it leaves TP=2 at once
+    assert res.makespan_s <= blind.makespan_s
+    assert res.makespan_s < replay(FIG3, PM, 8, "verl-to").makespan_s
+
+
+def test_uniform_short_outputs_have_no_tail_to_hand_over():
+    reqs = [RequestState(f"r{i}", 400, 0, 2048) for i in range(512)]
+    w = StepWorkload(LengthHistogram.from_lengths([1500] * 512, 2048))
+    table = build_classes(reqs, w)
+    c = best_continuation(PM, CostModel(PM), table, TP[2], [TP[4], TP[8]], 8)
+    assert c.tail == TP[2] and c.credit_s == 0.0 and c.switch_tokens == float("inf")
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(16, 15360), min_size=8, max_size=200), st.sampled_from([1, 2, 4, 8]),
+       st.integers(0, 3000))
+def test_a_continuation_never_predicts_worse_than_staying(lengths, tp, progress):
+    reqs = [RequestState(f"r{i}", 300, min(progress, 15000), 15360) for i in range(len(lengths))]
+    table = build_classes(reqs, StepWorkload(LengthHistogram.from_lengths(lengths, 15360)))
+    c = best_continuation(PM, CostModel(PM), table, TP[tp], [TP[2], TP[4], TP[8]], 8)
+    assert c.expected_s <= c.one_phase_s + 1e-9 and c.credit_s >= 0.0
+    assert (c.tail == c.head) == (c.switch_tokens == float("inf"))
