@@ -12,6 +12,14 @@ devices at a journalled state that still connects every protected pair, and reco
 a restart restores exactly that state. A device refusal rolls back only the step it happened in
 (:class:`fabric.commit.CommitError`), leaving the previous step committed.
 
+A *remove* step followed by an *add* step is one commit, not two. A commit already drives each
+device with its bulk removal before its bulk addition, and ports belong to one device, so every add
+still finds its ports freed; and every state the devices pass through on the way holds the circuits
+of the state after the remove step (made only larger by some adds), which the order has already
+checked to keep every protected pair up. An *add* followed by a *remove* is never merged: that
+removal is only safe once the add is confirmed (make-before-break). So a change of S order steps
+costs at most S commits, and e.g. ``remove, add`` one.
+
 Within a step every device moves at once (:mod:`fabric.ocs.fanout`), so the devices switch for
 the sum over add steps of the slowest device of that step (:func:`switching_time_s`); that is the
 time a safe window must cover.
@@ -38,7 +46,7 @@ class OrderedCommit:
     removed: int  # full-duplex circuits torn down
     added: int  # full-duplex circuits made
     devices: tuple[str, ...]  # devices touched
-    steps: int  # bulk steps (add or remove) the change took
+    steps: int  # journalled commits the change took (a remove step and the add step after it share one)
     outages: tuple[str, ...]  # pairs that had to go dark briefly, in words (empty: none)
 
     @property
@@ -49,7 +57,7 @@ class OrderedCommit:
 
 @dataclass(frozen=True)
 class PlannedChange:
-    """How ``old -> new`` will be applied: its non-blocking order and the plan held after each step.
+    """How ``old -> new`` will be applied: its non-blocking order and the plan held after each commit.
 
     Pure in the two plans, so a service that sees the same pair of plans every RL iteration
     computes it once (:class:`agents.memo.OrderMemo`).
@@ -58,10 +66,11 @@ class PlannedChange:
     old: CircuitPlan | None  # what the devices hold before (None: nothing)
     new: CircuitPlan
     order: ReconfigOrder | None  # None: one remove-then-add step (nothing to protect, or see plan_order)
-    targets: tuple[CircuitPlan, ...]  # the journalled state after each step; the last one is ``new``
+    targets: tuple[CircuitPlan, ...]  # the journalled state after each commit; the last one is ``new``
 
     @property
     def steps(self) -> int:
+        """Commits the change takes: the order's steps, a remove step and the add step after it counted once."""
         return len(self.targets)
 
     def switching_time_s(self, delay_s: Mapping[str, float]) -> float:
@@ -82,7 +91,10 @@ def plan_order(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrder | Non
 
 
 def plan_change(old: CircuitPlan | None, new: CircuitPlan, order: ReconfigOrder | None = None) -> PlannedChange:
-    """Return how ``old -> new`` will be applied: ``order`` (computed when None) and the plan after each step.
+    """Return how ``old -> new`` will be applied: ``order`` (computed when None) and the plan after each commit.
+
+    A remove step and the add step right after it make one commit (see the module's design note),
+    so there is no journalled state between them.
 
     Notes
     -----
@@ -100,6 +112,8 @@ def plan_change(old: CircuitPlan | None, new: CircuitPlan, order: ReconfigOrder 
     for i, step in enumerate(steps, 1):
         xcs = {c.xc for c in step.circuits}
         current = current | xcs if step.action == "add" else current - xcs
+        if step.action == "remove" and i < len(steps) and steps[i].action == "add":
+            continue  # applied with the next step: each device removes before it adds
         targets.append(new if i == len(steps) else replace(
             new, circuits=circuits_from(by_xc[x] for x in current),
             notes=new.notes + (f"intermediate state after step {i} of {len(steps)} (non-blocking order)",)))

@@ -6,6 +6,7 @@ These are plain frozen dataclasses shared by planning (:mod:`fabric.plan`), the 
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -140,6 +141,11 @@ class PlanDiff:
 def diff_plans(old: CircuitPlan | None, new: CircuitPlan) -> PlanDiff:
     """Return the cross-connects that differ between ``old`` (or nothing) and ``new``.
 
+    Notes
+    -----
+    O(C log C) for C cross-connects; the last 32 diffs are kept by the identity of the two plans
+    (which are immutable), so asking again for the same pair costs O(1).
+
     Examples
     --------
     >>> a = CircuitPlan("f", "train", "s", 1e9, (Circuit("agg", 0, "x", "y", CrossConnect("d", 1, 2)),))
@@ -148,10 +154,29 @@ def diff_plans(old: CircuitPlan | None, new: CircuitPlan) -> PlanDiff:
     >>> [str(x) for x in d.remove], [str(x) for x in d.add]
     (['d:1<->2'], ['d:1<->3'])
     """
+    key = (id(old), id(new))
+    with _DIFFS_LOCK:
+        got = _DIFFS.get(key)
+    if got is not None and got[0] is old and got[1] is new:
+        return got[2]
     before = old.cross_connects() if old else frozenset()
     after = new.cross_connects()
-    return PlanDiff(tuple(sorted(before - after, key=xc_key)), tuple(sorted(after - before, key=xc_key)),
-                    tuple(sorted(before & after, key=xc_key)))
+    removed = before - after
+    # ``before - removed`` finds each item by identity; ``before & after`` would compare equal items field by field
+    diff = PlanDiff(tuple(sorted(removed, key=xc_key)), tuple(sorted(after - before, key=xc_key)),
+                    tuple(sorted(before - removed, key=xc_key)))
+    with _DIFFS_LOCK:
+        while len(_DIFFS) >= 32:
+            _DIFFS.pop(next(iter(_DIFFS)))
+        _DIFFS[key] = (old, new, diff)  # holding both plans keeps their ids from being reused
+    return diff
+
+
+# Plans are immutable and a job's plans recur every RL iteration, so the commit path (the
+# re-check, the ordered steps, the journal's diff) asks for the same few diffs again and again:
+# keep the last ones, keyed by the identity of the two plan objects.
+_DIFFS: dict[tuple[int, int], tuple[CircuitPlan | None, CircuitPlan, PlanDiff]] = {}
+_DIFFS_LOCK = threading.Lock()
 
 
 def same_cross_connects(old: CircuitPlan | None, new: CircuitPlan | None) -> bool:

@@ -72,21 +72,30 @@ class LinkCircuit:
                        "b_endpoint": self.a_endpoint}
             for name, value in swapped.items():
                 object.__setattr__(self, name, value)
-        object.__setattr__(self, "_pair", tuple(sorted((self.a_endpoint, self.b_endpoint))))
-        object.__setattr__(self, "_xc", CrossConnect(self.device, self.a_port, self.b_port))  # asked for often
-        object.__setattr__(self, "_ports", self._xc.ports())  # type: ignore[attr-defined]
+        a, b = self.a_endpoint, self.b_endpoint
+        object.__setattr__(self, "_pair", (a, b) if a <= b else (b, a))
 
     @property
     def pair(self) -> Pair:
         """The two switch ends, sorted: the connectivity this circuit provides."""
         return self._pair  # type: ignore[attr-defined]  # cached: the ordering loops ask often
 
+    # The cross-connect and its ports are made on first use: most circuits of a change are kept
+    # and never asked, and a cluster-wide plan has thousands of them.
     @property
     def xc(self) -> CrossConnect:
-        return self._xc  # type: ignore[attr-defined]
+        try:
+            return self._xc  # type: ignore[attr-defined]
+        except AttributeError:
+            object.__setattr__(self, "_xc", CrossConnect(self.device, self.a_port, self.b_port))
+            return self._xc  # type: ignore[attr-defined]
 
     def ports(self) -> tuple[PortRef, PortRef]:
-        return self._ports  # type: ignore[attr-defined]
+        try:
+            return self._ports  # type: ignore[attr-defined]
+        except AttributeError:
+            object.__setattr__(self, "_ports", self.xc.ports())
+            return self._ports  # type: ignore[attr-defined]
 
     @classmethod
     def from_circuit(cls, circuit: Circuit) -> LinkCircuit:
@@ -149,8 +158,11 @@ class ReconfigOrder:
 
 def _checked(circuits: Iterable[LinkCircuit], name: str) -> frozenset[LinkCircuit]:
     """Return the circuits as a set, refusing a set that uses a port twice."""
-    seen: dict[PortRef, LinkCircuit] = {}
     out = frozenset(circuits)
+    ports = [(c.device, p) for c in out for p in (c.a_port, c.b_port)]
+    if len(set(ports)) == len(ports):  # the usual case, told with plain tuples; the loop below names a clash
+        return out
+    seen: dict[PortRef, LinkCircuit] = {}
     for c in sorted(out, key=_fields):
         for p in c.ports():
             if p in seen:

@@ -19,7 +19,7 @@ __all__ = [
     "CommitRecord", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "default_store_path",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: commits.plan_json holds zlib-compressed JSON (1: JSON text, still read)
 COMMIT_STATES = ("intent", "committed", "failed", "aborted")  # intent = started, not finished
 _FINAL_STATES = COMMIT_STATES[1:]
 
@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS commits (
     scope       TEXT NOT NULL,
     kind        TEXT NOT NULL CHECK (kind IN ('apply', 'reconcile')),
     state       TEXT NOT NULL CHECK (state IN ('intent', 'committed', 'failed', 'aborted')),
-    plan_json   TEXT NOT NULL,
+    plan_json   BLOB NOT NULL,  -- zlib-compressed plan JSON (JSON text in rows of schema 1)
     base_id     INTEGER,
     started_at  REAL NOT NULL,
     finished_at REAL,

@@ -155,6 +155,8 @@ class Tl1Driver:
         while remaining:
             resp = self._command("ENT-PATCH", format_pair_lists(remaining), timeout_s=self.timeout_s + self.switch_delay_s)
             if resp.ok:
+                if not statuses:  # the whole bulk at the first try (the usual case): statuses in request order
+                    return BulkResult([XcStatus(i, e) for i, e in pairs], mode)
                 statuses.update((p, XcStatus(*p)) for p in remaining)
                 break
             if resp.code == "SABT":

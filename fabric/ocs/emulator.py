@@ -266,7 +266,7 @@ class Emulator:
         if len(ins) != len(outs) or not ins:
             return self._deny(cmd, "IIPG", f"{len(ins)} ingress and {len(outs)} egress ports; give equal lists")
         pairs = list(zip(ins, outs))
-        bad = next((s for s in self.state.check_connect(pairs) if not s.ok), None)
+        bad = self.state.connect_refusal(pairs)
         if bad is not None:
             return self._deny(cmd, bad.status, bad.message, [bad.port])
         k = self.config.partial_bulk
@@ -288,14 +288,13 @@ class Emulator:
     def _settle(self, ports: list[int]) -> None:
         for p in ports:
             self._tuning.pop(p, None)
-            if self.state.state(p) is PortState.TUNING:
-                self.state.set_port_state([p], PortState.NORMAL)
+        self.state.set_port_state(self.state.ports_in_state(ports, PortState.TUNING), PortState.NORMAL)
 
     def _dlt_patch(self, session: _Session, cmd: Command) -> Response:
         ports = parse_ports(cmd.aid, self.config.sid, cmd.verb)
         if not ports:
             return self._deny(cmd, "IIPG", "no ports given")
-        bad = next((s for s in self.state.copy().disconnect(ports).statuses if not s.ok), None)
+        bad = self.state.disconnect_refusal(ports)
         if bad is not None:
             return self._deny(cmd, bad.status, bad.message, [bad.port])
         removed = self.state.disconnect(ports).statuses

@@ -176,6 +176,13 @@ class SwitchState:
     def state(self, port: int) -> PortState:
         return self._state.get(port, PortState.NORMAL)
 
+    def ports_in_state(self, ports: Iterable[int], state: PortState) -> list[int]:
+        """Return those of ``ports`` that are in ``state``, in order (one call for a whole bulk)."""
+        if state is PortState.NORMAL:
+            return [p for p in ports if p not in self._state]
+        flagged = self._state
+        return [p for p in ports if flagged.get(p) is state]
+
     def port_status(self, ports: Iterable[int] | None = None) -> dict[int, PortStatus]:
         """Return the status of ``ports`` (all ``2N`` ports when None)."""
         wanted = range(1, 2 * self.n + 1) if ports is None else ports
@@ -191,15 +198,17 @@ class SwitchState:
     def set_port_state(self, ports: Iterable[int], state: PortState | str, alarm: str = "") -> None:
         """Put ``ports`` into ``state`` with ``alarm`` text (NORMAL clears the alarm)."""
         state = PortState(state)
-        for p in ports:
-            if self.side(p) is None:
-                raise OcsRequestError(self.name, "set_port_state", f"port {p} is outside 1..{2 * self.n}", [p])
-            if state is PortState.NORMAL:
+        top, ports = 2 * self.n, list(ports)
+        for p in ports:  # all checked before any changes
+            if (type(p) is not int or not 1 <= p <= top) and self.side(p) is None:
+                raise OcsRequestError(self.name, "set_port_state", f"port {p} is outside 1..{top}", [p])
+        if state is PortState.NORMAL:
+            for p in ports:
                 self._state.pop(p, None)
                 self._alarm.pop(p, None)
-            else:
-                self._state[p] = state
-                self._alarm[p] = alarm
+        else:
+            self._state.update(dict.fromkeys(ports, state))
+            self._alarm.update(dict.fromkeys(ports, alarm))
 
     def clear(self, keep_port_states: bool = True) -> None:
         """Remove every cross-connect (a cold restart); ``tuning`` ports settle to normal."""
@@ -237,6 +246,28 @@ class SwitchState:
         pairs after the first refusal are ``not-executed``; pairs before it stay applied.
         """
         mode = normalize_mode(mode, self.name, "connect")
+        return BulkResult(self._connect(pairs, mode, apply=True), mode)
+
+    def check_connect(self, pairs: Iterable[tuple[int, int]]) -> list[XcStatus]:
+        """Return the statuses :meth:`connect` would give in ``"continue"`` mode, changing nothing.
+
+        O(k) for k pairs, whatever the size of the table: nothing is copied.
+        """
+        return self._connect(pairs, "continue", apply=False)
+
+    def connect_refusal(self, pairs: Iterable[tuple[int, int]]) -> XcStatus | None:
+        """Return the first refusal :meth:`connect` would give (None: it would apply every pair), changing nothing.
+
+        What an atomic bulk command needs before it applies anything; O(k), no status per pair.
+        """
+        return next(iter(self._connect(pairs, "stop", apply=False, refusals_only=True)), None)
+
+    def _connect(self, pairs: Iterable[tuple[int, int]], mode: str, apply: bool,
+                 refusals_only: bool = False) -> list[XcStatus]:
+        # Within one request a port named again is refused as IDNV before the table is consulted,
+        # so a pair applied earlier in the request never changes a later pair's status: the
+        # checks against the table give the same answers whether or not earlier pairs were applied.
+        n, top, flagged = self.n, 2 * self.n, self._state  # flagged: ports that are not NORMAL
         seen: set[int] = set()
         out: list[XcStatus] = []
         stopped = False
@@ -244,7 +275,11 @@ class SwitchState:
             if stopped:
                 out.append(XcStatus(ingress, egress, NOT_EXECUTED))
                 continue
-            refusal = self._refusal(ingress, "ingress") or self._refusal(egress, "egress")
+            if (type(ingress) is int and type(egress) is int and 1 <= ingress <= n and n < egress <= top
+                    and ingress not in flagged and egress not in flagged):
+                refusal = None  # the common case, decided without a call
+            else:
+                refusal = self._refusal(ingress, "ingress") or self._refusal(egress, "egress")
             if refusal is None and (ingress in seen or egress in seen):
                 twice = ingress if ingress in seen else egress
                 refusal = ("IDNV", f"port {twice} is named twice in one request", twice)
@@ -252,19 +287,20 @@ class SwitchState:
                 busy = ingress if ingress in self._out else egress if egress in self._in else None
                 if busy is not None:
                     refusal = ("SAAL", f"port {busy} is already cross-connected to port {self.peer(busy)}", busy)
-            seen.update((ingress, egress))
+            seen.add(ingress)
+            seen.add(egress)
             if refusal is not None:
                 out.append(XcStatus(ingress, egress, *refusal))
+                if refusals_only:
+                    break
                 stopped = mode == "stop"
                 continue
-            self._out[ingress] = egress
-            self._in[egress] = ingress
-            out.append(XcStatus(ingress, egress))
-        return BulkResult(out, mode)
-
-    def check_connect(self, pairs: Iterable[tuple[int, int]]) -> list[XcStatus]:
-        """Return the statuses :meth:`connect` would give in ``"continue"`` mode, changing nothing."""
-        return self.copy().connect(pairs, mode="continue").statuses
+            if apply:
+                self._out[ingress] = egress
+                self._in[egress] = ingress
+            if not refusals_only:
+                out.append(XcStatus(ingress, egress))
+        return out
 
     def disconnect(self, ports: Iterable[int], mode: str = "stop") -> BulkResult:
         """Remove the cross-connect on each of ``ports`` (either side); one status per removal.
@@ -275,26 +311,58 @@ class SwitchState:
         clearing a circuit never needs the mirror to find a target.
         """
         mode = normalize_mode(mode, self.name, "disconnect")
+        return BulkResult(self._disconnect(ports, mode, apply=True), mode)
+
+    def check_disconnect(self, ports: Iterable[int]) -> list[XcStatus]:
+        """Return the statuses :meth:`disconnect` would give in ``"continue"`` mode, changing nothing.
+
+        O(k) for k ports, whatever the size of the table: nothing is copied.
+        """
+        return self._disconnect(ports, "continue", apply=False)
+
+    def disconnect_refusal(self, ports: Iterable[int]) -> XcStatus | None:
+        """Return the first refusal :meth:`disconnect` would give (None: it would remove them all), changing nothing."""
+        return next(iter(self._disconnect(ports, "stop", apply=False, refusals_only=True)), None)
+
+    def _disconnect(self, ports: Iterable[int], mode: str, apply: bool,
+                    refusals_only: bool = False) -> list[XcStatus]:
+        gone: set[int] = set()  # ingress ports of cross-connects this request removed (or would remove)
         out: list[XcStatus] = []
         stopped = False
+        flagged, table_out, table_in, top = self._state, self._out, self._in, 2 * self.n
         for port in ports:
-            peer = self.peer(port)
-            ingress, egress = (port, peer) if port in self._out else (peer, port) if peer is not None else (port, 0)
+            if port in table_out:
+                ingress, egress = port, table_out[port]
+                peer: int | None = egress
+            elif port in table_in:
+                ingress, egress = table_in[port], port
+                peer = ingress
+            else:
+                ingress, egress, peer = port, 0, None
+            if peer is not None and ingress in gone:
+                peer = None  # the other end was named earlier in this request: already removed
             if stopped:
                 out.append(XcStatus(ingress, egress, NOT_EXECUTED))
                 continue
-            if self.side(port) is None:
+            if not (type(port) is int and 1 <= port <= top) and self.side(port) is None:
                 out.append(XcStatus(port, 0, "IIAC", f"port {port} is outside 1..{2 * self.n}", port))
                 stopped = mode == "stop"
             elif peer is None:
                 continue
-            elif PortState.TUNING in (self.state(ingress), self.state(egress)):
+            elif (ingress in flagged or egress in flagged) and PortState.TUNING in (self.state(ingress),
+                                                                                   self.state(egress)):
                 out.append(XcStatus(ingress, egress, "SNVS", f"cross-connect {ingress}->{egress} is tuning", port))
                 stopped = mode == "stop"
             else:
-                del self._out[ingress], self._in[egress]
-                out.append(XcStatus(ingress, egress))
-        return BulkResult(out, mode)
+                gone.add(ingress)
+                if apply:
+                    del table_out[ingress], table_in[egress]
+                if not refusals_only:
+                    out.append(XcStatus(ingress, egress))
+                continue
+            if refusals_only:
+                break
+        return out
 
 
 @runtime_checkable

@@ -49,6 +49,7 @@ _SAFE = re.compile(r"[A-Za-z0-9_.\-&,=/+@#%!?~^$\[\]]*")  # field text that need
 _HEADER = re.compile(r"^(\S+)\s+(\d{2,4}-\d{2}-\d{2})\s+(\d{2}:\d{2}:\d{2})$")
 _RESPONSE = re.compile(r"^M\s+(\S+)\s+(" + "|".join(COMPLETION_CODES) + r")$")
 _AUTONOMOUS = re.compile(r"^(\*C|\*\*|\*|A)\s+(\S+)\s+(.+)$")
+_PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f]*')  # text that quote() leaves as it is (every patch line)
 
 
 def quote(text: str) -> str:
@@ -61,6 +62,8 @@ def quote(text: str) -> str:
     >>> unquote(quote('a;b"c'))
     'a;b"c'
     """
+    if _PLAIN.fullmatch(text):  # nothing to escape: skip the walk over every character
+        return '"' + text + '"'
     out = []
     for ch in text:
         if ch in '"\\':
@@ -97,6 +100,8 @@ def unquote(text: str) -> str:
 
 def split_fields(text: str, sep: str) -> list[str]:
     """Split ``text`` on ``sep`` outside quoted strings (quotes are kept in the fields)."""
+    if '"' not in text:  # no quoted string (every ENT-PATCH and DLT-PATCH): a plain split is exact
+        return text.split(sep)
     fields, cur, in_quote, escaped = [], [], False, False
     for ch in text:
         if in_quote:
@@ -357,7 +362,7 @@ def parse_response(text: str, device: str = "") -> Response | Autonomous:
 # -- parameter helpers --------------------------------------------------------------------------
 def format_ports(ports: Iterable[int]) -> str:
     """Return ports as a TL1 ``&`` list: ``[1, 2]`` -> ``'1&2'``."""
-    return "&".join(str(int(p)) for p in ports)
+    return "&".join(map(str, map(int, ports)))
 
 
 def parse_ports(text: str, device: str = "", command: str = "") -> list[int]:
@@ -368,6 +373,11 @@ def parse_ports(text: str, device: str = "", command: str = "") -> list[int]:
     >>> parse_ports("1&3&&5")
     [1, 3, 4, 5]
     """
+    if "&&" not in text:
+        try:  # the common case, a list of single ports, converted in one pass
+            return list(map(int, text.split("&"))) if text.strip() else []
+        except ValueError:
+            pass  # empty items or junk: the loop below skips the one and names the other
     out: list[int] = []
     for part in text.replace("&&", "~").split("&"):
         try:
@@ -384,7 +394,8 @@ def parse_ports(text: str, device: str = "", command: str = "") -> list[int]:
 def format_pair_lists(pairs: Iterable[tuple[int, int]]) -> str:
     """Return the ENT-PATCH AID ``<ins>,<outs>`` for ``(ingress, egress)`` pairs."""
     pairs = list(pairs)
-    return format_ports(i for i, _ in pairs) + "," + format_ports(e for _, e in pairs)
+    ins, outs = zip(*pairs) if pairs else ((), ())
+    return format_ports(ins) + "," + format_ports(outs)
 
 
 def split_pair_lists(aid: str, device: str = "", command: str = "ENT-PATCH") -> tuple[list[int], list[int]]:

@@ -167,6 +167,33 @@ def test_newer_schema_is_refused_with_the_file_name(tmp_path):
         FabricStore(path)
 
 
+
+def test_plans_are_journalled_compressed_and_a_schema_1_file_is_read_and_upgraded(tmp_path):
+    import json
+    import zlib
+
+    from fabric.plan import plan_to_json
+
+    path, plan = tmp_path / "fabric.db", _plan(("agg0", 1, 2), ("agg0", 3, 4))
+    with FabricStore(path) as store:
+        store.finish_commit(store.begin_commit("fab", plan), "committed")
+    conn = sqlite3.connect(path)
+    doc = conn.execute("SELECT plan_json FROM commits").fetchone()[0]
+    assert json.loads(zlib.decompress(doc)) == plan_to_json(plan, derived=False)
+    # a file written by schema 1 holds the JSON text: it is still read, and the file is upgraded in place
+    conn.execute("UPDATE commits SET plan_json = ?", (json.dumps(plan_to_json(plan, derived=False)),))
+    conn.execute("PRAGMA user_version=1")
+    conn.commit()
+    conn.close()
+    with FabricStore(path) as store:
+        assert store.last_committed_plan("fab").cross_connects() == plan.cross_connects()
+        store.finish_commit(store.begin_commit("fab", plan), "committed")
+        assert len(store.history("fab")) == 2
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    conn.close()
+
+
 def test_corrupt_file_names_the_file_and_the_fix(tmp_path):
     path = tmp_path / "fabric.db"
     path.write_bytes(b"this is not a database" * 100)

@@ -61,6 +61,25 @@ def test_every_port_is_in_at_most_one_cross_connect(sequence):
         _assert_invariants(s)
 
 
+
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_dry_run_checks_answer_what_the_bulk_would_do_and_change_nothing(sequence):
+    s = SwitchState(N)
+    for op, arg, extra in sequence:
+        if op == "state":
+            s.set_port_state(arg, extra)
+            continue
+        before, states = s.cross_connects(), s.port_status()
+        check, refusal = ((s.check_connect(arg), s.connect_refusal(arg)) if op == "connect" else
+                          (s.check_disconnect(arg), s.disconnect_refusal(arg)))
+        assert s.cross_connects() == before and s.port_status() == states  # nothing changed
+        applied = getattr(s.copy(), op)(arg, mode="continue").statuses
+        assert check == applied
+        assert refusal == next((x for x in applied if not x.ok), None)
+        getattr(s, op)(arg, mode=extra)
+
+
 def test_refusals_name_the_port_and_the_tl1_code():
     s = SwitchState(6)  # ingress 1..6, egress 7..12
     s.set_port_state([1], "failed", "LOS")
