@@ -12,7 +12,8 @@ Everything is measured in the same run:
    2,000; target >= 10x faster), and of the exhaustive optimum at 5 and 9 jobs (Table 5: 113 ms, > 1 min).
 2. Cost of rollmux, random and greedy over the offline optimum on small dense instances of every
    Table 6 workload (paper §7.5: 1.01-1.12x, 1.72-2.00x, 1.38-1.89x) and their SLO attainment
-   (paper: 100% for rollmux, 37-58% random, 42-61% greedy).
+   (paper: 100% for rollmux, 37-58% random, 42-61% greedy). Phases take their Table 6 times, as in
+   §7.5's simulation; Solo-D's cost over the optimum is shown as the bound of a policy that never shares.
 3. Cost saving of rollmux against Solo-D and co-located (veRL) on the mixed workload at the §7.4
    trace's concurrency (paper: 1.84x and 1.38x on its production trace), with bubbles and peak GPUs.
 4. What this project adds: PoD-aware placement on a fabric (cross-PoD traffic against first-fit),
@@ -36,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
+from compute_sched.groups.baselines import make_policy  # noqa: E402
 from compute_sched.groups.cluster import Cluster  # noqa: E402
 from compute_sched.groups.config import GroupConfig  # noqa: E402
 from compute_sched.groups.inter import RollMuxScheduler  # noqa: E402
@@ -48,6 +50,7 @@ PAPER_LATENCY_MS = {5: 5.6, 100: 41.9, 500: 198.0, 1000: 318.0, 2000: 591.0}
 PAPER_OPT_MS = {5: 113.0, 9: 60_000.0}
 TARGET_LATENCY_SPEEDUP = 10.0
 PAPER_COST_VS_OPT = {"rollmux": (1.01, 1.12), "random": (1.72, 2.00), "greedy": (1.38, 1.89)}
+VS_OPT_POLICIES = (*PAPER_COST_VS_OPT, "solo")  # Solo-D: not in §7.5; what never sharing costs
 PAPER_SAVING = {"solo": 1.84, "colocated": 1.38}
 EXAMPLE_FABRIC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                               "examples", "groups", "rollout-fabric-h20.yaml")
@@ -88,24 +91,28 @@ def optimum_latency() -> dict:
     return out
 
 
-def versus_optimum(seeds: int, jobs: int) -> dict:
-    ratios: dict[str, list[float]] = {p: [] for p in PAPER_COST_VS_OPT}
-    slo: dict[str, list[float]] = {p: [] for p in ("optimal", *PAPER_COST_VS_OPT)}
+def versus_optimum(seeds: int, jobs: int, phases: str = "deterministic") -> dict:
+    ratios: dict[str, list[float]] = {p: [] for p in VS_OPT_POLICIES}
+    slo: dict[str, list[float]] = {p: [] for p in ("optimal", *VS_OPT_POLICIES)}
+    slowdown: dict[str, list[float]] = {p: [] for p in ("optimal", *VS_OPT_POLICIES)}
     per_workload = {}
     for workload in ("balanced", "rollout-heavy", "train-heavy", "mixed"):
-        wl_ratios: dict[str, list[float]] = {p: [] for p in PAPER_COST_VS_OPT}
+        wl_ratios: dict[str, list[float]] = {p: [] for p in VS_OPT_POLICIES}
         for seed in range(seeds):
-            base = ReplaySetup(workload=workload, jobs=jobs, seed=seed, arrival_scale=0.05)
+            base = ReplaySetup(workload=workload, jobs=jobs, seed=seed, arrival_scale=0.05, phases=phases)
             opt = run_replay(dataclasses.replace(base, policy="optimal"))
             slo["optimal"].append(opt.slo_attainment)
-            for policy in PAPER_COST_VS_OPT:
+            slowdown["optimal"].append(opt.mean_slowdown)
+            for policy in VS_OPT_POLICIES:
                 r = run_replay(dataclasses.replace(base, policy=policy))
                 ratios[policy].append(r.cost_usd_total / opt.cost_usd_total)
                 wl_ratios[policy].append(r.cost_usd_total / opt.cost_usd_total)
                 slo[policy].append(r.slo_attainment)
+                slowdown[policy].append(r.mean_slowdown)
         per_workload[workload] = {p: statistics.mean(v) for p, v in wl_ratios.items()}
     return {"cost_vs_opt": {p: {"mean": statistics.mean(v), "min": min(v), "max": max(v)} for p, v in ratios.items()},
-            "per_workload": per_workload, "slo_attainment": {p: statistics.mean(v) for p, v in slo.items()}}
+            "per_workload": per_workload, "slo_attainment": {p: statistics.mean(v) for p, v in slo.items()},
+            "mean_slowdown": {p: statistics.mean(v) for p, v in slowdown.items()}, "phases": phases}
 
 
 def mixed_savings(jobs: int) -> dict:
@@ -124,6 +131,32 @@ def mixed_savings(jobs: int) -> dict:
                              "slo_attainment": r.slo_attainment, "rollout_bubble": r.rollout_bubble,
                              "train_bubble": r.train_bubble, "peak_gpus_rollout": r.peak_gpus_rollout,
                              "peak_gpus_train": r.peak_gpus_train} for p, r in res.items()}}
+
+
+def snapshot_saving(workload: str, concurrent: int, seeds: int = 4) -> float:
+    """Return Solo-D's $/h over RollMux's with ``concurrent`` jobs placed at once and none leaving.
+
+    This is RollMux's packing alone: no departures fragmenting groups, no slowed job paying longer.
+    """
+    cfg, ratios = GroupConfig(), []
+    for seed in range(seeds):
+        jobs = synthesize_jobs(workload, concurrent, seed)
+        costs = []
+        for policy in (make_policy("solo", cfg), RollMuxScheduler(cfg)):
+            cluster = Cluster(cfg)
+            for job in jobs:
+                cluster.apply(job, policy.place(job, cluster))
+            costs.append(cluster.cost_usd_per_h())
+        ratios.append(costs[0] / costs[1])
+    return statistics.mean(ratios)
+
+
+def rollout_heavy_saving(jobs: int) -> float:
+    """Return Solo-D's total cost over RollMux's on a rollout-heavy trace (§7.4's is "typically rollout-heavy")."""
+    setup = ReplaySetup(workload="rollout-heavy", jobs=jobs, seed=1,
+                        arrival_scale=SIM_CONCURRENCY / TESTBED_CONCURRENCY)
+    res = {p: run_replay(dataclasses.replace(setup, policy=p)) for p in ("rollmux", "solo")}
+    return res["solo"].cost_usd_total / res["rollmux"].cost_usd_total
 
 
 def fabric_and_affinity(jobs: int) -> dict:
@@ -201,14 +234,21 @@ def main(argv: list[str] | None = None) -> dict:
                                                for n, ms in opt_lat.items()))
 
     vs = versus_optimum(seeds, small)
-    print(f"\n2. Cost over the offline optimum, {small}-job dense instances, 4 workloads x {seeds} seeds")
-    print(f"  {'policy':>8} {'mean':>6} {'min':>6} {'max':>6} {'paper':>11} {'SLO att.':>9}")
+    vs_sto = versus_optimum(seeds, small, phases="stochastic")
+    print(f"\n2. Cost over the offline optimum, {small}-job dense instances, 4 workloads x {seeds} seeds, "
+          f"phases at their Table 6 times (§7.5)")
+    print(f"  {'policy':>8} {'mean':>6} {'min':>6} {'max':>6} {'paper':>11} {'SLO att.':>9} {'slowdown':>9}")
     for p, v in vs["cost_vs_opt"].items():
-        lo, hi = PAPER_COST_VS_OPT[p]
-        print(f"  {p:>8} {v['mean']:>6.2f} {v['min']:>6.2f} {v['max']:>6.2f} {lo:>5.2f}-{hi:<5.2f} "
-              f"{100 * vs['slo_attainment'][p]:>8.0f}%")
+        paper = "%5.2f-%-5.2f" % PAPER_COST_VS_OPT[p] if p in PAPER_COST_VS_OPT else f"{'-':^11}"
+        print(f"  {p:>8} {v['mean']:>6.2f} {v['min']:>6.2f} {v['max']:>6.2f} {paper} "
+              f"{100 * vs['slo_attainment'][p]:>8.0f}% {vs['mean_slowdown'][p]:>8.2f}x")
+    print(f"  {'optimal':>8} {'':>6} {'':>6} {'':>6} {'':>11} {100 * vs['slo_attainment']['optimal']:>8.0f}% "
+          f"{vs['mean_slowdown']['optimal']:>8.2f}x")
     print("  per workload (mean): " + "; ".join(f"{w}: " + ", ".join(f"{p} {r:.2f}" for p, r in d.items())
                                               for w, d in vs["per_workload"].items()))
+    print("  stochastic phases (heavy-tailed responses, long-tail migration): " + ", ".join(
+        f"{p} {v['mean']:.2f} ({v['min']:.2f}-{v['max']:.2f}, SLO {100 * vs_sto['slo_attainment'][p]:.0f}%, "
+        f"slowdown {vs_sto['mean_slowdown'][p]:.2f}x)" for p, v in vs_sto["cost_vs_opt"].items()))
 
     sav = mixed_savings(trace)
     print(f"\n3. Mixed workload, {trace} jobs at the §7.4 trace's concurrency")
@@ -221,6 +261,11 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"  saving vs Solo-D {sav['saving_vs_solo']:.2f}x (paper {PAPER_SAVING['solo']}x), "
           f"vs co-located {sav['saving_vs_colocated']:.2f}x (paper {PAPER_SAVING['colocated']}x, its trace); "
           f"time-averaged $/h: {sav['saving_vs_solo_per_h']:.2f}x, {sav['saving_vs_colocated_per_h']:.2f}x")
+    n_conc = round(TESTBED_CONCURRENCY)
+    snap = {w: snapshot_saving(w, n_conc) for w in ("mixed", "rollout-heavy")}
+    rh = rollout_heavy_saving(trace)
+    print(f"  rollout-heavy trace: {rh:.2f}x vs Solo-D; packing alone ({n_conc} jobs placed at once, none leaving, "
+          f"no slowdown paid): mixed {snap['mixed']:.2f}x, rollout-heavy {snap['rollout-heavy']:.2f}x vs Solo-D $/h")
 
     fab = fabric_and_affinity(trace)
     mig = migration_gain(20 if args.quick else 60)
@@ -242,9 +287,12 @@ def main(argv: list[str] | None = None) -> dict:
     doc = {"latency_ms_2000": lat[2000]["median_ms"], "latency_ms": {str(n): v["median_ms"] for n, v in lat.items()},
            "latency_speedup_vs_paper_2000": speedup, "optimal_latency_ms": {str(n): v for n, v in opt_lat.items()},
            "cost_vs_opt": vs["cost_vs_opt"], "cost_vs_opt_per_workload": vs["per_workload"],
-           "slo_attainment": vs["slo_attainment"], "saving_vs_solo": sav["saving_vs_solo"],
+           "slo_attainment": vs["slo_attainment"], "mean_slowdown_vs_opt": vs["mean_slowdown"],
+           "cost_vs_opt_stochastic": vs_sto["cost_vs_opt"], "slo_attainment_stochastic": vs_sto["slo_attainment"],
+           "saving_vs_solo": sav["saving_vs_solo"],
            "saving_vs_colocated": sav["saving_vs_colocated"], "saving_vs_solo_per_h": sav["saving_vs_solo_per_h"],
-           "saving_vs_colocated_per_h": sav["saving_vs_colocated_per_h"], "mixed_trace": sav["policies"], "fabric_affinity": fab,
+           "saving_vs_colocated_per_h": sav["saving_vs_colocated_per_h"], "saving_vs_solo_rollout_heavy": rh,
+           "snapshot_saving_vs_solo": snap, "mixed_trace": sav["policies"], "fabric_affinity": fab,
            "migration_gain": mig, "warm_start": warm, "elapsed_s": time.time() - t_start,
            "machine": f"{platform.machine()} {os.cpu_count()} cores"}
     print(f"\n(elapsed {doc['elapsed_s']:.0f} s)")

@@ -11,6 +11,11 @@ members to rollout nodes (enumerated with interchangeable unused nodes identifie
 round-robin order (rotations identified) meets every member's SLO under worst-case times with every
 node inside its host memory. The first accepted configuration is therefore the group's optimum
 within the same execution model RollMux plans with. Cost grows exponentially: keep n <= ~10.
+
+The objective is §4.2's ``Cost(G)`` in $/h over the jobs active at each arrival and departure, as
+§7.5 defines "Opt", and it is SLO-constrained (it meets every SLO, Figure 15). In a replay a slowed
+job lives longer, so a $/h optimum that uses a job's SLO slack is not the minimum of cost integrated
+over time: policies that ignore SLOs can be cheaper, and an SLO-respecting online one can tie it.
 """
 
 from __future__ import annotations

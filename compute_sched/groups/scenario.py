@@ -15,9 +15,10 @@ from compute_sched.groups.replay import ReplayResult, replay
 from compute_sched.groups.workload import ResponseModel, synthesize_jobs
 from fabric.errors import ConfigError
 
-__all__ = ["ReplaySetup", "run_replay", "gantt_text", "POLICY_NAMES"]
+__all__ = ["ReplaySetup", "run_replay", "gantt_text", "POLICY_NAMES", "PHASE_MODELS"]
 
 POLICY_NAMES = (*POLICIES, "optimal")
+PHASE_MODELS = ("stochastic", "deterministic")
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,18 @@ class ReplaySetup:
     train_topology: str | None = None  # fabric YAML of the training cluster
     fabric_aware: bool = True
     prune_saturated: str = "paper"
+    # "stochastic": Table 6 times are worst-case bounds and realised phases follow heavy-tailed
+    # response lengths (the testbed, §7.4); "deterministic": every phase takes its Table 6 time, as
+    # in §7.5's simulation, so a placement's planned slowdown is the one the job lives with.
+    phases: str = "stochastic"
 
     def config(self) -> GroupConfig:
         cfg = GroupConfig(max_group_size=self.max_group_size, prune_saturated=self.prune_saturated)
         return cfg.with_affinity() if self.affinity else cfg
+
+    def responses(self) -> ResponseModel:
+        """Return the model of realised phase times this setup replays with."""
+        return ResponseModel(deterministic=self.phases == "deterministic")
 
 
 def run_replay(setup: ReplaySetup) -> ReplayResult:
@@ -48,6 +57,8 @@ def run_replay(setup: ReplaySetup) -> ReplayResult:
         raise ConfigError("replay", "--policy", f"unknown policy {setup.policy!r}", ", ".join(POLICY_NAMES))
     if setup.prune_saturated not in ("paper", "train"):
         raise ConfigError("replay", "--prune", f"unknown rule {setup.prune_saturated!r}", "paper, train")
+    if setup.phases not in PHASE_MODELS:
+        raise ConfigError("replay", "phases", f"unknown phase model {setup.phases!r}", ", ".join(PHASE_MODELS))
     cfg = setup.config()
     jobs = synthesize_jobs(setup.workload, setup.jobs, setup.seed, slo=setup.slo, arrival_scale=setup.arrival_scale,
                            prefill_share=0.5 if setup.affinity else 0.0)
@@ -60,7 +71,7 @@ def run_replay(setup: ReplaySetup) -> ReplayResult:
                 topologies[pool] = load_topology(path)
     allocator = NodeAllocator(cfg, topologies, fabric_aware=setup.fabric_aware)
     policy = OptimalPolicy(cfg) if setup.policy == "optimal" else make_policy(setup.policy, cfg, setup.seed)
-    return replay(jobs, policy, cfg, seed=setup.seed, allocator=allocator)
+    return replay(jobs, policy, cfg, responses=setup.responses(), seed=setup.seed, allocator=allocator)
 
 
 def gantt_text(result: ReplayResult, setup: ReplaySetup, meta_iterations: int = 3) -> str:
@@ -69,7 +80,7 @@ def gantt_text(result: ReplayResult, setup: ReplaySetup, meta_iterations: int = 
     if snap is None:
         return "(no round-robin group to draw)"
     cfg = setup.config()
-    draws = draws_for(cfg, ResponseModel(), list(snap.job_ids), setup.seed, meta_iterations)
+    draws = draws_for(cfg, setup.responses(), list(snap.job_ids), setup.seed, meta_iterations)
     sched = round_robin(snap.members, snap.rollout_nodes, cfg, draws=draws, record=True)
     title = (f"group of {len(snap.job_ids)} jobs, {snap.rollout_nodes} rollout node(s), "
              f"{meta_iterations} meta-iterations (realised phases, long-tail migration "
