@@ -170,9 +170,10 @@ def apply_in_order(store: FabricStore, old: CircuitPlan | None, new: CircuitPlan
 
     Notes
     -----
-    S steps cost S + 1 journal writes and S bulk commands per device they touch, the devices of a
-    step all at once; the order itself is O((R + A)^2) worst case for R removed and A added
-    circuits, typically two or three rounds.
+    S steps cost S + 1 journal writes (one of them fsync'd, the last) and S device round trips
+    (a merged remove-and-add step sends both commands at once), the devices of a step all at once;
+    the order itself is O((R + A)^2) worst case for R removed and A added circuits, typically two
+    or three rounds.
     """
     if change is None or change.old is not old or change.new is not new:
         change = plan_change(old, new, order)

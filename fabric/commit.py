@@ -3,18 +3,27 @@
 Design note
 -----------
 A commit moves the devices of a scope from the store's last committed plan to a new one. Its
-intent (the new plan) is journalled, and on disk, before any device is touched. Then every device
-the diff touches gets one bulk removal followed by one bulk addition (ports are freed before
-reuse), all devices at once, since they are independent (:func:`fabric.ocs.fanout.each_device`).
-Then what each device confirmed and the outcome are journalled in one transaction. Reconciliation
-(:mod:`fabric.reconcile`) reads the devices, never the confirmations, so they need not be on disk
-before the next command; the intent must.
+intent (the new plan) is journalled before any device is touched. Then every device the diff
+touches gets one bulk removal followed by one bulk addition (ports are freed before reuse), all
+devices at once, since they are independent (:func:`fabric.ocs.fanout.each_device`). Then what
+each device confirmed and the outcome are journalled in one transaction, the commit's only fsync'd
+one: the intent is in the WAL (the OS page cache) before the first command, which survives a crash
+of the process; a power cut may lose it, and then restart reconciliation, which reads every
+device, restores the last committed plan all the same (:mod:`fabric.store` gives the argument).
 
 A change made of several ordered steps (§5.4, :mod:`agents.ordered_commit`) is a chain of such
 commits in which closing one step and journalling the next step's intent is a single transaction
-(:meth:`fabric.store.FabricStore.advance_commit`): S steps cost S + 1 fsyncs and S device round
-trips, each as long as the slowest device of its step. After a crash anywhere in the chain the
-journal names the step in flight and its committed predecessor, which reconciliation restores.
+(:meth:`fabric.store.FabricStore.advance_commit`): S steps cost S + 1 journal writes, one fsync
+(the last), and S device round trips, each as long as the slowest device of its step. After a
+crash of the process anywhere in the chain the journal names the step in flight and its committed
+predecessor, which reconciliation restores; after a power cut, the chain's last durable commit.
+
+A device that supports it (:meth:`fabric.ocs.driver.Tl1Driver.disconnect_then_connect`) gets a
+step's removal and addition in one round trip: the addition is sent before the removal's reply is
+read, and the device works through them in order. So a refused removal no longer holds the
+addition back, which the device may then apply anyway; the device's table is read back after any
+error and each action is journalled with what the device really holds (never as confirmed when it
+was not), and the step fails like any other refusal.
 
 If a device refuses, the step's devices are reconciled back to what the journal says they hold:
 the union of *every* scope's last committed plan, so the rollback of one scope never removes the
@@ -93,13 +102,50 @@ def _bulk_step(name: str, client: OcsDeviceClient, action: str, pairs: list[Simp
     return DeviceStep(name, action, tuple(pairs), tuple(done), status, "; ".join(map(str, errors))), errors
 
 
+def _pipelined_step(name: str, client: OcsDeviceClient, removals: list[SimplexPair],
+                    additions: list[SimplexPair]) -> list[_Outcome]:
+    """A device's removal and addition in one round trip; on any error both are read back from the device."""
+    errors: dict[str, list[BaseException]] = {"remove": [], "add": []}
+    try:
+        pipelined = client.disconnect_then_connect  # type: ignore[attr-defined]  (see _drive_device)
+        removed, added = pipelined([i for i, _ in removals], additions)
+        errors["remove"] += bulk_errors(removed, name, "remove")
+        errors["add"] += bulk_errors(added, name, "add")
+    except OcsError as e:
+        errors["add" if e.command == "ENT-PATCH" else "remove"].append(e)
+    if not errors["remove"] and not errors["add"]:
+        return [(DeviceStep(name, "remove", tuple(removals), tuple(removals), "ok"), []),
+                (DeviceStep(name, "add", tuple(additions), tuple(additions), "ok"), [])]
+    try:  # either command may have applied, whatever the other did: the device's table says what holds
+        table: dict[int, int] | None = client.cross_connects()
+    except OcsError as e:
+        errors["remove" if errors["remove"] else "add"].append(e)
+        table = None
+    out: list[_Outcome] = []
+    for action, pairs in (("remove", removals), ("add", additions)):
+        done = [] if table is None else [p for p in pairs if (table.get(p[0]) == p[1]) == (action == "add")]
+        errs = errors[action]
+        status = "ok" if len(done) == len(pairs) and not errs else "partial" if done else "failed"
+        detail = "; ".join(map(str, errs)) or ("" if status == "ok" else "the other command of its round trip "
+                                                f"failed; read back: {len(done)} of {len(pairs)} applied")
+        out.append((DeviceStep(name, action, tuple(pairs), tuple(done), status, detail), errs))
+    return out
+
+
 def _drive_device(name: str, client: OcsDeviceClient, remove: list[CrossConnect],
                   add: list[CrossConnect]) -> list[_Outcome]:
-    """One device's part of a step: its bulk removal, then its bulk addition; stop at the first error."""
+    """One device's part of a step: its bulk removal, then its bulk addition.
+
+    In one round trip where the client can pipeline the two; otherwise one after the other,
+    stopping at the first error.
+    """
     n = client.ports
+    removals = [p for xc in remove for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n)]
+    additions = [p for xc in add for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n)]
+    if removals and additions and hasattr(client, "disconnect_then_connect"):
+        return _pipelined_step(name, client, removals, additions)
     out: list[_Outcome] = []
-    for action, xcs in (("remove", remove), ("add", add)):
-        pairs = [p for xc in xcs for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n)]
+    for action, pairs in (("remove", removals), ("add", additions)):
         if pairs:
             out.append(_bulk_step(name, client, action, pairs))
             if out[-1][1]:
@@ -141,7 +187,7 @@ def _apply_diff(store: FabricStore, scope: str, cid: int, diff: PlanDiff,
 
 def apply_plan_steps(store: FabricStore, plans: Sequence[CircuitPlan], devices: Mapping[str, OcsDeviceClient], *,
                      scope: str | None = None) -> tuple[CommitReport, ...]:
-    """Apply ``plans`` one after another, each a journalled commit, with S + 1 journal writes for S plans.
+    """Apply ``plans`` one after another, each a journalled commit: S + 1 journal writes, one fsync'd, for S plans.
 
     Parameters
     ----------

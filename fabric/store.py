@@ -2,23 +2,43 @@
 
 Design note
 -----------
-The journal is write-ahead at the level of plans: a commit row with the *desired* plan is made
-durable (state ``intent``) before any device is touched; the row is closed as ``committed``,
+The journal is write-ahead at the level of plans: a commit row with the *desired* plan is written
+(state ``intent``) before any device is touched; the row is closed as ``committed``,
 ``failed`` or ``aborted``, together with what each device confirmed, only after the devices hold
 the outcome. So after a crash at any point, ``last_committed_plan`` is the plan the fabric is
 known to have reached, and ``in_flight`` names the commit that may have left devices
 half-changed; :mod:`fabric.reconcile` reads the devices and restores the former.
 
-Each journal write is one SQLite transaction in WAL mode with ``synchronous=FULL``: a write that
-returned is on disk, one interrupted by a crash is absent as a whole. Every such write costs an
-fsync, the dominant cost of a commit, so a commit takes as few as the guarantee allows: the intent
-(one), then the confirmations and the outcome (one); a change applied in several ordered steps
-closes one step and journals the next step's intent in a single transaction
-(:meth:`FabricStore.advance_commit`), i.e. S + 1 writes for S steps. The decision log is an audit
-trail that no recovery reads: its rows are written without their own fsync (``synchronous=NORMAL``
-for that transaction) and become durable with the next journal write; a crash of the process loses
-none of them, a power cut at most the rows since the last commit. The schema version lives in
-``PRAGMA user_version``; a file written by a newer orchestrl is refused rather than guessed at.
+Each journal write is one SQLite transaction in WAL mode: one interrupted by a crash is absent as
+a whole. A transaction written with ``synchronous=FULL`` is on disk when it returns, at the price of
+an fsync, the dominant cost of a commit; so a commit makes exactly one such *durable* write, its
+last: :meth:`FabricStore.finish_commit`, with what the devices confirmed and the outcome. The
+earlier records of the same commit (the desired plan, :meth:`FabricStore.begin_commit`; closing one
+ordered step and journalling the next step's intent, :meth:`FabricStore.advance_commit`; the
+confirmations of a failed step, :meth:`FabricStore.record_steps`) are written with
+``synchronous=NORMAL``: S + 1 transactions for S steps, one fsync. Why that keeps the guarantee:
+
+* The frames of a ``NORMAL`` transaction are in the WAL file, i.e. in the OS page cache, when the
+  call returns, before any device is touched. A crash of the *process* (what the crash/restart
+  tests exercise) loses none of them: the journal still names the commit in flight and its
+  committed predecessor, and reconciliation restores the latter.
+* A power cut (or an OS crash) may lose the unsynced tail of the WAL. WAL frames are checksummed in
+  a chain, so what survives is a prefix of the transactions, at least up to the last durable one:
+  at worst the in-flight commit's intent and step records are gone, and the journal says the scope
+  is at its last committed plan while the devices may hold part of the change. That is still
+  consistent, because restart reconciliation (:func:`fabric.reconcile.reconcile`, which every
+  controller runs at start-up: ``ControlService.recover``, ``JournaledCommitter.recover``) does not
+  take the in-flight records' word for what the devices hold: it reads every device's
+  cross-connect table and drives it back to the last committed (durable) plans, removing anything
+  else. Nothing half-applied survives.
+* A commit is acknowledged only after its final, durable write has returned, and that fsync
+  covers every earlier frame of the WAL: an acknowledged commit is always on disk, with its steps.
+
+The decision log is an audit trail that no recovery reads: its rows are written with
+``synchronous=NORMAL`` too and become durable with the next durable write; a crash of the process
+loses none of them, a power cut at most the rows since the last commit. :attr:`FabricStore.durable_writes`
+counts the durable transactions, so a test can hold a commit to its one fsync. The schema version
+lives in ``PRAGMA user_version``; a file written by a newer orchestrl is refused rather than guessed at.
 
 A commit row's plan is its canonical JSON compressed with zlib (schema version 2; version 1 rows
 hold the JSON text and are still read). A cluster-wide plan is ~200 kB of JSON and a change in S
@@ -43,6 +63,12 @@ from fabric.store_records import (_FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_
                                   DeviceStep, MaskedPort, SimplexPairs, StepRecord, StoreCorruptError, StoreError,
                                   StoreVersionError, default_store_path)
 from fabric.templates.cache import CacheEntry, TemplateCache
+
+# The newest committed id of scope ?1: one seek per kind of the index commits_by_scope (scope, kind, state,
+# id), where "scope = ? AND state = 'committed' ORDER BY id DESC" would read and sort all of the scope's rows.
+_LAST_COMMITTED_ID = "SELECT max(m) FROM (" + " UNION ALL ".join(
+    f"SELECT max(id) AS m FROM commits WHERE scope = ?1 AND kind = '{kind}' AND state = 'committed'"
+    for kind in ("apply", "reconcile")) + ")"  # every kind the schema allows
 
 __all__ = [
     "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
@@ -83,6 +109,7 @@ class FabricStore:
         self._lock = threading.RLock()
         self._plans: dict[int, CircuitPlan] = {}  # commit id -> plan: hot paths skip re-parsing JSON
         self._docs: dict[int, tuple[CircuitPlan, bytes]] = {}  # id(plan) -> (plan, its journal document)
+        self.durable_writes = 0  # transactions committed with an fsync (synchronous=FULL) by this instance
         self._conn = self._open()
 
     def _open(self) -> sqlite3.Connection:
@@ -145,7 +172,8 @@ class FabricStore:
         """One transaction: all of the body, or none of it; on disk when it returns if ``durable``.
 
         A non-durable transaction skips its fsync (``synchronous=NORMAL``; WAL keeps it atomic and
-        consistent) and becomes durable with the next durable one, whose fsync covers the WAL.
+        consistent, and it survives a crash of the process) and becomes durable with the next
+        durable one, whose fsync covers the WAL.
         """
         with self._lock:
             if not durable:
@@ -158,6 +186,8 @@ class FabricStore:
                     self._conn.execute("ROLLBACK")
                     raise
                 self._conn.execute("COMMIT")
+                if durable:
+                    self.durable_writes += 1
             finally:
                 if not durable:
                     self._conn.execute("PRAGMA synchronous=FULL")
@@ -180,9 +210,10 @@ class FabricStore:
         """Journal ``plan`` as the desired state of ``scope`` (state ``intent``); return the commit id.
 
         Call this before touching any device: after a crash the record tells reconciliation that
-        devices may hold a mix of the base plan and this one.
+        devices may hold a mix of the base plan and this one. Written without an fsync: it becomes
+        durable with the commit's final write (see the module's design note).
         """
-        with self._tx() as c:
+        with self._tx(durable=False) as c:
             cid = self._insert_intent(c, scope, plan, kind, base_id)
         self._remember(cid, plan)
         return cid
@@ -216,15 +247,18 @@ class FabricStore:
 
     def record_step(self, commit_id: int, device: str, action: str, requested: SimplexPairs,
                     confirmed: SimplexPairs, status: str, detail: str = "") -> None:
-        """Append what ``device`` confirmed after one bulk ``action`` ("remove" or "add") of a commit."""
-        with self._tx() as c:
+        """Append what ``device`` confirmed after one bulk ``action`` ("remove" or "add") of a commit.
+
+        Written without an fsync, like every record of an open commit (see the module's design note).
+        """
+        with self._tx(durable=False) as c:
             self._require_open(c, commit_id)
             self._insert_steps(c, commit_id, [DeviceStep(device, action, tuple(requested), tuple(confirmed), status,
                                                          detail)])
 
     def record_steps(self, commit_id: int, steps: Iterable[DeviceStep]) -> None:
-        """Append several device confirmations of one open commit in one transaction."""
-        with self._tx() as c:
+        """Append several device confirmations of one open commit in one transaction (without an fsync)."""
+        with self._tx(durable=False) as c:
             self._require_open(c, commit_id)
             self._insert_steps(c, commit_id, steps)
 
@@ -242,7 +276,8 @@ class FabricStore:
     def finish_commit(self, commit_id: int, state: str, note: str = "", steps: Iterable[DeviceStep] = ()) -> None:
         """Close an open commit as ``committed``, ``failed`` or ``aborted`` and prune old records.
 
-        ``steps`` (what the devices confirmed) are journalled in the same transaction.
+        ``steps`` (what the devices confirmed) are journalled in the same transaction, the commit's
+        one durable write: when this returns, the commit and all its records are on disk.
         """
         if state not in _FINAL_STATES:
             raise ValueError(f"finish_commit: state {state!r} is not one of {', '.join(_FINAL_STATES)}")
@@ -253,11 +288,13 @@ class FabricStore:
                        kind: str = "apply") -> int:
         """Close ``commit_id`` as committed and journal ``plan`` as the next intent of its scope, atomically.
 
-        One transaction, one fsync: after a crash either the step is still in flight (devices are
-        reconciled to the commit before it) or it is committed and the next one is in flight.
+        One transaction, without an fsync (durable with the chain's final :meth:`finish_commit`):
+        after a crash of the process either the step is still in flight (devices are reconciled to
+        the commit before it) or it is committed and the next one is in flight; after a power cut
+        the chain may be lost back to its last durable commit, to which the devices are reconciled.
         Returns the id of the new commit, whose base is ``commit_id``.
         """
-        with self._tx() as c:
+        with self._tx(durable=False) as c:
             scope = self._close(c, commit_id, "committed", "", steps)
             cid = self._insert_intent(c, scope, plan, kind, commit_id)
         self._remember(cid, plan)
@@ -281,8 +318,7 @@ class FabricStore:
         return row[0]
 
     def _prune_commits(self, c: sqlite3.Connection, scope: str) -> None:
-        keep_last = c.execute("SELECT max(id) FROM commits WHERE scope = ? AND state = 'committed'",
-                              (scope,)).fetchone()[0]
+        keep_last = c.execute(_LAST_COMMITTED_ID, (scope,)).fetchone()[0]
         c.execute("DELETE FROM commits WHERE scope = ? AND state != 'intent' AND id IS NOT ? AND id NOT IN "
                   "(SELECT id FROM commits WHERE scope = ? AND state != 'intent' ORDER BY id DESC LIMIT ?)",
                   (scope, keep_last, scope, self.commit_retention))
@@ -319,7 +355,7 @@ class FabricStore:
         That is a plan change (kind ``apply``) or, after a restart, the outcome of reconciliation
         (kind ``reconcile``: the plan before it minus circuits on ports that had failed).
         """
-        rows = self._records("WHERE scope = ? AND state = 'committed' ORDER BY id DESC LIMIT 1", (scope,))
+        rows = self._records(f"WHERE id = ({_LAST_COMMITTED_ID})", (scope,))
         return rows[0] if rows else None
 
     def last_committed_plan(self, scope: str) -> CircuitPlan | None:

@@ -153,7 +153,7 @@ class DeviceStep:
     A commit's confirmations are journalled together, in one transaction with the commit's outcome
     (:meth:`fabric.store.FabricStore.finish_commit`, :meth:`~fabric.store.FabricStore.advance_commit`):
     reconciliation reads the devices, not these rows, so they need not be durable before the next
-    command, only the intent before the first one.
+    command (see :mod:`fabric.store` on why only a commit's final write is fsync'd).
     """
 
     device: str

@@ -2,10 +2,13 @@
 
 Design note
 -----------
-One driver holds one TCP session and sends one command at a time (a lock serialises callers).
-Every command carries a fresh ctag and the reader waits for the reply with *that* ctag: autonomous
-messages (alarms) and stale replies are logged and skipped, so a late answer to an earlier command
-can never be mistaken for the current one. Failures are handled by what is safe to repeat:
+One driver holds one TCP session; a lock serialises callers, and each call sends its command (or,
+for :meth:`Tl1Driver.disconnect_then_connect`, its two commands back to back, one round trip: TL1
+allows several outstanding ctags on a session and the device works through commands in the order
+it receives them) and then reads until every reply it awaits has come. Every command carries a
+fresh ctag and replies are matched by ctag: autonomous messages (alarms) and stale replies are
+logged and skipped, so a late answer to an earlier command can never be mistaken for a current
+one. Failures are handled by what is safe to repeat:
 
 * the session is opened lazily, with exponential backoff, and logged in (``ACT-USER``) each time;
   a session found dead before sending (device restarted) is reopened transparently;
@@ -29,13 +32,14 @@ import socket
 import threading
 import time
 from collections import deque
+from itertools import repeat
 from typing import Iterable
 
 from fabric.ocs.errors import (
     OcsAborted, OcsAuthError, OcsCommandError, OcsConnectionError, OcsDenied, OcsError, OcsProtocolError,
     OcsRequestError, OcsTimeout, denied_from_code,
 )
-from fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, normalize_mode
+from fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
 from fabric.ocs.tl1 import (
     Autonomous, Command, Response, Tl1Splitter, format_command, format_pair_lists, format_ports, parse_keywords,
     parse_patch_line, parse_ports, parse_response, quote,
@@ -47,7 +51,11 @@ log = logging.getLogger(__name__)
 
 
 class _ConnectionLost(Exception):
-    """Internal: the TCP session ended while a reply was awaited."""
+    """Internal: the TCP session ended while a reply was awaited (``verb``: the first unanswered command)."""
+
+    def __init__(self, problem: str, verb: str = "") -> None:
+        super().__init__(problem)
+        self.verb = verb
 
 
 class Tl1Driver:
@@ -148,15 +156,14 @@ class Tl1Driver:
             No reply: the device may have applied the bulk; read :meth:`cross_connects` back.
         """
         mode = normalize_mode(mode, self.name, "ENT-PATCH")
-        pairs = [(int(i), int(e)) for i, e in pairs]
-        self._check_pairs(pairs)
+        pairs = self._checked_pairs(pairs)
         statuses: dict[tuple[int, int], XcStatus] = {}
         remaining = list(pairs)
         while remaining:
             resp = self._command("ENT-PATCH", format_pair_lists(remaining), timeout_s=self.timeout_s + self.switch_delay_s)
             if resp.ok:
                 if not statuses:  # the whole bulk at the first try (the usual case): statuses in request order
-                    return BulkResult([XcStatus(i, e) for i, e in pairs], mode)
+                    return BulkResult(list(map(applied_status, *zip(*pairs))), mode)
                 statuses.update((p, XcStatus(*p)) for p in remaining)
                 break
             if resp.code == "SABT":
@@ -175,15 +182,54 @@ class Tl1Driver:
 
         Returns one status per removed cross-connect; a port without one is a no-op.
         """
-        ports, n = [int(p) for p in ports], self._size()
-        for p in ports:
-            if not 1 <= p <= 2 * n:
-                raise OcsRequestError(self.name, "DLT-PATCH", f"port {p} is outside 1..{2 * n}; "
-                                                              f"use device ports of this {n}x{n} switch", [p])
+        ports = self._check_ports(ports)
         if not ports:
             return BulkResult([], "stop")
         resp = self._checked("DLT-PATCH", format_ports(ports), ports=ports)
-        return BulkResult([XcStatus(*parse_patch_line(line, self.name)) for line in resp.data], "stop")
+        return self._removed(resp)
+
+    def disconnect_then_connect(self, ports: list[int], pairs: list[tuple[int, int]]) -> tuple[BulkResult, BulkResult]:
+        """Remove the cross-connects on ``ports``, then create ``pairs``: both commands in one round trip.
+
+        The ``DLT-PATCH`` and the ``ENT-PATCH`` go out back to back before either reply is read;
+        the device works through them in order, so the connect finds the ports the removal freed.
+        Returns what :meth:`disconnect` and :meth:`connect` (``mode="stop"``) return, as a pair.
+
+        Raises
+        ------
+        OcsRequestError
+            A port is outside the device, on the wrong side, or named twice (nothing is sent).
+        OcsDenied
+            The ``DLT-PATCH``'s refusal if it was refused, else the ``ENT-PATCH``'s, as the
+            :class:`OcsDenied` subclass of its code. A refused removal does not hold back the
+            connect sent with it, which the device may have applied: read :meth:`cross_connects`
+            back.
+        OcsAborted, OcsTimeout, OcsConnectionError
+            As :meth:`connect`.
+        """
+        ports, pairs = self._check_ports(ports), self._checked_pairs(pairs)
+        if not ports or not pairs:  # a single command: nothing to overlap
+            return self.disconnect(ports), (self.connect(pairs) if pairs else BulkResult())
+        dlt, ent = self._pipeline([("DLT-PATCH", format_ports(ports), ()), ("ENT-PATCH", format_pair_lists(pairs), ())],
+                                  timeout_s=self.timeout_s + self.switch_delay_s)
+        if not dlt.ok:
+            raise self._denied("DLT-PATCH", dlt, ports)
+        if not ent.ok:
+            if ent.code == "SABT":
+                raise self._aborted(pairs, ent)
+            raise self._denied("ENT-PATCH", ent, [p for pair in pairs for p in pair])
+        return self._removed(dlt), BulkResult(list(map(applied_status, *zip(*pairs))), "stop")
+
+    def _removed(self, resp: Response) -> BulkResult:
+        """The statuses of a ``DLT-PATCH``'s reply: one data line ``<in>,<out>`` per removed cross-connect."""
+        if set(map(str.count, resp.data, repeat(","))) <= {1}:  # "<in>,<out>" lines: all at once, no loop
+            try:
+                ports = list(map(int, ",".join(resp.data).split(","))) if resp.data else []
+                return BulkResult(list(map(applied_status, ports[::2], ports[1::2])))
+            except ValueError:
+                pass
+        # not two numbers a line: parse_patch_line names the line (or takes the first two fields)
+        return BulkResult([applied_status(*parse_patch_line(line, self.name)) for line in resp.data])
 
     def port_status(self, ports: Iterable[int] | None = None) -> dict[int, PortStatus]:
         """Return the state and alarm text of ``ports`` (every port when None)."""
@@ -226,6 +272,26 @@ class Tl1Driver:
                 self._drop()
 
     # -- checks -----------------------------------------------------------------------------
+    def _check_ports(self, ports: Iterable[int]) -> list[int]:
+        """``ports`` as ints, each a port of the device (else :class:`OcsRequestError` naming the first bad one)."""
+        ports, n = list(map(int, ports)), self._size()
+        if ports and (min(ports) < 1 or max(ports) > 2 * n):
+            p = next(p for p in ports if not 1 <= p <= 2 * n)
+            raise OcsRequestError(self.name, "DLT-PATCH", f"port {p} is outside 1..{2 * n}; "
+                                                          f"use device ports of this {n}x{n} switch", [p])
+        return ports
+
+    def _checked_pairs(self, pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+        """``pairs`` as int pairs, checked as :meth:`_check_pairs` does, with set operations when all is well."""
+        pairs = list(pairs)
+        ins, outs = zip(*pairs) if pairs else ((), ())
+        ins, outs = tuple(map(int, ins)), tuple(map(int, outs))
+        pairs, n = list(zip(ins, outs)), self._size()
+        if pairs and not (1 <= min(ins) and max(ins) <= n and n < min(outs) and max(outs) <= 2 * n
+                          and len(set(ins)) == len(ins) and len(set(outs)) == len(outs)):
+            self._check_pairs(pairs)  # something is wrong: find the first bad port, in request order
+        return pairs
+
     def _check_pairs(self, pairs: list[tuple[int, int]]) -> None:
         n, seen = self._size(), set()
         for ingress, egress in pairs:
@@ -276,26 +342,42 @@ class Tl1Driver:
     def _command(self, verb: str, aid: str = "", params: tuple[str, ...] = (), *, read: bool = False,
                  timeout_s: float | None = None) -> Response:
         """Send one command and return its reply; reads are retried once on a fresh session."""
+        return self._pipeline([(verb, aid, params)], read=read, timeout_s=timeout_s)[0]
+
+    def _pipeline(self, commands: list[tuple[str, str, tuple[str, ...]]], *, read: bool = False,
+                  timeout_s: float | None = None) -> list[Response]:
+        """Send ``commands`` (verb, aid, params) back to back and return their replies in the same order.
+
+        One round trip for all of them. Reads are retried once on a fresh session; commands the
+        device refused for want of a login (``PLNA``: nothing applied) are sent once more after
+        logging in again; writes are never repeated otherwise.
+        """
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        out: list[Response | None] = [None] * len(commands)
         with self._lock:
+            todo = list(range(len(commands)))
             for attempt in range(2):
                 self._ensure_session()
+                cmds = [Command(verb, aid, self._next_ctag(), params=params)
+                        for verb, aid, params in (commands[i] for i in todo)]
                 try:
-                    resp = self._exchange(Command(verb, aid, self._next_ctag(), params=params), timeout_s)
+                    replies = self._exchange_all(cmds, timeout_s)
                 except _ConnectionLost as exc:
                     self._drop()
                     if read and attempt == 0:
                         continue
-                    raise OcsConnectionError(self.name, verb, f"connection lost before the reply ({exc}); the "
-                                                              "device may have applied the command: read it back") from None
+                    raise OcsConnectionError(self.name, exc.verb, f"connection lost before the reply ({exc}); "
+                                             "the device may have applied the command: read it back") from None
                 except OcsTimeout:
                     if read and attempt == 0:
                         continue
                     raise
-                if resp.status == "DENY" and resp.code == "PLNA" and attempt == 0:
-                    self._drop()  # the device forgot our login: log in again and resend (nothing was applied)
-                    continue
-                return resp
+                for i, resp in zip(todo, replies):
+                    out[i] = resp
+                todo = [i for i, resp in zip(todo, replies) if resp.status == "DENY" and resp.code == "PLNA"]
+                if not todo or attempt == 1:
+                    return out  # type: ignore[return-value]  (every slot is filled)
+                self._drop()  # the device forgot our login: log in again and resend (nothing was applied)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _ensure_session(self) -> None:
@@ -370,29 +452,39 @@ class Tl1Driver:
 
     def _exchange(self, cmd: Command, timeout_s: float) -> Response:
         """Send ``cmd`` and return the reply with its ctag, skipping every other message."""
+        return self._exchange_all([cmd], timeout_s)[0]
+
+    def _exchange_all(self, cmds: list[Command], timeout_s: float) -> list[Response]:
+        """Send ``cmds`` in one write and return their replies in order, matched by ctag (others skipped).
+
+        The replies may arrive in any order; ``timeout_s`` bounds the wait for all of them.
+        """
         assert self._sock is not None
         try:
-            self._sock.sendall(format_command(cmd).encode("utf-8"))
+            self._sock.sendall("".join(map(format_command, cmds)).encode("utf-8"))
         except OSError as exc:
-            raise _ConnectionLost(str(exc)) from None
+            raise _ConnectionLost(str(exc), cmds[0].verb) from None
+        waiting = {cmd.ctag: cmd for cmd in cmds}
+        got: dict[str, Response] = {}
         deadline = time.monotonic() + timeout_s
-        while True:
+        while waiting:
             while not self._blocks:
+                first = next(iter(waiting.values()))
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._drop()
-                    raise OcsTimeout(self.name, cmd.verb, f"no reply within {timeout_s:g} s; the device may have "
-                                                          "applied the command: read it back (the next command "
-                                                          "opens a new session)")
+                    raise OcsTimeout(self.name, first.verb, f"no reply within {timeout_s:g} s; the device may have "
+                                                            "applied the command: read it back (the next command "
+                                                            "opens a new session)")
                 self._sock.settimeout(remaining)
                 try:
                     data = self._sock.recv(65536)
                 except socket.timeout:
                     continue
                 except OSError as exc:
-                    raise _ConnectionLost(str(exc)) from None
+                    raise _ConnectionLost(str(exc), first.verb) from None
                 if not data:
-                    raise _ConnectionLost("closed by the device")
+                    raise _ConnectionLost("closed by the device", first.verb)
                 self._blocks.extend(self._splitter.feed(data))
             block = self._blocks.popleft()
             if not block.strip(" \r\n\t;<>"):
@@ -405,8 +497,10 @@ class Tl1Driver:
             if isinstance(msg, Autonomous):
                 log.info("%s: autonomous %s %s %s", self.name, msg.alarm, msg.verb, "; ".join(msg.data))
                 self.autonomous.append(msg)
-            elif msg.ctag != cmd.ctag:
-                log.info("%s: ignoring reply with ctag %s while waiting for %s (stale)", self.name, msg.ctag, cmd.ctag)
+            elif msg.ctag not in waiting:
+                log.info("%s: ignoring reply with ctag %s while waiting for %s (stale)", self.name, msg.ctag,
+                         ", ".join(waiting))
             else:
-                return msg
-
+                del waiting[msg.ctag]
+                got[msg.ctag] = msg
+        return [got[cmd.ctag] for cmd in cmds]

@@ -5,9 +5,14 @@ Design note
 The emulator behaves like a device in the ways a control plane must survive: a connect answers
 ``COMPLD`` only after the profile's switching delay (OrchestrRL Table 2, :data:`OCS_TECHNOLOGIES`),
 and one bulk ``ENT-PATCH`` of k pairs costs *one* delay since all mirrors move together. While the
-mirrors move, the ports are ``tuning`` and any command touching them is refused with ``SNVS``.
-Commands on one connection run concurrently (TL1 correlates replies by ctag). An ``ENT-PATCH`` is
-atomic: it is checked whole and refused whole, unless the partial-bulk fault is on.
+mirrors move, the ports are ``tuning`` and any command touching them is refused with ``SNVS``
+(with a zero delay, as in the zero-delay measurement mode and the ``test`` profile, no mirror moves
+for any time: the bulk answers at once and no port shows ``tuning``).
+Commands on one connection run concurrently (TL1 correlates replies by ctag), but each takes
+effect on the table as soon as it is read, before anything is awaited: commands sent back to back
+(a pipelined ``DLT-PATCH`` then ``ENT-PATCH``) are applied in the order they arrive, as a device
+processes them, and only their replies may overtake each other. An ``ENT-PATCH`` is atomic: it is
+checked whole and refused whole, unless the partial-bulk fault is on.
 
 Fault injection (set at start from the command line, changed at run time over TL1 extension
 verbs that need no login and are never dropped or delayed; a real switch has none of them)::
@@ -266,23 +271,23 @@ class Emulator:
         if len(ins) != len(outs) or not ins:
             return self._deny(cmd, "IIPG", f"{len(ins)} ingress and {len(outs)} egress ports; give equal lists")
         pairs = list(zip(ins, outs))
-        bad = self.state.connect_refusal(pairs)
+        k = self.config.partial_bulk
+        applied = len(pairs) if k is None else min(k, len(pairs))
+        bad = self.state.connect_atomic(pairs, applied)  # checked whole, refused whole
         if bad is not None:
             return self._deny(cmd, bad.status, bad.message, [bad.port])
-        k = self.config.partial_bulk
-        applied = pairs if k is None or len(pairs) <= k else pairs[:k]
-        self.state.connect(applied)
-        moving = [p for pair in applied for p in pair]
-        token = object()
-        self.state.set_port_state(moving, PortState.TUNING)
-        self._tuning.update((p, token) for p in moving)
-        try:
-            await asyncio.sleep(self.switch_delay_s)  # every mirror of the bulk moves at once
-        finally:
-            self._settle([p for p in moving if self._tuning.get(p) is token])
-        if len(applied) < len(pairs):
-            done = ", ".join(f"{i}->{e}" for i, e in applied) or "none"
-            return self._deny(cmd, "SABT", f"applied {len(applied)} of {len(pairs)} pairs ({done}), then aborted")
+        if self.switch_delay_s > 0:  # a zero delay moves no mirror for any time: nothing to show tuning
+            moving = [p for pair in pairs[:applied] for p in pair]
+            token = object()
+            self.state.set_port_state(moving, PortState.TUNING)
+            self._tuning.update((p, token) for p in moving)
+            try:
+                await asyncio.sleep(self.switch_delay_s)  # every mirror of the bulk moves at once
+            finally:
+                self._settle([p for p in moving if self._tuning.get(p) is token])
+        if applied < len(pairs):
+            done = ", ".join(f"{i}->{e}" for i, e in pairs[:applied]) or "none"
+            return self._deny(cmd, "SABT", f"applied {applied} of {len(pairs)} pairs ({done}), then aborted")
         return self._ok(cmd)
 
     def _settle(self, ports: list[int]) -> None:
@@ -294,11 +299,10 @@ class Emulator:
         ports = parse_ports(cmd.aid, self.config.sid, cmd.verb)
         if not ports:
             return self._deny(cmd, "IIPG", "no ports given")
-        bad = self.state.disconnect_refusal(ports)
+        bad, removed = self.state.disconnect_atomic(ports)  # checked whole, refused whole
         if bad is not None:
             return self._deny(cmd, bad.status, bad.message, [bad.port])
-        removed = self.state.disconnect(ports).statuses
-        return self._ok(cmd, [format_patch_line(s.ingress, s.egress) for s in removed])
+        return self._ok(cmd, [f"{i},{e}" for i, e in removed])  # format_patch_line's lines, without a call each
 
     def _rtrv_patch(self, session: _Session, cmd: Command) -> Response:
         return self._ok(cmd, [format_patch_line(i, e) for i, e in self.state.cross_connects().items()])

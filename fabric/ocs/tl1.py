@@ -124,9 +124,6 @@ def split_fields(text: str, sep: str) -> list[str]:
     return fields
 
 
-_QUOTE_OR_END = re.compile(r'[";]')
-
-
 class Tl1Splitter:
     """Incremental splitter of a TL1 byte stream into messages, each ending at an unquoted ``;``.
 
@@ -153,15 +150,18 @@ class Tl1Splitter:
         if self._in_comment or self._escaped or self._prev == "/" or "\\" in text or "/" in text:
             return self._feed_chars(text)
         # No escape and no comment can start or end in this chunk: only quotes and ';' matter, so
-        # jump from one to the next instead of stepping through every character.
-        out, start = [], 0
-        for m in _QUOTE_OR_END.finditer(text):
-            if m.group() == '"':
+        # jump from one ';' to the next, counting the quotes in between instead of visiting each.
+        out, start, pos = [], 0, 0
+        while (end := text.find(";", pos)) >= 0:
+            if text.count('"', pos, end) % 2:
                 self._in_quote = not self._in_quote
-            elif not self._in_quote:
-                self._buf.append(text[start:m.end()])
+            pos = end + 1
+            if not self._in_quote:
+                self._buf.append(text[start:pos])
                 out.append("".join(self._buf))
-                self._buf, start = [], m.end()
+                self._buf, start = [], pos
+        if text.count('"', pos) % 2:
+            self._in_quote = not self._in_quote
         self._buf.append(text[start:])
         self._prev = text[-1:] or self._prev
         return out
@@ -305,7 +305,10 @@ def format_response(resp: Response | Autonomous) -> str:
             lines.append(f"   {resp.code or 'SNVS'}")
     else:
         lines.append(f"{resp.alarm}{' ' if len(resp.alarm) > 1 else '  '}{resp.atag} {resp.verb}")
-    lines.extend(f"   {quote(d)}" for d in resp.data)
+    if _PLAIN.fullmatch("".join(resp.data)):  # nothing to escape in any line (every patch line): one check
+        lines.extend(['   "' + d + '"' for d in resp.data])
+    else:
+        lines.extend(f"   {quote(d)}" for d in resp.data)
     if isinstance(resp, Response) and resp.comment:
         lines.append(f"   /* {_comment_text(resp.comment)} */")
     lines.append(";")
@@ -320,8 +323,7 @@ def parse_response(text: str, device: str = "") -> Response | Autonomous:
     OcsProtocolError
         If the block has no header line or no ``M <ctag> <status>`` / autonomous line.
     """
-    lines = [ln.strip() for ln in text.replace("\r", "\n").split("\n")]
-    lines = [ln for ln in lines if ln and ln not in (";", "<", ">")]
+    lines = [s for ln in text.replace("\r", "\n").split("\n") if (s := ln.strip()) and s not in (";", "<", ">")]
     if lines and lines[-1].endswith(";") and not lines[-1].startswith('"'):
         lines[-1] = lines[-1][:-1].rstrip()
     header = _HEADER.match(lines[0]) if lines else None
@@ -338,6 +340,15 @@ def parse_response(text: str, device: str = "") -> Response | Autonomous:
         raise OcsProtocolError(device, "", f"reply line {lines[1]!r} is neither 'M <ctag> <status>' nor an "
                                            "autonomous message")
     rest = lines[2:]
+    if head and head.group(2) != "DENY" and "/*" not in text and "\\" not in text:
+        # the usual reply, data lines only and nothing escaped: a quoted value is what its quotes enclose
+        for line in rest:
+            if line[0] == '"':
+                line = line.rstrip(",")
+                if len(line) > 1 and line[-1] == '"':
+                    line = line[1:-1]
+            data.append(line)
+        return Response(head.group(1), head.group(2), tuple(data), "", "", sid, date, clock)
     i = 0
     while i < len(rest):
         line = rest[i]

@@ -207,3 +207,46 @@ def test_stale_replies_and_alarms_are_skipped_by_ctag():
     finally:
         server.close()
         thread.join(5)
+
+
+def test_disconnect_then_connect_is_one_round_trip_and_reuses_the_freed_ports(make_driver, control):
+    drv = make_driver(ports=N).open()
+    drv.connect([(1, 17), (2, 18)])
+    writes: list[list[str]] = []
+    exchange = drv._exchange_all
+    drv._exchange_all = lambda cmds, timeout_s: writes.append([c.verb for c in cmds]) or exchange(cmds, timeout_s)
+    removed, added = drv.disconnect_then_connect([1, 2], [(1, 18), (2, 17)])  # the ports the removal frees
+    assert writes == [["DLT-PATCH", "ENT-PATCH"]]  # both sent before any reply was read
+    assert [(s.ingress, s.egress) for s in removed.statuses] == [(1, 17), (2, 18)]
+    assert added.applied == [(1, 18), (2, 17)]
+    assert drv.cross_connects() == {1: 18, 2: 17}
+
+
+def test_a_refused_removal_raises_its_exception_and_the_connect_sent_with_it_still_runs(make_driver, control):
+    control.switch_delay(1500)  # slow mirrors: port 1's cross-connect is surely still moving below
+    slow, drv = make_driver(ports=N, timeout_s=20), make_driver(ports=N)
+    drv.connect([(2, 18)])
+    worker = threading.Thread(target=lambda: slow.connect([(1, 17)]))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while drv.port_status([1])[1].state is not PortState.TUNING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    control.switch_delay(0)
+    with pytest.raises(OcsPortBusy, match="DLT-PATCH.*SNVS") as info:
+        drv.disconnect_then_connect([1, 2], [(3, 19)])
+    assert info.value.command == "DLT-PATCH" and info.value.code == "SNVS"
+    worker.join(20)
+    assert drv.cross_connects() == {1: 17, 2: 18, 3: 19}  # nothing removed (atomic), the connect applied
+
+
+def test_a_refused_connect_after_a_removal_raises_its_exception(make_driver, control):
+    drv = make_driver(ports=N)
+    drv.connect([(1, 17), (2, 18)])
+    control.fail_ports([4])
+    with pytest.raises(OcsPortFailed, match="ENT-PATCH.*SWFA") as info:
+        drv.disconnect_then_connect([1], [(4, 20)])
+    assert info.value.ports == (4,)
+    assert drv.cross_connects() == {2: 18}  # the removal went through, the connect did not
+    with pytest.raises(OcsRequestError, match="not an egress port"):  # checked before anything is sent
+        drv.disconnect_then_connect([2], [(3, 4)])
+    assert drv.cross_connects() == {2: 18}

@@ -80,6 +80,30 @@ def test_dry_run_checks_answer_what_the_bulk_would_do_and_change_nothing(sequenc
         getattr(s, op)(arg, mode=extra)
 
 
+@settings(max_examples=200, deadline=None)
+@given(ops)
+def test_an_atomic_bulk_applies_all_or_nothing_and_refuses_as_the_dry_run_says(sequence):
+    s = SwitchState(N)
+    for op, arg, extra in sequence:
+        if op == "state":
+            s.set_port_state(arg, extra)
+            continue
+        before = s.cross_connects()
+        if op == "connect":
+            refusal, expected = s.connect_refusal(arg), s.copy()
+            assert s.connect_atomic(list(arg)) == refusal
+            if refusal is None:
+                expected.connect(arg)
+        else:
+            refusal, expected = s.disconnect_refusal(arg), s.copy()
+            got, removed = s.disconnect_atomic(arg)
+            assert got == refusal
+            if refusal is None:
+                assert removed == [(x.ingress, x.egress) for x in expected.disconnect(arg).statuses]
+        assert s.cross_connects() == (before if refusal is not None else expected.cross_connects())
+        _assert_invariants(s)
+
+
 def test_refusals_name_the_port_and_the_tl1_code():
     s = SwitchState(6)  # ingress 1..6, egress 7..12
     s.set_port_state([1], "failed", "LOS")

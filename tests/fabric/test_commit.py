@@ -1,0 +1,148 @@
+"""Journalled commits: one fsync per commit, what a power cut leaves behind, one round trip per merged step."""
+
+import shutil
+import threading
+import time
+
+import pytest
+
+from fabric.commit import CommitError, apply_plan_diff, apply_plan_steps
+from fabric.ocs.driver import Tl1Driver
+from fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
+from fabric.ocs.model import PortState
+from fabric.reconcile import reconcile
+from fabric.store import FabricStore
+from tests.fabric.fakes import Crasher, CrashingStore, SimulatedCrash, expected_tables, tables
+from tests.fabric.test_reconcile import NEW, OLD, _devices, _plan
+
+# OLD plus agg0 7<->8: an add-only first step, then the rest of NEW (removals, then additions)
+MID = _plan(("agg0", 1, 2), ("agg0", 3, 4), ("agg0", 5, 6), ("agg0", 7, 8), ("core0", 1, 2), ("agg1", 1, 8),
+            sig="mid")
+
+
+@pytest.mark.parametrize("plans", [[NEW], [MID, NEW]], ids=["one step", "two steps"])
+def test_a_commit_makes_exactly_one_durable_write_its_last(tmp_path, plans):
+    devices = _devices()
+    with FabricStore(tmp_path / "f.db") as store:
+        apply_plan_diff(store, OLD, devices)
+        before = store.durable_writes
+        reports = apply_plan_steps(store, plans, devices, scope="fab")
+        assert store.durable_writes - before == 1  # S + 1 journal writes, one fsync
+        assert len(reports) == len(plans) and store.in_flight() == []
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # back to FULL between writes
+    assert tables(devices) == expected_tables(NEW, devices)
+    with FabricStore(tmp_path / "f.db") as reopened:  # and every record of the chain is in the file
+        assert reopened.last_committed_plan("fab") == NEW
+        assert [r.plan for r in reopened.history("fab", limit=3)] == [NEW, *plans[:-1][::-1], OLD][:3]
+
+
+def _points() -> list[str]:
+    """Crash points of a two-step OLD -> MID -> NEW chain."""
+    crasher, devices = Crasher(), _devices()
+    store = CrashingStore(":memory:", Crasher())
+    apply_plan_diff(store, OLD, devices)
+    store.crasher = crasher
+    for d in devices.values():
+        d.crasher = crasher
+    apply_plan_steps(store, [MID, NEW], devices, scope="fab")
+    return crasher.labels
+
+
+UNACKNOWLEDGED = _points()[:-1]  # every point before the chain's final durable write returned
+
+
+@pytest.mark.parametrize("k", range(len(UNACKNOWLEDGED)), ids=UNACKNOWLEDGED)
+def test_a_power_cut_that_loses_the_unsynced_records_still_reconciles_to_the_last_durable_commit(tmp_path, k):
+    path = tmp_path / "fabric.db"
+    devices = _devices()
+    with FabricStore(path) as store:
+        apply_plan_diff(store, OLD, devices)  # durable: its fsync returned
+    synced = tmp_path / "synced"
+    synced.mkdir()
+    for f in tmp_path.glob("fabric.db*"):  # the files as the last fsync left them
+        shutil.copy(f, synced / f.name)
+    crasher = Crasher(at=k)
+    for d in devices.values():
+        d.crasher = crasher
+    store = CrashingStore(path, crasher)
+    with pytest.raises(SimulatedCrash):
+        apply_plan_steps(store, [MID, NEW], devices, scope="fab")
+    store.close()
+    for d in devices.values():
+        d.crasher = None
+    for f in tmp_path.glob("fabric.db*"):  # power cut: every write since the last fsync is lost
+        f.unlink()
+    for f in synced.iterdir():
+        shutil.copy(f, tmp_path / f.name)
+
+    with FabricStore(path) as restarted:
+        # the journal has forgotten the change (no intent, no step): it says OLD, the devices may not
+        assert restarted.last_committed_plan("fab") == OLD and restarted.in_flight() == []
+        report = reconcile(restarted, devices)  # what every controller does at start-up
+        assert report.ok and tables(devices) == expected_tables(OLD, devices)
+        apply_plan_diff(restarted, NEW, devices)  # and the fabric commits normally again
+        assert tables(devices) == expected_tables(NEW, devices)
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """A real emulated switch (rotor profile, 0.01 ms switching) speaking TL1 over TCP."""
+    emu = start_emulator_process(16, "rotor")
+    try:
+        yield emu
+    finally:
+        stop_emulator_process(emu.process)
+
+
+@pytest.fixture
+def agg0(emulator):
+    """A TL1 driver of the emulator, named like the plans' device; table and faults cleared around each test."""
+    control = EmulatorControl(emulator.host, emulator.port)
+    control.clear("ALL")
+    with Tl1Driver(emulator.host, emulator.port, name="agg0", password="admin", timeout_s=10.0) as drv:
+        yield drv.open()
+    control.switch_delay(0)
+    control.clear("ALL")
+
+
+def test_a_merged_step_is_one_round_trip_per_device(tmp_path, agg0):
+    first, second = _plan(("agg0", 1, 2), ("agg0", 3, 4)), _plan(("agg0", 1, 3), ("agg0", 2, 4))
+    with FabricStore(tmp_path / "f.db") as store:
+        apply_plan_diff(store, first, {"agg0": agg0})
+        writes: list[list[str]] = []
+        exchange = agg0._exchange_all
+        agg0._exchange_all = lambda cmds, timeout_s: writes.append([c.verb for c in cmds]) or exchange(cmds, timeout_s)
+        report = apply_plan_diff(store, second, {"agg0": agg0})  # removes both circuits, re-pairs their ports
+        assert writes == [["DLT-PATCH", "ENT-PATCH"]]
+        assert (report.removed, report.added) == (2, 2) and store.last_committed_plan("fab") == second
+        assert [(s.action, s.status) for s in store.steps(report.commit_id)] == [("remove", "ok"), ("add", "ok")]
+    assert agg0.cross_connects() == {1: 19, 3: 17, 2: 20, 4: 18}
+
+
+def test_a_refused_removal_fails_the_step_and_the_connect_sent_with_it_is_journalled_and_rolled_back(
+        tmp_path, emulator, agg0):
+    before, after = _plan(("agg0", 1, 2)), _plan(("agg0", 5, 6))  # the add needs no port the removal frees
+    control = EmulatorControl(emulator.host, emulator.port)
+    with FabricStore(tmp_path / "f.db") as store:
+        apply_plan_diff(store, before, {"agg0": agg0})
+        # another client re-makes 1 -> 18 with slow mirrors: the removal of 1<->2 is refused (tuning)
+        other = Tl1Driver(emulator.host, emulator.port, password="admin", timeout_s=20.0)
+        other.disconnect([1])
+        control.switch_delay(1500)
+        worker = threading.Thread(target=lambda: other.connect([(1, 18)]))
+        worker.start()
+        deadline = time.monotonic() + 10
+        while agg0.port_status([1])[1].state is not PortState.TUNING and time.monotonic() < deadline:
+            time.sleep(0.01)
+        control.switch_delay(0)
+        with pytest.raises(CommitError, match="refused remove.*SNVS") as info:
+            apply_plan_diff(store, after, {"agg0": agg0})
+        worker.join(20)
+        other.close()
+        cid = info.value.commit_id
+        assert store.commit(cid).state == "failed" and store.last_committed_plan("fab") == before
+        steps = {s.action: s for s in store.steps(cid)}
+        assert steps["remove"].status == "failed" and steps["remove"].confirmed == ()
+        assert "SNVS" in steps["remove"].detail
+        assert steps["add"].status == "ok" and steps["add"].confirmed == ((5, 22), (6, 21))  # the device applied it
+        assert info.value.rolled_back and agg0.cross_connects() == {1: 18, 2: 17}  # and the rollback removed it
