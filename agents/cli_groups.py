@@ -50,6 +50,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     rp.add_argument("--fabric-unaware", action="store_true", help="take the lowest free servers, ignoring PoDs")
     rp.add_argument("--prune", default="paper", choices=("paper", "train"),
                     help="saturated groups Algorithm 1 skips: T_load >= T_cycle (paper) or a full training pool")
+    rp.add_argument("--phases", default="stochastic", choices=("stochastic", "deterministic"),
+                    help="stochastic: heavy-tailed realised phases under Table 6's worst case (default); "
+                         "deterministic: every phase at its Table 6 time, as RollMux §7.5 simulates")
     rp.add_argument("--gantt", action="store_true", help="draw the schedule of the largest group (Figure 10)")
     rp.add_argument("--json", action="store_true", help="print JSON instead of text")
     rp.add_argument("--per-job", action="store_true", help="with --json, include every job's outcome")
@@ -83,7 +86,8 @@ def _replay(args: argparse.Namespace) -> int:
     setup = ReplaySetup(workload=args.workload, jobs=args.jobs, seed=args.seed, policy=args.policy, slo=args.slo,
                         max_group_size=args.max_group_size, affinity=args.affinity, arrival_scale=args.arrival_scale,
                         rollout_topology=args.rollout_topology, train_topology=args.train_topology,
-                        fabric_aware=not args.fabric_unaware, prune_saturated=args.prune)
+                        fabric_aware=not args.fabric_unaware, prune_saturated=args.prune,
+                        phases=args.phases)
     result = run_replay(setup)
     if args.json:
         doc = result.to_json(with_jobs=args.per_job)

@@ -108,6 +108,22 @@ def test_cli_replay_prints_json_and_a_gantt_chart():
     assert math.isfinite(doc["cost_usd_total"])
 
 
+
+def test_cli_phases_flag_selects_the_phase_model():
+    docs = {}
+    for phases in ("stochastic", "deterministic"):
+        out = subprocess.run([sys.executable, "-m", "agents.cli", "groups", "replay", "--jobs", "12", "--seed", "1",
+                              "--policy", "greedy", "--phases", phases, "--json"], cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        docs[phases] = json.loads(out.stdout)
+    # every phase at its worst-case Table 6 time lasts longer than the realised heavy-tailed phases
+    assert docs["deterministic"]["cost_usd_total"] > docs["stochastic"]["cost_usd_total"]
+    bad = subprocess.run([sys.executable, "-m", "agents.cli", "groups", "replay", "--phases", "fixed"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--phases" in bad.stderr
+
+
 DET = ResponseModel(deterministic=True)
 
 
