@@ -31,6 +31,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     rep.add_argument("--plan-interval", type=float, default=30.0, metavar="S", help="proactive planning period")
     rep.add_argument("--tick", type=float, default=2.0, metavar="S", help="monitoring tick of the balancer")
     rep.add_argument("--initial-tp", type=int, default=2, help="TP degree OrchestrRL starts from (default 2)")
+    rep.add_argument("--calibration", default="bundled", metavar="FILE|roofline",
+                     help="performance-model calibration: the GPU's bundled file (default; H800 is fitted to "
+                          "OrchestrRL §2.1), 'roofline' for none, or a calibration YAML")
     rep.add_argument("--plot", action="store_true", help="draw remaining requests over time in the terminal")
     rep.add_argument("--curve-csv", metavar="FILE", help="write time,policy,remaining rows")
     rep.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -72,8 +75,7 @@ def ascii_plot(curves: dict[str, list[tuple[float, int]]], width: int = 72, heig
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from compute_sched.hardware import load_gpu, load_model
-    from compute_sched.perf import PerfModel
+    from compute_sched.calibration import perf_model
     from compute_sched.replay import ReplayOptions, replay
     from compute_sched.scheduler import SchedulerConfig
     from compute_sched.traces import load_trace
@@ -83,7 +85,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise ConfigError("--gpus", "gpus", f"{args.gpus}", "a positive number of GPUs")
     if args.plan_interval <= 0 or args.tick <= 0:
         raise ConfigError("--plan-interval/--tick", "seconds", f"{args.plan_interval}/{args.tick}", "numbers > 0")
-    perf = PerfModel(load_model(args.model), load_gpu(args.gpu))
+    perf = perf_model(args.model, args.gpu, args.calibration)
     trace = load_trace(args.trace)
     forecast = None
     if args.history:

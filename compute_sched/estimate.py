@@ -9,7 +9,8 @@ instance holding ``x_j`` requests of each class then decodes, ``t`` tokens from 
 batch ``B(t) = sum_j x_j S_j(t)`` whose context is ``C(t) = sum_j x_j S_j(t) (c_j + t)``; its
 remaining time is the sum over a token grid of ``step(B, C)`` for as long as at least
 ``tail_mass`` requests are expected to remain (the last request decides the makespan). When the
-context exceeds the KV capacity the requests queue, which stretches time by ``C / capacity``.
+context exceeds the KV capacity, or the batch the engine's ``max_num_seqs``, the requests queue,
+which stretches time by ``C / capacity`` or ``B / max_num_seqs``, whichever is larger.
 Everything is linear in ``x`` except the tail cut-off and the step time, which the planner
 linearises (:mod:`compute_sched.planner`).
 """
@@ -135,7 +136,9 @@ def step_profile_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, coun
     ctx = counts @ (table.survival * (table.contexts[:, None] + table.grid_tokens[None, :]))
     active = batch >= min(tail_mass, counts.sum())
     cap = max(1.0, float(perf.kv_capacity_tokens(cfg)))
+    seqs = float(perf.cal.max_num_seqs)
     for t in np.flatnonzero(active):
         b, c = batch[t], ctx[t]
-        out[t] = table.step_tokens * perf.decode_step_s(cfg, b, min(c, cap)) * max(1.0, c / cap)
+        queue = max(1.0, c / cap, b / seqs)  # KV or batch slots full: the rest wait their turn
+        out[t] = table.step_tokens * perf.decode_step_s(cfg, b / queue, c / queue) * queue
     return out

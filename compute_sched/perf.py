@@ -3,14 +3,17 @@
 Design note
 -----------
 Decoding is memory-bound: every step reads the weights a GPU holds plus the KV cache of every
-sequence in the batch, and at large batches it turns compute-bound. A step therefore costs
-``max(memory time, compute time) + communication + overheads``, where communication is what the
+sequence in the batch, and at large batches the weight GEMMs turn compute-bound. GEMMs and
+attention are separate kernels, so each is bounded by its own resource and a step costs
+``max(weight bytes, GEMM FLOPs) + max(KV bytes, attention FLOPs) + communication + overheads``
+(attention's KV read cannot hide a compute-bound GEMM). Communication is what the
 configuration adds (TP all-reduces, EP all-to-alls, AFD's per-layer M2N exchange) in an alpha-beta
 model (per-hop latency plus bytes over the link that carries it: NVLink inside a node, the NIC
 across nodes). AFD overlaps its three stages with two micro-batches when the batch is large enough
 and pays their sum when it is not, which is why it loses in the long tail (§4.1). The constants
-that datasheets do not give (efficiencies, latencies, overheads) are :class:`Calibration` fields;
-:func:`calibrate` fits a scale and offset to measured steps.
+that datasheets do not give (efficiencies, latencies, overheads, the engine's batch limit) are
+:class:`Calibration` fields; :func:`calibrate` fits a scale and offset to measured steps and
+:mod:`compute_sched.calibration` fits the constants themselves to the paper's §2.1 times.
 """
 
 from __future__ import annotations
@@ -35,16 +38,20 @@ class Calibration:
     compute_efficiency: float = 0.55  # achieved / peak bf16 FLOPs in decode GEMMs
     prefill_efficiency: float = 0.60  # achieved / peak bf16 FLOPs in prefill
     link_efficiency: float = 0.45  # achieved / link bandwidth for the MB-sized collectives of decode
-    allreduce_latency_s: float = 6e-6  # fixed cost of one intra-node all-reduce (vLLM custom all-reduce)
-    one_shot_max_bytes: float = 256 * 1024  # up to this size the all-reduce is one-shot
-    hop_latency_s: float = 3e-6  # per hop of intra-node collectives other than all-reduce
+    allreduce_latency_s: float = 6e-6  # fixed cost of one intra-node all-reduce
+    custom_allreduce: bool = True  # vLLM's custom all-reduce inside a node; False: NCCL's ring, as veRL runs
+    # vLLM (disable_custom_all_reduce=True)
+    one_shot_max_bytes: float = 256 * 1024  # up to this size the custom all-reduce is one-shot
+    hop_latency_s: float = 3e-6  # per ring step of an intra-node NCCL all-reduce
     net_hop_latency_s: float = 8e-6  # per ring hop across nodes (RDMA)
     a2a_latency_s: float = 10e-6  # fixed cost of one all-to-all / M2N exchange
     layer_overhead_s: float = 4e-6  # kernel launches per layer that parallelism does not shrink
     step_overhead_s: float = 1.5e-3  # scheduler, sampling and bookkeeping per engine step
-    seq_overhead_s: float = 4e-6  # per sequence per step (sampling, detokenisation)
+    seq_overhead_s: float = 4e-6  # per sequence per step on the instance's host and sampling rank (scheduling,
+    # sampling, output processing): the instance does it once for its whole batch, TP does not shrink it
     mem_utilization: float = 0.90  # share of HBM the engine may use (vLLM gpu_memory_utilization)
     activation_reserve_bytes: float = 3e9  # activations, CUDA graphs, allocator slack per GPU
+    max_num_seqs: int = 512  # sequences one instance decodes at once (vLLM max_num_seqs); the rest queue
     afd_microbatch_min: int = 64  # AFD overlaps two micro-batches only at or above 2x this batch
     scale: float = 1.0  # fitted by :func:`calibrate`: step = scale * roofline + offset_s
     offset_s: float = 0.0
@@ -153,11 +160,15 @@ class PerfModel:
 
         Inside a node, vLLM's custom all-reduce reads peers over NVLink directly: one shot
         (``(n-1) S`` bytes per GPU) for small buffers, reduce-scatter + all-gather (``2 (n-1)/n S``)
-        for large ones, each at a latency that does not grow with ``n``. Across nodes, a ring.
+        for large ones, each at a latency that does not grow with ``n``. With it disabled
+        (``custom_allreduce=False``), NCCL's ring moves ``2 (n-1)/n S`` per GPU in ``2 (n-1)``
+        steps. Across nodes, a ring.
         """
         if group <= 1:
             return 0.0
         bw, hop = self._link(group)
+        if group <= self.gpu.gpus_per_node and not self.cal.custom_allreduce:
+            return self.cal.allreduce_latency_s + 2 * (group - 1) * hop + 2 * (group - 1) / group * nbytes / bw
         if group <= self.gpu.gpus_per_node:
             one_shot = (group - 1) * nbytes
             two_shot = 2 * (group - 1) / group * nbytes
@@ -183,31 +194,32 @@ class PerfModel:
         overhead = m.layers * c.layer_overhead_s + c.step_overhead_s + c.seq_overhead_s * batch
         expert_bytes = self._touched_experts(batch) * m.expert_bytes_each * m.layers
         if cfg.kind == "tp":
-            mem = ((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp + ctx * kvb / self._kv_split(cfg.tp)) / hbm
-            comp = (2.0 * m.active_params * batch + attn_flops_per_ctx * ctx) / cfg.tp / flops
+            gemm = max((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp / hbm,
+                       2.0 * m.active_params * batch / cfg.tp / flops)
+            attn = max(ctx * kvb / self._kv_split(cfg.tp) / hbm, attn_flops_per_ctx * ctx / cfg.tp / flops)
             comm = 2 * m.layers * self._allreduce_s(cfg.tp, act)
-            return max(mem, comp) + comm + overhead
+            return gemm + attn + comm + overhead
         if cfg.kind == "ep":
             groups = cfg.ep // cfg.tp
             b, cx = batch / groups, ctx / groups
             touched_per_gpu = self._touched_experts(batch) / cfg.ep
-            mem = (m.dense_params * DTYPE_BYTES / cfg.tp + touched_per_gpu * m.expert_bytes_each * m.layers
-                   + cx * kvb / self._kv_split(cfg.tp)) / hbm
             expert_flops = 2.0 * (m.active_params - m.dense_params) * batch / cfg.ep
-            comp = (2.0 * m.dense_params * b / cfg.tp + attn_flops_per_ctx * cx / cfg.tp + expert_flops) / flops
+            gemm = max((m.dense_params * DTYPE_BYTES / cfg.tp + touched_per_gpu * m.expert_bytes_each * m.layers) / hbm,
+                       (2.0 * m.dense_params * b / cfg.tp + expert_flops) / flops)
+            attn = max(cx * kvb / self._kv_split(cfg.tp) / hbm, attn_flops_per_ctx * cx / cfg.tp / flops)
             bw, _ = self._link(cfg.ep)
             a2a_bytes = batch / cfg.ep * m.experts_per_token * m.d_model * DTYPE_BYTES * (cfg.ep - 1) / cfg.ep
             comm = m.layers * (2 * (c.a2a_latency_s + a2a_bytes / bw) + 2 * self._allreduce_s(cfg.tp, b * m.d_model
                                                                                               * DTYPE_BYTES))
-            return max(mem, comp) + comm + overhead
+            return gemm + attn + comm + overhead
         # AFD: attention replicas <-> FFN GPUs every layer, pipelined over micro-batches when large.
         reps = cfg.attn_gpus // cfg.tp
         b, cx = batch / reps, ctx / reps
         attn_bytes = (m.weight_bytes - self._ffn_side_bytes()) / cfg.tp
-        attn_mem = (attn_bytes + cx * kvb / self._kv_split(cfg.tp)) / hbm
         ffn_active = (m.active_params - m.dense_params) if m.is_moe else self._ffn_side_bytes() / DTYPE_BYTES
-        attn_comp = (2.0 * (m.active_params - ffn_active) * b + attn_flops_per_ctx * cx) / cfg.tp / flops
-        a = max(attn_mem, attn_comp) + 2 * m.layers * self._allreduce_s(cfg.tp, b * m.d_model * DTYPE_BYTES)
+        a_gemm = max(attn_bytes / hbm, 2.0 * (m.active_params - ffn_active) * b / cfg.tp / flops)
+        a_attn = max(cx * kvb / self._kv_split(cfg.tp) / hbm, attn_flops_per_ctx * cx / cfg.tp / flops)
+        a = a_gemm + a_attn + 2 * m.layers * self._allreduce_s(cfg.tp, b * m.d_model * DTYPE_BYTES)
         ffn_read = (expert_bytes if m.is_moe else self._ffn_side_bytes()) / cfg.ffn_gpus
         f = max(ffn_read / hbm, 2.0 * ffn_active * batch / cfg.ffn_gpus / flops)
         fan = min(m.experts_per_token, cfg.ffn_gpus) if m.is_moe else 1

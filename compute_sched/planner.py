@@ -76,6 +76,7 @@ class PlannerConfig:
     afd_ratios: tuple[tuple[int, int], ...] = ((3, 1),)
     lookahead: bool = True  # score homogeneous layouts with the best later hand-over of the tail
     handover_after_s: float = 60.0  # earliest forecast hand-over (the scheduler's re-plan cooldown)
+    monotone_tp: bool = True  # dense TP layouts only move towards larger instances within a step
 
 
 @dataclass(frozen=True)
@@ -281,6 +282,28 @@ def _threshold_split(perf: PerfModel, costs: CostModel, table: ClassTable, types
     return best[1], best[2]
 
 
+def _toward_latency(types: Sequence[tuple[InstanceConfig, int]], current: Layout) -> bool:
+    """Whether a TP-only layout keeps at least as many GPUs in instances of every size as ``current`` does.
+
+    Within a step the batch only shrinks, so a dense model's layouts should only move from
+    throughput modes (many small-TP instances) towards latency modes (few large ones), never
+    back (§4.1): for every instance size ``k``, the GPUs in instances of ``k`` or more GPUs must
+    not decrease. Layouts with EP or AFD instances (where a larger instance is not a latency
+    mode) always pass.
+
+    >>> tp4, tp8 = InstanceConfig("tp", tp=4), InstanceConfig("tp", tp=8)
+    >>> mixed = Layout((Instance(tp4, (0, 1, 2, 3)), Instance(tp4, (4, 5, 6, 7)),
+    ...                 Instance(tp8, tuple(range(8, 16)))), 16)
+    >>> _toward_latency([(tp8, 2)], mixed), _toward_latency([(tp4, 4)], mixed)
+    (True, False)
+    """
+    new = [c.gpus for c, n in types for _ in range(n)]
+    if any(c.kind != "tp" for c, _ in types) or any(i.config.kind != "tp" for i in current.instances):
+        return True
+    old = [i.config.gpus for i in current.instances]
+    return all(sum(g for g in new if g >= k) >= sum(g for g in old if g >= k) for k in set(old))
+
+
 def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, workload: StepWorkload | None,
                 cfg: PlannerConfig | None = None, *, exact_remaining: dict[str, int] | None = None) -> Plan:
     """Solve Eq. 1-4 for the pending requests of ``snap``; see the module note.
@@ -348,6 +371,8 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
                     mips += 1
                     if solved is not None:
                         scored.append((solved[0], types, solved[1]))
+    if cfg.monotone_tp:
+        scored = [c for c in scored if _toward_latency(c[1], snap.layout)]
     scored.sort(key=lambda s: s[0])
     best_plan: tuple[float, float, Layout, dict[str, int], list[float]] | None = None
     for _, types, split in scored[:cfg.exact_candidates]:
@@ -357,6 +382,8 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
         obj -= credit(layout)
         if best_plan is None or obj < best_plan[0]:
             best_plan = (obj, cost, layout, placement, totals)
+    if best_plan is None:  # every candidate would move back towards smaller instances: keep the layout
+        best_plan = (current_s, 0.0, snap.layout, where, cur_totals)
     obj, cost, layout, placement, totals = best_plan
     changed = layout != snap.layout or any(where.get(r) != k for r, k in placement.items())
     reconfigure = changed and layout != snap.layout and obj + cfg.margin_s < current_s

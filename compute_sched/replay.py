@@ -45,7 +45,7 @@ class ReplayOptions:
     initial_tp: int = 2  # OrchestrRL starts where veRL-TO typically sits and adapts from there
     partial_fraction: float = 0.1
     sweep_tps: tuple[int, ...] = (1, 2, 4, 8)
-    max_num_seqs: int = 512
+    max_num_seqs: int | None = None  # vLLM batch limit per instance; None: the calibration's (perf.cal)
 
 
 @dataclass(frozen=True)

@@ -86,19 +86,20 @@ class SimEngine:
         Hidden output length of every request that will be added.
     costs : CostModel, optional
         Switching and migration costs (default: ``CostModel(perf)``).
-    max_num_seqs : int
-        Batch limit per instance (vLLM ``max_num_seqs``).
+    max_num_seqs : int, optional
+        Batch limit per instance (vLLM ``max_num_seqs``; default: ``perf.cal.max_num_seqs``).
     """
 
     def __init__(self, perf: PerfModel, layout: Layout, lengths: Mapping[str, int], *, costs: CostModel | None = None,
-                 max_num_seqs: int = 512, kv_watermark: float = 0.02) -> None:
+                 max_num_seqs: int | None = None, kv_watermark: float = 0.02) -> None:
         self.perf, self.costs = perf, costs or CostModel(perf)
         self.lengths = dict(lengths)
-        self.max_num_seqs, self.watermark = max_num_seqs, kv_watermark
+        self.max_num_seqs = max_num_seqs if max_num_seqs is not None else perf.cal.max_num_seqs
+        self.watermark = kv_watermark
         self.layout = layout
         self._now = 0.0
         self._finished = 0
-        self._insts = [_Instance(k, inst, perf, max_num_seqs) for k, inst in enumerate(layout.instances)]
+        self._insts = [_Instance(k, inst, perf, self.max_num_seqs) for k, inst in enumerate(layout.instances)]
         self.preemptions = 0
 
     # -- protocol -----------------------------------------------------------------------------
@@ -243,14 +244,16 @@ class SimEngine:
         return done
 
     # -- one instance -------------------------------------------------------------------------
-    def _admit(self, inst: _Instance) -> int:
-        """Admit ready waiting requests FIFO while KV and batch allow; return tokens to prefill.
+    def _admit(self, inst: _Instance) -> tuple[int, float]:
+        """Admit ready waiting requests FIFO while KV and batch allow; return (prefill tokens, mean context).
 
         Requests still in flight to this instance (``ready_at`` in the future) are skipped, not
-        waited for; the first ready request that does not fit stops admission (FIFO).
+        waited for; the first ready request that does not fit stops admission (FIFO). Each request
+        attends only to itself, so the mean causal context of the batched prefill is
+        ``sum(c_i^2) / (2 sum(c_i))``, not half the batch's total.
         """
         limit = inst.cap * (1.0 - self.watermark)
-        used, prefill = inst.used(), 0
+        used, prefill, squares = inst.used(), 0, 0.0
         later: list[_Seq] = []
         while inst.waiting and len(inst.running) < inst.max_num_seqs:
             s = inst.waiting[0]
@@ -262,10 +265,12 @@ class SimEngine:
             inst.waiting.popleft()
             inst.running.append(s)
             used += s.ctx
-            prefill += 0 if s.kv_ready else s.ctx
+            if not s.kv_ready:
+                prefill += s.ctx
+                squares += float(s.ctx) ** 2
             s.kv_ready = True
         inst.waiting.extendleft(reversed(later))
-        return prefill
+        return prefill, squares / (2.0 * prefill) if prefill else 0.0
 
     def _run(self, inst: _Instance, horizon: float, done: list[FinishedRequest]) -> None:
         perf = self.perf
@@ -273,9 +278,9 @@ class SimEngine:
             if inst.clock < inst.available_at:
                 inst.clock = min(horizon, inst.available_at)
                 continue
-            prefill = self._admit(inst)
+            prefill, mean_ctx = self._admit(inst)
             if prefill:
-                inst.clock += perf.prefill_s(inst.cfg, prefill)
+                inst.clock += perf.prefill_s(inst.cfg, prefill, mean_ctx)
                 continue
             if not inst.running:
                 nxt = min((s.ready_at for s in inst.waiting if s.ready_at > inst.clock), default=horizon)

@@ -28,6 +28,13 @@ def test_trace_then_replay_compares_policies_and_plots(tmp_path):
              "--json")
     doc = json.loads(js.stdout)
     assert doc[0]["policy"] == "static-tp:4" and doc[0]["finished"] == 128 and doc[0]["makespan_s"] > 0
+    roof = run("replay", "--model", "Qwen2.5-14B", "--gpus", "8", "--trace", str(trace), "--policy", "static-tp:4",
+               "--calibration", "roofline", "--json")
+    # the bundled H800 calibration (fitted to §2.1's measured times) is slower than the bare roofline
+    assert json.loads(roof.stdout)[0]["makespan_s"] < doc[0]["makespan_s"]
+    bad = run("replay", "--model", "Qwen2.5-14B", "--gpus", "8", "--trace", str(trace), "--calibration",
+              str(tmp_path / "nope.yaml"))
+    assert bad.returncode == 2 and "nope.yaml" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_bad_input_is_one_line_with_exit_2(tmp_path):

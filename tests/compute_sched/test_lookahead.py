@@ -86,3 +86,14 @@ def test_a_continuation_never_predicts_worse_than_staying(lengths, tp, progress)
     c = best_continuation(PM, CostModel(PM), table, TP[tp], [TP[2], TP[4], TP[8]], 8)
     assert c.expected_s <= c.one_phase_s + 1e-9 and c.credit_s >= 0.0
     assert (c.tail == c.head) == (c.switch_tokens == float("inf"))
+
+
+def test_tail_layouts_never_move_back_to_smaller_tp_instances():
+    """Within a step the batch only shrinks: once on TP=8, the planner does not return to TP=4 (§4.1)."""
+    engine, w = _fresh_step(FIG3, 16, 8)
+    engine.advance(120.0)  # deep into the step: a few long requests left on two TP=8 instances
+    snap = engine.snapshot()
+    allowed = plan_layout(snap, PM, CostModel(PM), w, PlannerConfig(monotone_tp=True))
+    assert all(i.config.tp == 8 for i in allowed.layout.instances)
+    free = plan_layout(snap, PM, CostModel(PM), w, PlannerConfig(monotone_tp=False))
+    assert allowed.candidates < free.candidates  # the TP=2/TP=4 layouts were not even considered

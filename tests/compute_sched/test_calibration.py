@@ -1,0 +1,96 @@
+"""The H800 calibration: fitted to the six measured times of OrchestrRL §2.1, and reproducing them."""
+
+from __future__ import annotations
+
+import doctest
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from compute_sched import calibration as calibration_module
+from compute_sched import case_study as case_study_module
+from compute_sched.calibration import (FitParameter, bundled_calibration, fit_case_study, load_calibration,
+                                       perf_model)
+from compute_sched.case_study import PAPER_POINTS, CaseStudySetup, PaperPoint, case_study_times
+from compute_sched.perf import Calibration
+from fabric.errors import ConfigError
+
+TOLERANCE = 0.15  # relative error allowed per measured point
+
+
+@pytest.fixture(scope="module")
+def calibrated_times():
+    return case_study_times(perf_model("Qwen2.5-14B", "H800"))
+
+
+def test_bundled_h800_calibration_reproduces_the_six_measured_times(calibrated_times):
+    errors = {(p.phase, p.tp): calibrated_times[p.phase, p.tp] / p.seconds - 1.0 for p in PAPER_POINTS}
+    assert all(abs(e) <= TOLERANCE for e in errors.values()), errors
+
+
+def test_the_roofline_alone_misses_them():
+    """Without the calibration file the model is far off: the test above needs the calibration."""
+    roofline = case_study_times(perf_model("Qwen2.5-14B", "H800", "roofline"))
+    assert max(abs(roofline[p.phase, p.tp] / p.seconds - 1.0) for p in PAPER_POINTS) > 2 * TOLERANCE
+
+
+def test_calibrated_model_keeps_the_phase_structure(calibrated_times):
+    """TP=8 is much slower early (paper: 1.75x TP=2) and no slower than TP=2 in the tail."""
+    t = calibrated_times
+    assert t["early", 8] > 1.4 * min(t["early", 2], t["early", 4])
+    assert t["tail", 8] < t["tail", 2]
+
+
+def test_calibration_file_records_a_bounded_fit_and_its_residuals(calibrated_times):
+    path = bundled_calibration("H800")
+    assert path is not None and path.name == "qwen2.5-14b-h800-paper.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for name, item in doc["fitted"].items():
+        assert item["lower"] <= item["value"] <= item["upper"] and item["why"], name
+    for row in doc["points"]:
+        now = calibrated_times[row["phase"], row["tp"]]
+        assert now == pytest.approx(row["model_s"], rel=0.01)  # the stored residuals are this model's
+        assert row["rel_err"] == pytest.approx(now / row["paper_s"] - 1.0, abs=0.01)
+
+
+def test_fit_recovers_known_constants():
+    setup = CaseStudySetup(prompts=16, seeds=(0,))
+    base = perf_model("Qwen2.5-14B", "H800", "roofline")
+    truth = replace(base.cal, step_overhead_s=4e-3, seq_overhead_s=30e-6)
+    points = [PaperPoint(ph, tp, s) for (ph, tp), s in case_study_times(base.with_calibration(truth), setup).items()]
+    params = [FitParameter("step_overhead_s", 1e-4, 1e-2, "host"), FitParameter("seq_overhead_s", 1e-6, 1e-4, "host")]
+    fit = fit_case_study(base, params, setup=setup, points=points, starts=1, max_evals=80)
+    assert fit.calibration.step_overhead_s == pytest.approx(4e-3, rel=0.05)
+    assert fit.calibration.seq_overhead_s == pytest.approx(30e-6, rel=0.05)
+    assert fit.rms_log_error < 0.01
+
+
+def test_fit_refuses_an_underdetermined_problem():
+    params = [FitParameter("step_overhead_s", 1e-4, 1e-2, "x")] * 7
+    with pytest.raises(ConfigError, match="parameters"):
+        fit_case_study(perf_model("Qwen2.5-14B", "H800", "roofline"), params)
+    with pytest.raises(ConfigError, match="not a fittable"):
+        FitParameter("scale", 0.5, 2.0, "x")
+
+
+def test_load_calibration_names_bad_fields(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpu: H800\nfitted:\n  mem_efficency: {value: 0.7, lower: 0.5, upper: 0.9}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="mem_efficency"):
+        load_calibration(bad)
+    out = tmp_path / "out.yaml"
+    out.write_text("gpu: H800\nfitted:\n  mem_efficiency: {value: 0.95, lower: 0.5, upper: 0.9}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="outside its bounds"):
+        load_calibration(out)
+
+
+def test_perf_model_picks_the_gpus_file_or_the_roofline():
+    assert perf_model("Qwen2.5-32B", "H800").cal == load_calibration(bundled_calibration("H800"))
+    assert perf_model("Qwen2.5-32B", "H800", "roofline").cal == Calibration()
+    assert perf_model("Qwen2.5-14B", "A100").cal == Calibration()  # no A100 file: the roofline
+
+
+def test_doctests():
+    for module in (case_study_module, calibration_module):
+        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
