@@ -1,12 +1,20 @@
 """Reactive balancer (OrchestrRL Algorithm 1 event 2, Eq. 5): migrate requests off congested workers.
 
 ``LoadIndex_w = (|Q_run| + |Q_wait|) / B_cap(M_free) * 1 / R_w`` ranks workers by congestion:
-queue depth relative to the concurrency the KV allocator can still admit, over the observed decode
-rate. When the spread ``max - min`` exceeds ``theta``, waiting requests (then running ones) move
-short-context-first from the most to the least congested worker, but only if the destination can
-hold the request's KV without shrinking its stable batch: its free KV after the move must still
-cover one growth reserve per sequence it runs. Loads are updated after each move; the procedure
-stops when the spread is within ``theta`` or no move is feasible.
+queue depth relative to the concurrency the KV allocator (and the batch limit) can admit, over the
+decode rate. When the spread ``max - min`` exceeds ``theta``, waiting requests, then running ones,
+move short-context-first from the most to the least congested worker, but only if the destination
+can hold the request without shrinking its stable batch: the batch limit still has a slot for it and
+its free KV after the move still covers one growth reserve per sequence. Loads are updated after
+each move; the procedure stops when the spread is within ``theta`` or no move is feasible.
+
+Design note: ``R_w`` is read per sequence (tokens/s one request gets, 1/TPOT). Read as the
+worker's aggregate throughput, it grows with the batch exactly as the queue depth does, so with an
+empty waiting queue the index reduces to ``1 / (B_cap * per-sequence rate)`` and no longer sees how
+many requests a worker holds: on a contiguous veRL split the straggler worker (most requests, most
+KV, slowest steps) then never stood out and the balancer never fired (``rate_basis="aggregate"``
+keeps that reading). Waiting requests move first (no KV to ship); running ones pay ``C^mig``
+(transfer or recompute, the engine picks the cheaper), which short-context-first keeps small.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from dataclasses import dataclass
 
 from compute_sched.engine import ClusterSnapshot, Migration, WorkerState
 from compute_sched.workload import RequestState
+from fabric.errors import ConfigError
 
 __all__ = ["BalancerConfig", "load_index", "plan_migrations"]
 
@@ -27,8 +36,9 @@ class BalancerConfig:
     theta_relative: float = 0.5
     growth_reserve_tokens: int = 256  # KV each running sequence keeps free to grow (one histogram bin)
     max_moves: int = 256  # per tick
-    move_running: bool = False  # also move running requests once the waiting queue is exhausted (off:
-    # on the simulated workloads moving running requests cost more than it saved)
+    move_running: bool = True  # also move running requests once the source's waiting queue is exhausted
+    # (Sec. 4.2 only prioritises the waiting queue; the imbalance of a veRL split sits in running requests)
+    rate_basis: str = "sequence"  # R_w of Eq. 5: "sequence" (per-request decode rate) or "aggregate"
     same_config_only: bool = True  # balance among instances of one configuration: the planner chose
     # deliberately which requests go to which configuration of a mixed layout
 
@@ -42,27 +52,55 @@ class _Load:
     free_tokens: float
 
     def b_cap(self, reserve: int) -> float:
-        """Concurrency the KV allocator allows: what runs now plus what the free KV can admit."""
+        """Concurrency allowed: what runs now plus what the free KV can admit, within the batch limit."""
         ctx = [r.context_tokens for r in self.running_reqs] or [reserve]
         per_seq = sum(ctx) / len(ctx) + reserve
-        return max(1.0, self.running + self.free_tokens / per_seq)
+        kv = self.running + self.free_tokens / per_seq
+        limit = self.worker.max_batch
+        return max(1.0, min(kv, limit) if limit is not None else kv)
 
-    def index(self, reserve: int, fallback_rate: float) -> float:
-        rate = self.worker.decode_rate_tps if self.worker.decode_rate_tps > 0 else fallback_rate
+    def batch_room(self) -> bool:
+        """Whether one more request still runs in the current batch instead of queueing behind it."""
+        limit = self.worker.max_batch
+        return limit is None or self.running + len(self.waiting) < limit
+
+    def index(self, reserve: int, fallback_rate: float, basis: str = "sequence") -> float:
+        """Eq. 5 on the current bookkeeping; ``fallback_rate`` stands in for a worker with no observed rate."""
+        w = self.worker
+        if basis == "aggregate":
+            rate = w.decode_rate_tps if w.decode_rate_tps > 0 else fallback_rate
+        else:  # the snapshot's running set produced the observed rate, not the bookkeeping's
+            rate = w.decode_rate_tps / len(w.running) if w.decode_rate_tps > 0 and w.running else fallback_rate
         return (self.running + len(self.waiting)) / self.b_cap(reserve) / max(rate, 1e-9)
 
 
-def load_index(worker: WorkerState, growth_reserve_tokens: int = 256, fallback_rate_tps: float = 1.0) -> float:
+def _rate_basis(basis: str) -> str:
+    if basis not in ("sequence", "aggregate"):
+        raise ConfigError("BalancerConfig", "rate_basis", f"unknown rate basis {basis!r}", "'sequence' or 'aggregate'")
+    return basis
+
+
+def _fallback_rate(workers: list[WorkerState], basis: str) -> float:
+    """Rate assumed for a worker with none observed: the best per-sequence / the worst aggregate one."""
+    if basis == "aggregate":
+        rates = [w.decode_rate_tps for w in workers if w.decode_rate_tps > 0]
+        return min(rates) if rates else 1.0
+    rates = [w.decode_rate_tps / len(w.running) for w in workers if w.decode_rate_tps > 0 and w.running]
+    return max(rates) if rates else 1.0  # an idle instance decodes a lone request fastest
+
+
+def load_index(worker: WorkerState, growth_reserve_tokens: int = 256, fallback_rate_tps: float = 1.0,
+               rate_basis: str = "sequence") -> float:
     """Return Eq. 5's LoadIndex of one worker (higher = more congested).
 
     >>> from compute_sched.layout import InstanceConfig
     >>> r = RequestState("a", 100, 50, 1000)
     >>> w = WorkerState(0, InstanceConfig(), (r,), (r,), 150, 10_000, 100.0)
-    >>> round(load_index(w), 5)  # 2 requests / (1 running + 9850 free / 406 per seq) / 100 tok/s
+    >>> round(load_index(w), 5)  # 2 requests / (1 running + 9850 free / 406 per seq) / (100 tok/s / 1 running)
     0.00079
     """
     ld = _Load(worker, len(worker.running), list(worker.waiting), list(worker.running), worker.kv_free_tokens)
-    return ld.index(growth_reserve_tokens, fallback_rate_tps)
+    return ld.index(growth_reserve_tokens, fallback_rate_tps, _rate_basis(rate_basis))
 
 
 def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None) -> list[Migration]:
@@ -88,12 +126,12 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig) -> list[Migration]
              for w in workers]
     if len(loads) < 2:
         return []
-    rates = [ld.worker.decode_rate_tps for ld in loads if ld.worker.decode_rate_tps > 0]
-    fallback = min(rates) if rates else 1.0
+    basis = _rate_basis(cfg.rate_basis)
+    fallback = _fallback_rate(workers, basis)
     reserve = cfg.growth_reserve_tokens
     moves: list[Migration] = []
     while len(moves) < cfg.max_moves:
-        idx = [ld.index(reserve, fallback) for ld in loads]
+        idx = [ld.index(reserve, fallback, basis) for ld in loads]
         hi, lo = max(range(len(idx)), key=idx.__getitem__), min(range(len(idx)), key=idx.__getitem__)
         spread = idx[hi] - idx[lo]
         theta = cfg.theta if cfg.theta is not None else cfg.theta_relative * (sum(idx) / len(idx))
@@ -116,7 +154,7 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig) -> list[Migration]
             src.waiting.remove(pick)
         dst.waiting.append(pick)
         dst.free_tokens -= pick.context_tokens
-        new_idx = [ld.index(reserve, fallback) for ld in loads]
+        new_idx = [ld.index(reserve, fallback, basis) for ld in loads]
         if max(new_idx) - min(new_idx) >= spread:  # the move did not help: undo and stop
             dst.waiting.remove(pick)
             dst.free_tokens += pick.context_tokens
@@ -132,7 +170,9 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig) -> list[Migration]
 
 
 def _first_fitting(candidates: list[RequestState], dst: _Load, reserve: int) -> RequestState | None:
-    """Shortest-context request whose KV fits ``dst`` while keeping a growth reserve per sequence."""
+    """Shortest-context request that joins ``dst``'s batch and whose KV fits with a growth reserve per sequence."""
+    if not dst.batch_room():
+        return None
     keep = (dst.running + len(dst.waiting) + 1) * reserve
     for r in candidates:  # sorted short-context-first
         if dst.free_tokens - r.context_tokens >= keep:

@@ -45,6 +45,7 @@ class WorkerState:
     kv_capacity_tokens: int
     decode_rate_tps: float  # observed decode throughput (tokens/s), R~_w
     available: bool = True  # False while the instance is switching configuration
+    max_batch: int | None = None  # sequences it decodes at once (vLLM max_num_seqs): caps B^cap; None: KV only
 
     @property
     def kv_free_tokens(self) -> int:

@@ -112,7 +112,7 @@ class SimEngine:
     def snapshot(self) -> ClusterSnapshot:
         workers = tuple(WorkerState(i.index, i.cfg, tuple(s.state() for s in i.running),
                                     tuple(s.state() for s in i.waiting), i.used(), i.cap, i.rate_tps,
-                                    i.available_at <= self._now) for i in self._insts)
+                                    i.available_at <= self._now, i.max_num_seqs) for i in self._insts)
         return ClusterSnapshot(self._now, self.layout, workers, self._finished)
 
     def add_requests(self, requests: Sequence[GenerationRequest], instance: int | None = None) -> None:
