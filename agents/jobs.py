@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from fabric.config import load_document
 from fabric.errors import ConfigError, OrchestrlError
+from fabric.store_checkpoint import SAFETY_FRAMES
 from fabric.topology import Topology
 
 __all__ = ["Placement", "Job", "Principal", "JobConflict", "JobRegistry", "placement_of", "load_operator_tokens",
@@ -148,6 +149,9 @@ class JobRegistry:
         if path not in (None, ":memory:"):
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
             self._conn.execute(_SCHEMA)
+            self._conn.execute("PRAGMA synchronous=NORMAL")  # a durable write raises it to FULL for itself (_write)
+            # the fabric store checkpoints this file in the background; this writer only as a safety net
+            self._conn.execute(f"PRAGMA wal_autocheckpoint={SAFETY_FRAMES}")
             for job, gpus, digest, at, intent in self._conn.execute(
                     "SELECT job, gpus_json, token_sha256, registered_at, intent_json FROM service_jobs"):
                 placement = placement_of(topology, json.loads(gpus))
@@ -217,19 +221,18 @@ class JobRegistry:
             if job.intent_doc == doc:
                 return  # an RL job re-announces the same few intents every iteration
             self._jobs[job_id] = Job(job.id, job.placement, job.token_sha256, job.registered_at, dict(doc))
-            # no fsync of its own: durable with the fabric journal's next write to the same file (WAL)
-            self._write(self._jobs[job_id], durable=False)
+            if self._conn is not None:  # the row exists (written at registration): only its intent changes
+                # no fsync of its own: durable with the fabric journal's next write to the same file (WAL)
+                self._conn.execute("UPDATE service_jobs SET intent_json = ? WHERE job = ?", (json.dumps(doc), job_id))
 
-    def _write(self, job: Job, durable: bool = True) -> None:
+    def _write(self, job: Job) -> None:
         if self._conn is None:
             return
-        if not durable:
-            self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA synchronous=FULL")  # a registration is durable when it returns
         try:
             self._upsert(job)
         finally:
-            if not durable:
-                self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
 
     def _upsert(self, job: Job) -> None:
         assert self._conn is not None

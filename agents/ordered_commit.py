@@ -27,7 +27,7 @@ time a safe window must cover.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from fabric.commit import apply_plan_steps
@@ -67,6 +67,8 @@ class PlannedChange:
     new: CircuitPlan
     order: ReconfigOrder | None  # None: one remove-then-add step (nothing to protect, or see plan_order)
     targets: tuple[CircuitPlan, ...]  # the journalled state after each commit; the last one is ``new``
+    # switching time per delay table (its sorted items), asked again every time the change recurs
+    _switching: dict[tuple[tuple[str, float], ...], float] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def steps(self) -> int:
@@ -75,7 +77,11 @@ class PlannedChange:
 
     def switching_time_s(self, delay_s: Mapping[str, float]) -> float:
         """Return how long the devices switch during the change (see :func:`switching_time_s`)."""
-        return switching_time_s(self.order, self.new, self.old, delay_s)
+        key = tuple(sorted(delay_s.items()))
+        got = self._switching.get(key)
+        if got is None:
+            got = self._switching[key] = switching_time_s(self.order, self.new, self.old, delay_s)
+        return got
 
 
 def plan_order(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrder | None:
@@ -139,7 +145,8 @@ def switching_time_s(order: ReconfigOrder | None, new: CircuitPlan, old: Circuit
     """
     if order is None:
         return max((delay_s.get(d, 0.0) for d in {x.device for x in diff_plans(old, new).add}), default=0.0)
-    return sum(max((delay_s.get(d, 0.0) for d in s.by_device()), default=0.0) for s in order.steps if s.action == "add")
+    return sum(max((delay_s.get(d, 0.0) for d in {c.device for c in s.circuits}), default=0.0)
+               for s in order.steps if s.action == "add")
 
 
 def apply_in_order(store: FabricStore, old: CircuitPlan | None, new: CircuitPlan, devices: Mapping[str, object], *,

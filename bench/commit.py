@@ -16,9 +16,11 @@ What is timed is :meth:`agents.service.ControlService.announce_intent` in proces
 real TL1 drivers, from the intent document to the devices' confirmation: parse and authorise,
 plan (Algorithm 2: aggregate, allocate, place, validate), re-check and order the change, the
 safe-window decision, the journal (SQLite WAL: S + 1 transactions for S steps, only the last one
-fsync'd, ``synchronous=FULL``) and the driver round trips (one per device and step: its removal and
-addition pipelined). The device's switching delay is excluded by a *zero-delay measurement mode*: the emulators run the
-3D-MEMS profile with their switching delay set to 0. Rows:
+fsync'd, ``synchronous=FULL``, the WAL checkpointed in the background) and the driver round trips
+(one per device and step: its removal and addition pipelined, every device's commands of a step
+written before any reply is read, from the one thread). The device's switching delay is excluded
+by a *zero-delay measurement mode*: the emulators run the 3D-MEMS profile with their switching
+delay set to 0. Rows:
 
 * steady state: an RL job announces the same periods every iteration, so the service's memo
   tables (:mod:`agents.memo`) answer parsing, planning and ordering; the journal and the devices
@@ -56,6 +58,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -65,7 +68,7 @@ import yaml  # noqa: E402  (path set up above)
 from agents.lab import EmulatedFabric  # noqa: E402
 from agents.proxy import open_service  # noqa: E402
 from fabric.config import parse_yaml  # noqa: E402
-from fabric.ocs.fanout import each_device  # noqa: E402
+from fabric.ocs.fanout import SendCollect, each_device  # noqa: E402
 from fabric.plan import plan_to_json  # noqa: E402
 from fabric.templates.base import pod_of_endpoint  # noqa: E402
 
@@ -73,7 +76,7 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 2e-3
 MEMS_DELAY_S = 10e-3
 WARMUP_ROUNDS = 3  # untimed: nothing -> intent A, A -> B, B -> A, so both directions of every job are warm
-_JOURNAL_IN_COMMIT = ("begin_commit", "record_steps", "advance_commit", "finish_commit", "last_committed",
+_JOURNAL_IN_COMMIT = ("head", "begin_commit", "record_steps", "advance_commit", "finish_commit", "last_committed",
                       "last_committed_plan", "in_flight")
 _JOURNAL_OTHER = ("log_decision", "save_template_cache")
 _NEXT: dict[int, int] = {}  # PoD -> intent variant announced last
@@ -213,8 +216,9 @@ def measure_floors(work: Path, lab: EmulatedFabric, commits: list[dict], payload
     A durable transaction like a commit's final journal write (WAL, ``synchronous=FULL``,
     ``payload_bytes`` of plan JSON), a no-op TL1 round trip (one port's status), and one step on
     two devices at once (two OCS-Core emulators the commits never use): each device removes the
-    pairs it holds and adds as many others, both bulks in one round trip
-    (:meth:`~fabric.ocs.driver.Tl1Driver.disconnect_then_connect`), as a commit step does. Per
+    pairs it holds and adds as many others, both bulks in one round trip, both devices' commands
+    written before either reply is read (:meth:`~fabric.ocs.driver.Tl1Driver.send_disconnect_then_connect`),
+    as a commit step does. Per
     commit of S steps that moved m simplex pairs per device and step: one durable transaction and
     S such steps of m pairs (the S journal writes without an fsync, ~0.03 ms each, are left out).
     """
@@ -230,12 +234,12 @@ def measure_floors(work: Path, lab: EmulatedFabric, commits: list[dict], payload
     held = {"a": (0, 0), "b": (0, 0)}  # per device: which set it holds, and how many of its pairs
 
     def step(m: int) -> None:  # one step on both devices at once: m pairs per device, half out, half in
-        def one(key: str) -> None:
+        def send(key: str):  # both devices' commands go out before either reply is read, as in a commit
             which, k = held[key]
             add = min((m + 1) // 2, size // 2)
-            drivers[key].disconnect_then_connect([i for i, _ in halves[which][:k]], halves[1 - which][:add])
             held[key] = (1 - which, add)
-        each_device({key: (lambda key=key: one(key)) for key in drivers})
+            return drivers[key].send_disconnect_then_connect([i for i, _ in halves[which][:k]], halves[1 - which][:add])
+        each_device({key: SendCollect(partial(send, key), drivers[key].collect) for key in drivers})
 
     def timed(fn, reps: int) -> list[float]:
         out = []

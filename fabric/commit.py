@@ -23,7 +23,11 @@ step's removal and addition in one round trip: the addition is sent before the r
 read, and the device works through them in order. So a refused removal no longer holds the
 addition back, which the device may then apply anyway; the device's table is read back after any
 error and each action is journalled with what the device really holds (never as confirmed when it
-was not), and the step fails like any other refusal.
+was not), and the step fails like any other refusal. A TL1 driver's commands go out without a
+thread per device (:class:`fabric.ocs.fanout.SendCollect`): the commit's thread writes every
+device's commands of the step, then reads each device's replies in turn; a device whose write or
+reply failed is read back after its own reply, and every other device's reply is still read, so
+no reply is left on a session and each device's confirmations are its own.
 
 If a device refuses, the step's devices are reconciled back to what the journal says they hold:
 the union of *every* scope's last committed plan, so the rollback of one scope never removes the
@@ -32,15 +36,16 @@ circuits another scope holds on a shared device. Earlier steps of a chain stay c
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import partial
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from fabric.errors import OrchestrlError
 from fabric.ocs.errors import OcsError
-from fabric.ocs.fanout import each_device
-from fabric.ocs.model import OcsDeviceClient, duplex_to_cross_connects
-from fabric.plan import CircuitPlan, CrossConnect, PlanDiff, diff_plans
+from fabric.ocs.fanout import SendCollect, each_device
+from fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
+from fabric.plan import CircuitPlan, PlanDiff, diff_plans
 from fabric.reconcile import ReconcileReport, SimplexPair, bulk_errors, reconcile, reconcile_store, unusable_ports
 from fabric.store import DeviceStep, FabricStore
 
@@ -80,9 +85,13 @@ class CommitInFlightError(OrchestrlError):
 
 
 _Outcome = tuple[DeviceStep, list[BaseException]]  # what a device confirmed, and its errors (empty: all done)
+_Pairs = tuple[SimplexPair, ...]
+# diff -> each device's simplex pairs, by the diff's identity (see _step_pairs)
+_PAIRS: dict[tuple[int, tuple[tuple[str, int], ...]], tuple[PlanDiff, dict[str, tuple[_Pairs, _Pairs]]]] = {}
+_PAIRS_LOCK = threading.Lock()
 
 
-def _bulk_step(name: str, client: OcsDeviceClient, action: str, pairs: list[SimplexPair]) -> _Outcome:
+def _bulk_step(name: str, client: OcsDeviceClient, action: str, pairs: Sequence[SimplexPair]) -> _Outcome:
     """Run one bulk command; return what the device confirmed and its errors."""
     errors: list[BaseException] = []
     try:
@@ -102,27 +111,19 @@ def _bulk_step(name: str, client: OcsDeviceClient, action: str, pairs: list[Simp
     return DeviceStep(name, action, tuple(pairs), tuple(done), status, "; ".join(map(str, errors))), errors
 
 
-def _pipelined_step(name: str, client: OcsDeviceClient, removals: list[SimplexPair],
-                    additions: list[SimplexPair]) -> list[_Outcome]:
-    """A device's removal and addition in one round trip; on any error both are read back from the device."""
-    errors: dict[str, list[BaseException]] = {"remove": [], "add": []}
-    try:
-        pipelined = client.disconnect_then_connect  # type: ignore[attr-defined]  (see _drive_device)
-        removed, added = pipelined([i for i, _ in removals], additions)
-        errors["remove"] += bulk_errors(removed, name, "remove")
-        errors["add"] += bulk_errors(added, name, "add")
-    except OcsError as e:
-        errors["add" if e.command == "ENT-PATCH" else "remove"].append(e)
+def _outcomes(name: str, client: OcsDeviceClient, removals: Sequence[SimplexPair], additions: Sequence[SimplexPair],
+              errors: dict[str, list[BaseException]]) -> list[_Outcome]:
+    """What a device confirmed of its removal and addition (each when not empty); on any error, as read back."""
+    actions = [(action, pairs) for action, pairs in (("remove", removals), ("add", additions)) if pairs]
     if not errors["remove"] and not errors["add"]:
-        return [(DeviceStep(name, "remove", tuple(removals), tuple(removals), "ok"), []),
-                (DeviceStep(name, "add", tuple(additions), tuple(additions), "ok"), [])]
+        return [(DeviceStep(name, action, tuple(pairs), tuple(pairs), "ok"), []) for action, pairs in actions]
     try:  # either command may have applied, whatever the other did: the device's table says what holds
         table: dict[int, int] | None = client.cross_connects()
     except OcsError as e:
         errors["remove" if errors["remove"] else "add"].append(e)
         table = None
     out: list[_Outcome] = []
-    for action, pairs in (("remove", removals), ("add", additions)):
+    for action, pairs in actions:
         done = [] if table is None else [p for p in pairs if (table.get(p[0]) == p[1]) == (action == "add")]
         errs = errors[action]
         status = "ok" if len(done) == len(pairs) and not errs else "partial" if done else "failed"
@@ -132,18 +133,85 @@ def _pipelined_step(name: str, client: OcsDeviceClient, removals: list[SimplexPa
     return out
 
 
-def _drive_device(name: str, client: OcsDeviceClient, remove: list[CrossConnect],
-                  add: list[CrossConnect]) -> list[_Outcome]:
-    """One device's part of a step: its bulk removal, then its bulk addition.
+def _pipelined_step(name: str, client: OcsDeviceClient, removals: Sequence[SimplexPair],
+                    additions: Sequence[SimplexPair],
+                    run: Callable[[], tuple[BulkResult, BulkResult]]) -> list[_Outcome]:
+    """A device's removal and addition in one round trip (``run``); on any error both are read back from the device."""
+    errors: dict[str, list[BaseException]] = {"remove": [], "add": []}
+    try:
+        removed, added = run()
+        errors["remove"] += bulk_errors(removed, name, "remove")
+        errors["add"] += bulk_errors(added, name, "add")
+    except OcsError as e:  # charged to the command it names, or else to the removal (the addition if none)
+        errors["add" if (e.command == "ENT-PATCH" and additions) or not removals else "remove"].append(e)
+    return _outcomes(name, client, removals, additions, errors)
 
-    In one round trip where the client can pipeline the two; otherwise one after the other,
-    stopping at the first error.
+
+def _send_step(client: OcsDeviceClient, removals: Sequence[SimplexPair], additions: Sequence[SimplexPair]) -> object:
+    """Write a device's removal and addition without waiting (a pending reply), or the error that kept them back."""
+    try:
+        return client.send_disconnect_then_connect([i for i, _ in removals], additions)  # type: ignore[attr-defined]
+    except OcsError as e:  # nothing was sent; the step's collect reports it like any other refusal
+        return e
+
+
+def _collect_step(name: str, client: OcsDeviceClient, removals: Sequence[SimplexPair],
+                  additions: Sequence[SimplexPair], sent: object) -> list[_Outcome]:
+    """Read the replies of :func:`_send_step`; return what the device confirmed, as :func:`_pipelined_step`."""
+    def run() -> tuple[BulkResult, BulkResult]:
+        if isinstance(sent, OcsError):
+            raise sent
+        return client.collect(sent)  # type: ignore[attr-defined]
+    return _pipelined_step(name, client, removals, additions, run)
+
+
+def _step_pairs(diff: PlanDiff, ports: Mapping[str, int]) -> dict[str, tuple[_Pairs, _Pairs]]:
+    """Each device's simplex removals and additions of ``diff`` (device -> its ``ports`` per side).
+
+    The same tuples for the same diff object: a job's plans recur every RL iteration and so do
+    their diffs (:func:`fabric.plan.diff_plans` keeps the last ones), so a recurring step is
+    neither mapped to simplex pairs again nor encoded again for the journal (the store keeps the
+    JSON of a tuple of pairs it has seen).
     """
-    n = client.ports
-    removals = [p for xc in remove for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n)]
-    additions = [p for xc in add for p in duplex_to_cross_connects(xc.a_port, xc.b_port, n)]
+    key = (id(diff), tuple(sorted(ports.items())))
+    with _PAIRS_LOCK:
+        got = _PAIRS.get(key)
+    if got is not None and got[0] is diff:
+        return got[1]
+    out: dict[str, tuple[list[SimplexPair], list[SimplexPair]]] = {d: ([], []) for d in ports}
+    for i, xcs in enumerate((diff.remove, diff.add)):
+        for xc in xcs:
+            out[xc.device][i].extend(duplex_to_cross_connects(xc.a_port, xc.b_port, ports[xc.device]))
+    pairs = {d: (tuple(r), tuple(a)) for d, (r, a) in out.items()}
+    with _PAIRS_LOCK:
+        while len(_PAIRS) >= 64:
+            _PAIRS.pop(next(iter(_PAIRS)))
+        _PAIRS[key] = (diff, pairs)  # holding the diff keeps its id from being reused
+    return pairs
+
+
+def _device_job(name: str, client: OcsDeviceClient, removals: _Pairs,
+                additions: _Pairs) -> Callable[[], list[_Outcome]] | SendCollect:
+    """One device's part of a step (its bulk removal, then its bulk addition), as a fan-out job.
+
+    A client with the split API (:meth:`fabric.ocs.driver.Tl1Driver.send_disconnect_then_connect`)
+    gets both commands in one round trip, written before any device of the step is read back; a
+    client that only pipelines gets them in one round trip on a thread; any other one after the
+    other, stopping at the first error.
+    """
+    if hasattr(client, "send_disconnect_then_connect"):
+        return SendCollect(partial(_send_step, client, removals, additions),
+                           partial(_collect_step, name, client, removals, additions))
     if removals and additions and hasattr(client, "disconnect_then_connect"):
-        return _pipelined_step(name, client, removals, additions)
+        pipelined = partial(client.disconnect_then_connect,  # type: ignore[attr-defined]
+                            [i for i, _ in removals], additions)
+        return partial(_pipelined_step, name, client, removals, additions, pipelined)
+    return partial(_one_after_the_other, name, client, removals, additions)
+
+
+def _one_after_the_other(name: str, client: OcsDeviceClient, removals: Sequence[SimplexPair],
+                         additions: Sequence[SimplexPair]) -> list[_Outcome]:
+    """A device's removal, then its addition, each its own command; an error stops the step."""
     out: list[_Outcome] = []
     for action, pairs in (("remove", removals), ("add", additions)):
         if pairs:
@@ -157,13 +225,8 @@ def _apply_diff(store: FabricStore, scope: str, cid: int, diff: PlanDiff,
                 devices: Mapping[str, OcsDeviceClient]) -> list[DeviceStep]:
     """Drive every device of ``diff`` at once; return their confirmations, or roll back and raise."""
     touched = diff.devices()
-    remove: dict[str, list[CrossConnect]] = {d: [] for d in touched}
-    add: dict[str, list[CrossConnect]] = {d: [] for d in touched}
-    for xc in diff.remove:
-        remove[xc.device].append(xc)
-    for xc in diff.add:
-        add[xc.device].append(xc)
-    outcomes = each_device({d: partial(_drive_device, d, devices[d], remove[d], add[d]) for d in touched})
+    pairs = _step_pairs(diff, {d: devices[d].ports for d in touched})
+    outcomes = each_device({d: _device_job(d, devices[d], *pairs[d]) for d in touched})
     steps = [step for d in touched for step, _ in outcomes[d]]
     failed = [(d, step, errors) for d in touched for step, errors in outcomes[d] if errors]
     if not failed:
@@ -225,11 +288,11 @@ def apply_plan_steps(store: FabricStore, plans: Sequence[CircuitPlan], devices: 
     if not plans:
         raise ValueError("apply_plan_steps: plans is empty; give at least the plan to reach")
     scope = plans[-1].fabric if scope is None else scope
-    pending = store.in_flight(scope)
-    if pending:
-        raise CommitInFlightError(f"scope {scope!r}: commit {pending[0].id} was interrupted and devices may be "
-                                  "half-changed; run reconcile(store, devices) before committing again")
-    base = store.last_committed(scope)
+    head = store.head(scope)  # one read: what the devices hold, and whether a commit was cut short
+    if head.in_flight:
+        raise CommitInFlightError(f"scope {scope!r}: commit {head.in_flight[0].id} was interrupted and devices may "
+                                  "be half-changed; run reconcile(store, devices) before committing again")
+    base = head.committed
     before = [base.plan if base else None, *plans[:-1]]
     diffs = [diff_plans(old, new) for old, new in zip(before, plans)]
     missing = sorted({d for diff in diffs for d in diff.devices() if d not in devices})

@@ -307,8 +307,12 @@ class Intent:
 
         Notes
         -----
-        O(G log G) for G groups in total.
+        O(G log G) for G groups in total, once per intent object (an intent is immutable, and a
+        service that sees the same intent every RL iteration asks again each time).
         """
+        got = self.__dict__.get("_signature")
+        if got is not None:
+            return got
         payload = {
             "v": _SIGNATURE_VERSION,
             "stage": self.stage,
@@ -317,7 +321,8 @@ class Intent:
             "shapes": sorted(json.dumps(c.shape()) for c in self.collectives),
         }
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        self.__dict__["_signature"] = got = hashlib.sha256(blob).hexdigest()[:16]  # not a field: eq/hash ignore it
+        return got
 
 
 # -- loading ---------------------------------------------------------------------------------

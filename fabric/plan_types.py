@@ -135,7 +135,11 @@ class PlanDiff:
         return not self.remove and not self.add
 
     def devices(self) -> list[str]:
-        return sorted({x.device for x in self.remove + self.add})
+        """The devices the diff changes, sorted (worked out once per diff: the commit path asks several times)."""
+        got = self.__dict__.get("_devices")
+        if got is None:
+            self.__dict__["_devices"] = got = tuple(sorted({x.device for x in self.remove + self.add}))
+        return list(got)
 
 
 def diff_plans(old: CircuitPlan | None, new: CircuitPlan) -> PlanDiff:

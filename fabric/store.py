@@ -16,7 +16,9 @@ last: :meth:`FabricStore.finish_commit`, with what the devices confirmed and the
 earlier records of the same commit (the desired plan, :meth:`FabricStore.begin_commit`; closing one
 ordered step and journalling the next step's intent, :meth:`FabricStore.advance_commit`; the
 confirmations of a failed step, :meth:`FabricStore.record_steps`) are written with
-``synchronous=NORMAL``: S + 1 transactions for S steps, one fsync. Why that keeps the guarantee:
+``synchronous=NORMAL``: S + 1 transactions for S steps, one fsync. The connection stays at
+``NORMAL`` and a durable transaction raises it to ``FULL`` for itself alone, so the records before
+it cost no statement to switch. Why that keeps the guarantee:
 
 * The frames of a ``NORMAL`` transaction are in the WAL file, i.e. in the OS page cache, when the
   call returns, before any device is touched. A crash of the *process* (what the crash/restart
@@ -43,7 +45,15 @@ lives in ``PRAGMA user_version``; a file written by a newer orchestrl is refused
 A commit row's plan is its canonical JSON compressed with zlib (schema version 2; version 1 rows
 hold the JSON text and are still read). A cluster-wide plan is ~200 kB of JSON and a change in S
 steps journals S + 1 plans, so the bytes each fsync must push, and the WAL checkpoints they cause,
-shrink about tenfold; each plan object is encoded once, since a job's plans recur.
+shrink about tenfold; each plan object is encoded once, since a job's plans recur, and so is each
+step's list of pairs.
+
+What a commit costs in statements: one read of the scope's head (:meth:`FabricStore.head`: its last
+committed record and any unfinished one), then per transaction only its inserts and updates. A
+commit id's scope never changes, so closing a commit this store opened needs no read of it (its
+state is checked by the ``UPDATE`` itself), and a committed close knows it is the scope's newest
+committed record when it prunes. The WAL is copied back into the database file by a background
+thread (:mod:`fabric.store_checkpoint`), not inside whichever commit fills it.
 """
 
 from __future__ import annotations
@@ -59,9 +69,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
+from fabric.store_checkpoint import WalCheckpointer
 from fabric.store_records import (_FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_VERSION, CommitRecord, DecisionRecord,
-                                  DeviceStep, MaskedPort, SimplexPairs, StepRecord, StoreCorruptError, StoreError,
-                                  StoreVersionError, default_store_path)
+                                  DeviceStep, MaskedPort, ScopeHead, SimplexPairs, StepRecord, StoreCorruptError,
+                                  StoreError, StoreVersionError, default_store_path)
 from fabric.templates.cache import CacheEntry, TemplateCache
 
 # The newest committed id of scope ?1: one seek per kind of the index commits_by_scope (scope, kind, state,
@@ -72,7 +83,8 @@ _LAST_COMMITTED_ID = "SELECT max(m) FROM (" + " UNION ALL ".join(
 
 __all__ = [
     "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
-    "CommitRecord", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "FabricStore", "default_store_path",
+    "CommitRecord", "ScopeHead", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "FabricStore",
+    "default_store_path",
 ]
 
 
@@ -109,8 +121,14 @@ class FabricStore:
         self._lock = threading.RLock()
         self._plans: dict[int, CircuitPlan] = {}  # commit id -> plan: hot paths skip re-parsing JSON
         self._docs: dict[int, tuple[CircuitPlan, bytes]] = {}  # id(plan) -> (plan, its journal document)
+        self._pair_docs: dict[int, tuple[SimplexPairs, str]] = {}  # id(pairs) -> (pairs, JSON): steps recur too
+        self._scopes: dict[int, str] = {}  # commit id -> scope, for commits this store opened (never changes)
         self.durable_writes = 0  # transactions committed with an fsync (synchronous=FULL) by this instance
         self._conn = self._open()
+        self._checkpointer: WalCheckpointer | None = None
+        if self.path != ":memory:":
+            self._checkpointer = WalCheckpointer(self.path)
+            self._checkpointer.guard(self._conn)
 
     def _open(self) -> sqlite3.Connection:
         memory = self.path == ":memory:"
@@ -150,7 +168,7 @@ class FabricStore:
             raise sqlite3.DatabaseError(f"integrity check failed: {check}")
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # a durable transaction raises it to FULL for itself (_tx)
         conn.execute("PRAGMA foreign_keys=ON")
         if version == 0:
             tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
@@ -171,13 +189,14 @@ class FabricStore:
     def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One transaction: all of the body, or none of it; on disk when it returns if ``durable``.
 
-        A non-durable transaction skips its fsync (``synchronous=NORMAL``; WAL keeps it atomic and
-        consistent, and it survives a crash of the process) and becomes durable with the next
-        durable one, whose fsync covers the WAL.
+        A durable transaction runs with ``synchronous=FULL`` (its commit fsyncs the WAL); the
+        connection is otherwise at ``NORMAL``: a non-durable transaction skips its fsync (WAL keeps
+        it atomic and consistent, and it survives a crash of the process) and becomes durable with
+        the next durable one, whose fsync covers the WAL.
         """
         with self._lock:
-            if not durable:
-                self._conn.execute("PRAGMA synchronous=NORMAL")
+            if durable:
+                self._conn.execute("PRAGMA synchronous=FULL")
             try:
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
@@ -186,17 +205,22 @@ class FabricStore:
                     self._conn.execute("ROLLBACK")
                     raise
                 self._conn.execute("COMMIT")
-                if durable:
-                    self.durable_writes += 1
             finally:
-                if not durable:
-                    self._conn.execute("PRAGMA synchronous=FULL")
+                if durable:
+                    self._conn.execute("PRAGMA synchronous=NORMAL")
+            if durable:
+                self.durable_writes += 1
+                if self._checkpointer is not None:
+                    self._checkpointer.wrote()
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
             return self._conn.execute(sql, args).fetchall()
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         with self._lock:
             self._conn.close()
 
@@ -215,7 +239,7 @@ class FabricStore:
         """
         with self._tx(durable=False) as c:
             cid = self._insert_intent(c, scope, plan, kind, base_id)
-        self._remember(cid, plan)
+        self._remember(cid, plan, scope)
         return cid
 
     def _insert_intent(self, c: sqlite3.Connection, scope: str, plan: CircuitPlan, kind: str,
@@ -238,11 +262,15 @@ class FabricStore:
             self._docs[id(plan)] = (plan, doc)
             return doc
 
-    def _remember(self, commit_id: int, plan: CircuitPlan) -> CircuitPlan:
+    def _remember(self, commit_id: int, plan: CircuitPlan, scope: str | None = None) -> CircuitPlan:
         with self._lock:  # ids are never reused (AUTOINCREMENT) and plans are frozen, so this never goes stale
             while len(self._plans) >= 256:
                 self._plans.pop(next(iter(self._plans)))
             self._plans[commit_id] = plan
+            if scope is not None:
+                while len(self._scopes) >= 256:
+                    self._scopes.pop(next(iter(self._scopes)))
+                self._scopes[commit_id] = scope
         return plan
 
     def record_step(self, commit_id: int, device: str, action: str, requested: SimplexPairs,
@@ -262,16 +290,29 @@ class FabricStore:
             self._require_open(c, commit_id)
             self._insert_steps(c, commit_id, steps)
 
-    @staticmethod
-    def _insert_steps(c: sqlite3.Connection, commit_id: int, steps: Iterable[DeviceStep]) -> None:
+    def _insert_steps(self, c: sqlite3.Connection, commit_id: int, steps: Iterable[DeviceStep]) -> None:
         now = time.time()
         rows = []
         for s in steps:
-            requested = json.dumps(s.requested)  # pairs as [ingress, egress] lists
-            confirmed = requested if s.confirmed == s.requested else json.dumps(s.confirmed)
+            requested = self._pairs_json(s.requested)  # pairs as [ingress, egress] lists
+            confirmed = requested if s.confirmed is s.requested or s.confirmed == s.requested else \
+                self._pairs_json(s.confirmed)
             rows.append((commit_id, s.device, s.action, requested, confirmed, s.status, s.detail, now))
-        c.executemany("INSERT INTO commit_steps (commit_id, device, action, requested_json, confirmed_json, status, "
-                      "detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        if rows:
+            c.executemany("INSERT INTO commit_steps (commit_id, device, action, requested_json, confirmed_json, "
+                          "status, detail, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def _pairs_json(self, pairs: SimplexPairs) -> str:
+        """The JSON of a step's pairs, made once per tuple object (a recurring step passes the same one)."""
+        got = self._pair_docs.get(id(pairs))
+        if got is not None and got[0] is pairs:
+            return got[1]
+        doc = json.dumps(pairs)
+        if isinstance(pairs, tuple):  # immutable: safe to keep by identity (held, so its id is not reused)
+            while len(self._pair_docs) >= 256:
+                self._pair_docs.pop(next(iter(self._pair_docs)))
+            self._pair_docs[id(pairs)] = (pairs, doc)
+        return doc
 
     def finish_commit(self, commit_id: int, state: str, note: str = "", steps: Iterable[DeviceStep] = ()) -> None:
         """Close an open commit as ``committed``, ``failed`` or ``aborted`` and prune old records.
@@ -295,17 +336,23 @@ class FabricStore:
         Returns the id of the new commit, whose base is ``commit_id``.
         """
         with self._tx(durable=False) as c:
-            scope = self._close(c, commit_id, "committed", "", steps)
+            scope = self._close(c, commit_id, "committed", "", steps, prune=False)  # the chain's finish prunes
             cid = self._insert_intent(c, scope, plan, kind, commit_id)
-        self._remember(cid, plan)
+        self._remember(cid, plan, scope)
         return cid
 
-    def _close(self, c: sqlite3.Connection, commit_id: int, state: str, note: str, steps: Iterable[DeviceStep]) -> str:
-        scope = self._require_open(c, commit_id)
+    def _close(self, c: sqlite3.Connection, commit_id: int, state: str, note: str, steps: Iterable[DeviceStep],
+               prune: bool = True) -> str:
+        """Close an open commit with its steps; return its scope (read only if this store did not open it)."""
+        if c.execute("UPDATE commits SET state = ?, finished_at = ?, note = ? WHERE id = ? AND state = 'intent'",
+                     (state, time.time(), note, commit_id)).rowcount != 1:
+            self._require_open(c, commit_id)  # raises: no such commit, or finished already
+        scope = self._scopes.get(commit_id)
+        if scope is None:
+            scope = c.execute("SELECT scope FROM commits WHERE id = ?", (commit_id,)).fetchone()[0]
         self._insert_steps(c, commit_id, steps)
-        c.execute("UPDATE commits SET state = ?, finished_at = ?, note = ? WHERE id = ?",
-                  (state, time.time(), note, commit_id))
-        self._prune_commits(c, scope)
+        if prune:
+            self._prune_commits(c, scope, commit_id if state == "committed" else None)
         return scope
 
     def _require_open(self, c: sqlite3.Connection, commit_id: int) -> str:
@@ -317,8 +364,13 @@ class FabricStore:
                              "start a new commit instead")
         return row[0]
 
-    def _prune_commits(self, c: sqlite3.Connection, scope: str) -> None:
-        keep_last = c.execute(_LAST_COMMITTED_ID, (scope,)).fetchone()[0]
+    def _prune_commits(self, c: sqlite3.Connection, scope: str, keep_last: int | None = None) -> None:
+        """Delete the scope's finished commits past the newest ``commit_retention``, never its last committed one.
+
+        ``keep_last``: that record when the caller knows it (it just committed it), else it is read.
+        """
+        if keep_last is None:
+            keep_last = c.execute(_LAST_COMMITTED_ID, (scope,)).fetchone()[0]
         c.execute("DELETE FROM commits WHERE scope = ? AND state != 'intent' AND id IS NOT ? AND id NOT IN "
                   "(SELECT id FROM commits WHERE scope = ? AND state != 'intent' ORDER BY id DESC LIMIT ?)",
                   (scope, keep_last, scope, self.commit_retention))
@@ -357,6 +409,17 @@ class FabricStore:
         """
         rows = self._records(f"WHERE id = ({_LAST_COMMITTED_ID})", (scope,))
         return rows[0] if rows else None
+
+    def head(self, scope: str) -> ScopeHead:
+        """Return the last committed record of ``scope`` and its unfinished commits, in one read.
+
+        What a commit needs to know before it starts: the plan the devices hold, and whether an
+        earlier commit was interrupted (:func:`fabric.commit.apply_plan_steps`).
+        """
+        rows = self._records(f"WHERE scope = ?1 AND (state = 'intent' OR id = ({_LAST_COMMITTED_ID})) ORDER BY id",
+                             (scope,))
+        return ScopeHead(next((r for r in rows if r.state != "intent"), None),
+                         tuple(r for r in rows if r.state == "intent"))
 
     def last_committed_plan(self, scope: str) -> CircuitPlan | None:
         """Return the plan of :meth:`last_committed` (``None``: nothing committed, an empty fabric)."""

@@ -16,7 +16,7 @@ from fabric.plan import CircuitPlan
 
 __all__ = [
     "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
-    "CommitRecord", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "default_store_path",
+    "CommitRecord", "ScopeHead", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "default_store_path",
 ]
 
 SCHEMA_VERSION = 2  # 2: commits.plan_json holds zlib-compressed JSON (1: JSON text, still read)
@@ -109,6 +109,14 @@ class CommitRecord:
     started_at: float  # unix time the intent was journalled
     finished_at: float | None
     note: str  # why it failed or was aborted, in words
+
+
+@dataclass(frozen=True)
+class ScopeHead:
+    """Where a scope's journal stands: what a commit reads before it starts (one query)."""
+
+    committed: CommitRecord | None  # the newest committed record: the plan the devices hold (None: nothing)
+    in_flight: tuple[CommitRecord, ...]  # commits started and never finished, oldest first (empty: none)
 
 
 @dataclass(frozen=True)

@@ -2,23 +2,17 @@
 
 Design note
 -----------
-One driver holds one TCP session; a lock serialises callers, and each call sends its command (or,
-for :meth:`Tl1Driver.disconnect_then_connect`, its two commands back to back, one round trip: TL1
-allows several outstanding ctags on a session and the device works through commands in the order
-it receives them) and then reads until every reply it awaits has come. Every command carries a
-fresh ctag and replies are matched by ctag: autonomous messages (alarms) and stale replies are
-logged and skipped, so a late answer to an earlier command can never be mistaken for a current
-one. Failures are handled by what is safe to repeat:
+A driver is one TL1 session (:class:`fabric.ocs.session.Tl1Session`: login, ctags, reconnects,
+what is retried) plus the device model's commands on it. Each call sends its command (or, for
+:meth:`Tl1Driver.disconnect_then_connect`, its two commands back to back: one round trip) and reads
+until every reply it awaits has come. A caller driving several devices at once splits such a call
+in two instead of using a thread per device: :meth:`Tl1Driver.send_disconnect_then_connect` writes
+the commands and returns a :class:`~fabric.ocs.session.PendingReply`, and :meth:`Tl1Driver.collect`
+later returns (or raises) exactly what the one-call method would.
 
-* the session is opened lazily, with exponential backoff, and logged in (``ACT-USER``) each time;
-  a session found dead before sending (device restarted) is reopened transparently;
-* a read (``RTRV-*``) whose reply is lost or late is sent once more on a fresh session;
-* a write (``ENT-PATCH``, ``DLT-PATCH``) is never repeated behind the caller's back: a timeout
-  raises :class:`OcsTimeout`, drops the session (the next command opens a new one) and tells the
-  caller to read the table back, since the device may have applied it;
-* a ``DENY`` becomes the specific :class:`OcsDenied` subclass of its code (:mod:`.errors`); a
-  bulk aborted part way (``SABT``) is read back and raised as :class:`OcsAborted` with the pairs
-  that were and were not applied.
+A ``DENY`` becomes the specific :class:`OcsDenied` subclass of its code (:mod:`.errors`); a bulk
+aborted part way (``SABT``) is read back and raised as :class:`OcsAborted` with the pairs that
+were and were not applied. Requests are checked before anything is sent (:class:`OcsRequestError`).
 
 A bulk connect of k pairs is ONE ``ENT-PATCH`` (one switching delay on the device). Its timeout is
 ``timeout_s + switch_delay_s``, so slow technologies (robotic: 120 s) need their delay configured.
@@ -26,39 +20,22 @@ A bulk connect of k pairs is ONE ``ENT-PATCH`` (one switching delay on the devic
 
 from __future__ import annotations
 
-import logging
-import select
-import socket
-import threading
-import time
-from collections import deque
+from functools import partial
 from itertools import repeat
-from typing import Iterable
+from typing import Any, Iterable
 
-from fabric.ocs.errors import (
-    OcsAborted, OcsAuthError, OcsCommandError, OcsConnectionError, OcsDenied, OcsError, OcsProtocolError,
-    OcsRequestError, OcsTimeout, denied_from_code,
-)
+from fabric.ocs.errors import OcsAborted, OcsAuthError, OcsCommandError, OcsRequestError, denied_from_code
 from fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
-from fabric.ocs.tl1 import (
-    Autonomous, Command, Response, Tl1Splitter, format_command, format_pair_lists, format_ports, parse_keywords,
-    parse_patch_line, parse_ports, parse_response, quote,
-)
+from fabric.ocs.session import PendingReply, Tl1Session, _Spec
+from fabric.ocs.tl1 import Response, format_pair_lists, format_ports, parse_patch_line
 
-__all__ = ["Tl1Driver"]
+__all__ = ["PendingReply", "Tl1Driver"]
 
-log = logging.getLogger(__name__)
-
-
-class _ConnectionLost(Exception):
-    """Internal: the TCP session ended while a reply was awaited (``verb``: the first unanswered command)."""
-
-    def __init__(self, problem: str, verb: str = "") -> None:
-        super().__init__(problem)
-        self.verb = verb
+# a step's checked ports and pairs, its commands (verb, aid, params) and its addition's statuses once applied
+_StepRequest = tuple[list[int], list[tuple[int, int]], list[_Spec], list[XcStatus]]
 
 
-class Tl1Driver:
+class Tl1Driver(Tl1Session):
     """Drive one optical circuit switch over TL1/TCP.
 
     Parameters
@@ -89,34 +66,11 @@ class Tl1Driver:
     fabric.ocs.errors.OcsRequestError: OCS 'core0', command ENT-PATCH, port 40: port 40 is not an egress port ...
     """
 
-    def __init__(self, host: str, port: int, *, name: str = "", user: str = "admin", password: str = "",
-                 timeout_s: float = 5.0, ports: int | None = None, switch_delay_s: float = 0.0,
-                 connect_attempts: int = 6, backoff_s: float = 0.05, backoff_max_s: float = 2.0) -> None:
-        self.host, self.port = host, int(port)
-        self.name = name or f"{host}:{port}"
-        self.user, self.password = user, password
-        self.timeout_s = float(timeout_s)
-        self.switch_delay_s = float(switch_delay_s)
-        self.connect_attempts = max(1, int(connect_attempts))
-        self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
-        self.ports: int | None = ports  # N; read from the device (RTRV-EQPT) when the session opens if None
-        self._sock: socket.socket | None = None
-        self._splitter = Tl1Splitter()
-        self._blocks: deque[str] = deque()
-        self._lock = threading.RLock()
-        self._ctag = 0
-        self.sessions = 0  # successful logins so far: > 1 means the driver reconnected
-        self.autonomous: deque[Autonomous] = deque(maxlen=100)  # last alarms the device reported
-
-    # -- context manager ------------------------------------------------------------------
-    def __enter__(self) -> "Tl1Driver":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"Tl1Driver(name={self.name!r}, host={self.host!r}, port={self.port})"
+    def __init__(self, host: str, port: int, **kwargs: Any) -> None:
+        super().__init__(host, port, **kwargs)
+        # (ports, pairs) -> checked ports, checked pairs, command texts: the last few step requests
+        self._requests: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], _StepRequest] = {}  # last few
+        self._removals: dict[tuple[str, ...], list[XcStatus]] = {}  # DLT-PATCH reply lines -> their statuses
 
     # -- device model -----------------------------------------------------------------------
     def open(self) -> "Tl1Driver":
@@ -193,7 +147,8 @@ class Tl1Driver:
 
         The ``DLT-PATCH`` and the ``ENT-PATCH`` go out back to back before either reply is read;
         the device works through them in order, so the connect finds the ports the removal freed.
-        Returns what :meth:`disconnect` and :meth:`connect` (``mode="stop"``) return, as a pair.
+        Returns what :meth:`disconnect` and :meth:`connect` (``mode="stop"``) return, as a pair
+        (an empty :class:`BulkResult` for an empty list, whose command is not sent).
 
         Raises
         ------
@@ -207,29 +162,86 @@ class Tl1Driver:
         OcsAborted, OcsTimeout, OcsConnectionError
             As :meth:`connect`.
         """
-        ports, pairs = self._check_ports(ports), self._checked_pairs(pairs)
-        if not ports or not pairs:  # a single command: nothing to overlap
-            return self.disconnect(ports), (self.connect(pairs) if pairs else BulkResult())
-        dlt, ent = self._pipeline([("DLT-PATCH", format_ports(ports), ()), ("ENT-PATCH", format_pair_lists(pairs), ())],
-                                  timeout_s=self.timeout_s + self.switch_delay_s)
-        if not dlt.ok:
+        return self.collect(self.send_disconnect_then_connect(ports, pairs))
+
+    def send_disconnect_then_connect(self, ports: list[int], pairs: list[tuple[int, int]]) -> PendingReply:
+        """Write :meth:`disconnect_then_connect`'s commands and return at once, without reading a reply.
+
+        Hand the result to :meth:`collect`, which returns or raises what
+        :meth:`disconnect_then_connect` does. Between the two, the caller may write to other
+        devices, so that several devices work at once without a thread each.
+
+        Raises
+        ------
+        OcsRequestError
+            As :meth:`disconnect_then_connect` (nothing is sent).
+        OcsConnectionError, OcsAuthError
+            The session could not be opened or logged in (nothing is sent).
+        """
+        ports, pairs, specs, added = self._step_request(ports, pairs)
+        timeout_s = self.timeout_s + (self.switch_delay_s if pairs else 0.0)
+        pending = self._send(specs, read=False, timeout_s=timeout_s)
+        pending.finish = partial(self._step_results, ports, pairs, added)
+        return pending
+
+    def _step_request(self, ports: Iterable[int], pairs: Iterable[tuple[int, int]]) -> _StepRequest:
+        """The checked ports and pairs of a step, its commands' text and the statuses of its addition once applied.
+
+        An RL job's steps recur every iteration, so the last few requests are kept by their content.
+        """
+        ports, pairs = tuple(ports), tuple(pairs)
+        try:
+            got = self._requests.get((ports, pairs))
+        except TypeError:  # unhashable items (lists as pairs): checked and formatted every time
+            got, ports, pairs = None, list(ports), list(pairs)
+        if got is None:
+            checked_ports, checked_pairs = self._check_ports(ports), self._checked_pairs(pairs)
+            specs: list[_Spec] = [("DLT-PATCH", format_ports(checked_ports), ())] if checked_ports else []
+            specs += [("ENT-PATCH", format_pair_lists(checked_pairs), ())] if checked_pairs else []
+            added = list(map(applied_status, *zip(*checked_pairs))) if checked_pairs else []
+            got = (checked_ports, checked_pairs, specs, added)
+            if isinstance(pairs, tuple):
+                while len(self._requests) >= 16:
+                    self._requests.pop(next(iter(self._requests)))
+                self._requests[(ports, pairs)] = got  # type: ignore[index]
+        return got
+
+    def _step_results(self, ports: list[int], pairs: list[tuple[int, int]], added: list[XcStatus],
+                      replies: list[Response]) -> tuple[BulkResult, BulkResult]:
+        """:meth:`disconnect_then_connect`'s results from its replies (one per non-empty list), or its error."""
+        dlt = replies[0] if ports else None
+        ent = replies[-1] if pairs else None
+        if dlt is not None and not dlt.ok:
             raise self._denied("DLT-PATCH", dlt, ports)
-        if not ent.ok:
+        if ent is not None and not ent.ok:
             if ent.code == "SABT":
                 raise self._aborted(pairs, ent)
             raise self._denied("ENT-PATCH", ent, [p for pair in pairs for p in pair])
-        return self._removed(dlt), BulkResult(list(map(applied_status, *zip(*pairs))), "stop")
+        removed = self._removed(dlt) if dlt is not None else BulkResult([], "stop")
+        return removed, (BulkResult(list(added), "stop") if pairs else BulkResult())
 
     def _removed(self, resp: Response) -> BulkResult:
-        """The statuses of a ``DLT-PATCH``'s reply: one data line ``<in>,<out>`` per removed cross-connect."""
-        if set(map(str.count, resp.data, repeat(","))) <= {1}:  # "<in>,<out>" lines: all at once, no loop
+        """The statuses of a ``DLT-PATCH``'s reply: one data line ``<in>,<out>`` per removed cross-connect.
+
+        A recurring step gets the same reply: the last few are kept by their data lines.
+        """
+        got = self._removals.get(resp.data)
+        if got is None:
+            got = self._removal_statuses(resp.data)
+            while len(self._removals) >= 16:
+                self._removals.pop(next(iter(self._removals)))
+            self._removals[resp.data] = got
+        return BulkResult(list(got))
+
+    def _removal_statuses(self, data: tuple[str, ...]) -> list[XcStatus]:
+        if set(map(str.count, data, repeat(","))) <= {1}:  # "<in>,<out>" lines: all at once, no loop
             try:
-                ports = list(map(int, ",".join(resp.data).split(","))) if resp.data else []
-                return BulkResult(list(map(applied_status, ports[::2], ports[1::2])))
+                ports = list(map(int, ",".join(data).split(","))) if data else []
+                return list(map(applied_status, ports[::2], ports[1::2]))
             except ValueError:
                 pass
         # not two numbers a line: parse_patch_line names the line (or takes the first two fields)
-        return BulkResult([applied_status(*parse_patch_line(line, self.name)) for line in resp.data])
+        return [applied_status(*parse_patch_line(line, self.name)) for line in data]
 
     def port_status(self, ports: Iterable[int] | None = None) -> dict[int, PortStatus]:
         """Return the state and alarm text of ``ports`` (every port when None)."""
@@ -258,18 +270,6 @@ class Tl1Driver:
     def release(self, ports: list[int]) -> None:
         """Release force-blocked ``ports``."""
         self._checked("RLS-PORT-SHUTTER", format_ports(ports), ports=ports)
-
-    def close(self) -> None:
-        """Log out (best effort) and close the session; the device keeps its cross-connects."""
-        with self._lock:
-            if self._sock is None:
-                return
-            try:
-                self._exchange(Command("CANC-USER", self.user, self._next_ctag()), min(self.timeout_s, 1.0))
-            except (OcsError, _ConnectionLost) as exc:  # logging out of a dying session is not worth failing for
-                log.debug("%s: logout failed: %s", self.name, exc)
-            finally:
-                self._drop()
 
     # -- checks -----------------------------------------------------------------------------
     def _check_ports(self, ports: Iterable[int]) -> list[int]:
@@ -308,15 +308,6 @@ class Tl1Driver:
                                                                   "each port joins at most one cross-connect", [p])
                 seen.add(p)
 
-    def _denied(self, verb: str, resp: Response, ports: list[int]) -> OcsDenied:
-        named: list[int] = []
-        if resp.data:
-            try:
-                named = parse_ports(resp.data[0], self.name, verb)
-            except OcsProtocolError:
-                named = []
-        return denied_from_code(self.name, verb, resp.code, resp.comment, named or ports)
-
     def _aborted(self, pairs: list[tuple[int, int]], resp: Response) -> OcsAborted:
         table = self.cross_connects()
         applied = tuple(p for p in pairs if table.get(p[0]) == p[1])
@@ -333,174 +324,3 @@ class Tl1Driver:
         if not resp.ok:
             raise self._denied(verb, resp, list(ports))
         return resp
-
-    # -- session and transport --------------------------------------------------------------
-    def _next_ctag(self) -> str:
-        self._ctag = self._ctag % 999_999 + 1
-        return str(self._ctag)
-
-    def _command(self, verb: str, aid: str = "", params: tuple[str, ...] = (), *, read: bool = False,
-                 timeout_s: float | None = None) -> Response:
-        """Send one command and return its reply; reads are retried once on a fresh session."""
-        return self._pipeline([(verb, aid, params)], read=read, timeout_s=timeout_s)[0]
-
-    def _pipeline(self, commands: list[tuple[str, str, tuple[str, ...]]], *, read: bool = False,
-                  timeout_s: float | None = None) -> list[Response]:
-        """Send ``commands`` (verb, aid, params) back to back and return their replies in the same order.
-
-        One round trip for all of them. Reads are retried once on a fresh session; commands the
-        device refused for want of a login (``PLNA``: nothing applied) are sent once more after
-        logging in again; writes are never repeated otherwise.
-        """
-        timeout_s = self.timeout_s if timeout_s is None else timeout_s
-        out: list[Response | None] = [None] * len(commands)
-        with self._lock:
-            todo = list(range(len(commands)))
-            for attempt in range(2):
-                self._ensure_session()
-                cmds = [Command(verb, aid, self._next_ctag(), params=params)
-                        for verb, aid, params in (commands[i] for i in todo)]
-                try:
-                    replies = self._exchange_all(cmds, timeout_s)
-                except _ConnectionLost as exc:
-                    self._drop()
-                    if read and attempt == 0:
-                        continue
-                    raise OcsConnectionError(self.name, exc.verb, f"connection lost before the reply ({exc}); "
-                                             "the device may have applied the command: read it back") from None
-                except OcsTimeout:
-                    if read and attempt == 0:
-                        continue
-                    raise
-                for i, resp in zip(todo, replies):
-                    out[i] = resp
-                todo = [i for i, resp in zip(todo, replies) if resp.status == "DENY" and resp.code == "PLNA"]
-                if not todo or attempt == 1:
-                    return out  # type: ignore[return-value]  (every slot is filled)
-                self._drop()  # the device forgot our login: log in again and resend (nothing was applied)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _ensure_session(self) -> None:
-        if self._sock is not None and self._alive():
-            return
-        self._drop()
-        last: Exception | None = None
-        for attempt in range(self.connect_attempts):
-            if attempt:
-                time.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s))
-            try:
-                self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
-                break
-            except OSError as exc:
-                last = exc
-        else:
-            raise OcsConnectionError(self.name, "connect", f"cannot reach {self.host}:{self.port} after "
-                                                           f"{self.connect_attempts} attempts ({last}); check the "
-                                                           "device is up and its host/port in devices.yaml")
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        try:
-            resp = self._exchange(Command("ACT-USER", self.user, self._next_ctag(), params=("", quote(self.password))),
-                                  self.timeout_s)
-        except _ConnectionLost as exc:
-            self._drop()
-            raise OcsConnectionError(self.name, "ACT-USER", f"connection closed during login ({exc})") from None
-        if not resp.ok:
-            self._drop()
-            raise self._denied("ACT-USER", resp, [])
-        if self.ports is None:
-            self._read_size()
-        self.sessions += 1
-        if self.sessions > 1:
-            log.info("%s: reconnected and logged in again (session %d)", self.name, self.sessions)
-
-    def _read_size(self) -> None:
-        try:
-            resp = self._exchange(Command("RTRV-EQPT", "SYSTEM", self._next_ctag()), self.timeout_s)
-        except _ConnectionLost as exc:
-            self._drop()
-            raise OcsConnectionError(self.name, "RTRV-EQPT", f"connection closed while reading the size ({exc})") from None
-        line = next((d for d in resp.data if "SIZE=" in d), "") if resp.ok else ""
-        try:
-            self.ports = int(parse_keywords(line.partition(":")[2]).get("SIZE", "").lower().split("x")[0])
-        except ValueError:
-            self._drop()
-            raise OcsProtocolError(self.name, "RTRV-EQPT", f"reply {resp.data or resp.code!r} gives no SIZE=<N>x<N>; "
-                                                           "configure the device's ports instead") from None
-
-    def _alive(self) -> bool:
-        """Return False when the device closed the session (seen without blocking)."""
-        assert self._sock is not None
-        try:
-            while select.select([self._sock], [], [], 0)[0]:
-                data = self._sock.recv(65536)
-                if not data:
-                    return False
-                self._blocks.extend(self._splitter.feed(data))
-        except OSError:
-            return False
-        return True
-
-    def _drop(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass  # already gone
-        self._sock = None
-        self._splitter = Tl1Splitter()
-        self._blocks.clear()
-
-    def _exchange(self, cmd: Command, timeout_s: float) -> Response:
-        """Send ``cmd`` and return the reply with its ctag, skipping every other message."""
-        return self._exchange_all([cmd], timeout_s)[0]
-
-    def _exchange_all(self, cmds: list[Command], timeout_s: float) -> list[Response]:
-        """Send ``cmds`` in one write and return their replies in order, matched by ctag (others skipped).
-
-        The replies may arrive in any order; ``timeout_s`` bounds the wait for all of them.
-        """
-        assert self._sock is not None
-        try:
-            self._sock.sendall("".join(map(format_command, cmds)).encode("utf-8"))
-        except OSError as exc:
-            raise _ConnectionLost(str(exc), cmds[0].verb) from None
-        waiting = {cmd.ctag: cmd for cmd in cmds}
-        got: dict[str, Response] = {}
-        deadline = time.monotonic() + timeout_s
-        while waiting:
-            while not self._blocks:
-                first = next(iter(waiting.values()))
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    self._drop()
-                    raise OcsTimeout(self.name, first.verb, f"no reply within {timeout_s:g} s; the device may have "
-                                                            "applied the command: read it back (the next command "
-                                                            "opens a new session)")
-                self._sock.settimeout(remaining)
-                try:
-                    data = self._sock.recv(65536)
-                except socket.timeout:
-                    continue
-                except OSError as exc:
-                    raise _ConnectionLost(str(exc), first.verb) from None
-                if not data:
-                    raise _ConnectionLost("closed by the device", first.verb)
-                self._blocks.extend(self._splitter.feed(data))
-            block = self._blocks.popleft()
-            if not block.strip(" \r\n\t;<>"):
-                continue
-            try:
-                msg = parse_response(block, self.name)
-            except OcsProtocolError:
-                self._drop()
-                raise
-            if isinstance(msg, Autonomous):
-                log.info("%s: autonomous %s %s %s", self.name, msg.alarm, msg.verb, "; ".join(msg.data))
-                self.autonomous.append(msg)
-            elif msg.ctag not in waiting:
-                log.info("%s: ignoring reply with ctag %s while waiting for %s (stale)", self.name, msg.ctag,
-                         ", ".join(waiting))
-            else:
-                del waiting[msg.ctag]
-                got[msg.ctag] = msg
-        return [got[cmd.ctag] for cmd in cmds]

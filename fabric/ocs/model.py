@@ -32,6 +32,7 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Iterable, Protocol, runtime_checkable
 
 from fabric.ocs.errors import OcsRequestError
@@ -95,6 +96,9 @@ def applied_status(ingress: int, egress: int) -> XcStatus:
     return XcStatus(ingress, egress)
 
 
+_STATUS = attrgetter("status")
+
+
 @dataclass
 class BulkResult:
     """Per-item statuses of one bulk create or remove, in request order."""
@@ -105,7 +109,7 @@ class BulkResult:
     @property
     def ok(self) -> bool:
         """True when every item was applied."""
-        return all(s.ok for s in self.statuses)
+        return set(map(_STATUS, self.statuses)) <= {OK}  # a loop in C: every commit step asks, for 100+ items
 
     @property
     def applied(self) -> list[tuple[int, int]]:

@@ -111,6 +111,24 @@ class FakeOcsDevice:
         self.state.set_port_state([port], state, alarm="injected by test")
 
 
+class SplitFakeOcsDevice(FakeOcsDevice):
+    """A fake with the TL1 driver's split API (:meth:`fabric.ocs.driver.Tl1Driver.send_disconnect_then_connect`).
+
+    Like a real switch, it applies both commands when they arrive, i.e. on ``send``, removal
+    first; ``collect`` hands over the replies. So a commit drives it without a thread, and a crash
+    can fall between one device's commands and another's, or before any reply is read.
+    """
+
+    def send_disconnect_then_connect(self, ports: list[int], pairs: list[tuple[int, int]]) -> Any:
+        removed = self.disconnect(list(ports)) if ports else BulkResult([], "stop")
+        added = self.connect(list(pairs)) if pairs else BulkResult()
+        return removed, added
+
+    def collect(self, pending: Any) -> Any:
+        self._point("collect: before")
+        return pending
+
+
 class CrashingStore(FabricStore):
     """A :class:`FabricStore` whose journal writes are crash points of ``crasher``."""
 

@@ -26,19 +26,28 @@ def test_a_commit_makes_exactly_one_durable_write_its_last(tmp_path, plans):
     with FabricStore(tmp_path / "f.db") as store:
         apply_plan_diff(store, OLD, devices)
         before = store.durable_writes
+        sql: list[str] = []
+        store._conn.set_trace_callback(sql.append)
         reports = apply_plan_steps(store, plans, devices, scope="fab")
+        store._conn.set_trace_callback(None)
         assert store.durable_writes - before == 1  # S + 1 journal writes, one fsync
         assert len(reports) == len(plans) and store.in_flight() == []
-        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # back to FULL between writes
+        # one read up front (the scope's head), then S + 1 transactions that read nothing back; only the
+        # last runs at synchronous=FULL, and the connection is back at NORMAL afterwards
+        assert sql[0].startswith("SELECT") and not any(q.startswith("SELECT") for q in sql[1:])
+        control = [q for q in sql if q.startswith(("BEGIN", "COMMIT", "PRAGMA synchronous"))]
+        assert control == (["BEGIN IMMEDIATE", "COMMIT"] * len(plans) +
+                           ["PRAGMA synchronous=FULL", "BEGIN IMMEDIATE", "COMMIT", "PRAGMA synchronous=NORMAL"])
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
     assert tables(devices) == expected_tables(NEW, devices)
     with FabricStore(tmp_path / "f.db") as reopened:  # and every record of the chain is in the file
         assert reopened.last_committed_plan("fab") == NEW
         assert [r.plan for r in reopened.history("fab", limit=3)] == [NEW, *plans[:-1][::-1], OLD][:3]
 
 
-def _points() -> list[str]:
+def _points(split: bool = False) -> list[str]:
     """Crash points of a two-step OLD -> MID -> NEW chain."""
-    crasher, devices = Crasher(), _devices()
+    crasher, devices = Crasher(), _devices(split=split)
     store = CrashingStore(":memory:", Crasher())
     apply_plan_diff(store, OLD, devices)
     store.crasher = crasher
@@ -49,12 +58,15 @@ def _points() -> list[str]:
 
 
 UNACKNOWLEDGED = _points()[:-1]  # every point before the chain's final durable write returned
+SPLIT_UNACKNOWLEDGED = _points(split=True)[:-1]  # the same, devices driven without threads
 
 
-@pytest.mark.parametrize("k", range(len(UNACKNOWLEDGED)), ids=UNACKNOWLEDGED)
-def test_a_power_cut_that_loses_the_unsynced_records_still_reconciles_to_the_last_durable_commit(tmp_path, k):
+@pytest.mark.parametrize("split,k", [(False, k) for k in range(len(UNACKNOWLEDGED))] +
+                         [(True, k) for k in range(len(SPLIT_UNACKNOWLEDGED))],
+                         ids=UNACKNOWLEDGED + [f"split: {label}" for label in SPLIT_UNACKNOWLEDGED])
+def test_a_power_cut_that_loses_the_unsynced_records_still_reconciles_to_the_last_durable_commit(tmp_path, split, k):
     path = tmp_path / "fabric.db"
-    devices = _devices()
+    devices = _devices(split=split)
     with FabricStore(path) as store:
         apply_plan_diff(store, OLD, devices)  # durable: its fsync returned
     synced = tmp_path / "synced"
@@ -110,8 +122,8 @@ def test_a_merged_step_is_one_round_trip_per_device(tmp_path, agg0):
     with FabricStore(tmp_path / "f.db") as store:
         apply_plan_diff(store, first, {"agg0": agg0})
         writes: list[list[str]] = []
-        exchange = agg0._exchange_all
-        agg0._exchange_all = lambda cmds, timeout_s: writes.append([c.verb for c in cmds]) or exchange(cmds, timeout_s)
+        write = agg0._write
+        agg0._write = lambda cmds: writes.append([c.verb for c in cmds]) or write(cmds)
         report = apply_plan_diff(store, second, {"agg0": agg0})  # removes both circuits, re-pairs their ports
         assert writes == [["DLT-PATCH", "ENT-PATCH"]]
         assert (report.removed, report.added) == (2, 2) and store.last_committed_plan("fab") == second
@@ -146,3 +158,74 @@ def test_a_refused_removal_fails_the_step_and_the_connect_sent_with_it_is_journa
         assert "SNVS" in steps["remove"].detail
         assert steps["add"].status == "ok" and steps["add"].confirmed == ((5, 22), (6, 21))  # the device applied it
         assert info.value.rolled_back and agg0.cross_connects() == {1: 18, 2: 17}  # and the rollback removed it
+
+
+@pytest.fixture(scope="module")
+def emulator_b():
+    """A second emulated switch, so that one step drives two devices at once."""
+    emu = start_emulator_process(16, "rotor")
+    try:
+        yield emu
+    finally:
+        stop_emulator_process(emu.process)
+
+
+@pytest.fixture
+def agg1(emulator_b):
+    """A driver of the second emulator (device agg1, short timeout); table and faults cleared around each test."""
+    control = EmulatorControl(emulator_b.host, emulator_b.port)
+    control.clear("ALL")
+    with Tl1Driver(emulator_b.host, emulator_b.port, name="agg1", password="admin", timeout_s=0.5) as drv:
+        yield drv.open()
+    control.clear("ALL")
+
+
+# one circuit on each device, then each re-paired: every device of the step removes and adds
+BOTH, BOTH_NEXT = _plan(("agg0", 1, 2), ("agg1", 1, 2)), _plan(("agg0", 1, 3), ("agg1", 1, 3))
+
+
+def test_a_step_writes_to_every_device_before_reading_a_reply(tmp_path, agg0, agg1):
+    events: list[tuple[str, str]] = []
+    for drv in (agg0, agg1):
+        write, replies = drv._write, drv._replies
+        drv._write = lambda cmds, drv=drv, write=write: events.append(("write", drv.name)) or write(cmds)
+        drv._replies = lambda pending, drv=drv, replies=replies: events.append(("read", drv.name)) or replies(pending)
+    with FabricStore(tmp_path / "f.db") as store:
+        apply_plan_diff(store, BOTH, {"agg0": agg0, "agg1": agg1})
+        assert events == [("write", "agg0"), ("write", "agg1"), ("read", "agg0"), ("read", "agg1")]
+        report = apply_plan_diff(store, BOTH_NEXT, {"agg0": agg0, "agg1": agg1})
+        assert report.devices == ("agg0", "agg1") and store.last_committed_plan("fab") == BOTH_NEXT
+    assert agg0.cross_connects() == agg1.cross_connects() == {1: 19, 3: 17}
+    assert agg0.sessions == agg1.sessions == 1
+
+
+def test_a_refusal_on_one_device_journals_what_each_device_confirmed_and_reads_every_reply(
+        tmp_path, emulator_b, agg0, agg1):
+    with FabricStore(tmp_path / "f.db") as store:
+        apply_plan_diff(store, BOTH, {"agg0": agg0, "agg1": agg1})
+        EmulatorControl(emulator_b.host, emulator_b.port).fail_ports([3])  # agg1 refuses 3 -> 17 (SWFA)
+        with pytest.raises(CommitError, match="agg1 refused add.*SWFA") as info:
+            apply_plan_diff(store, BOTH_NEXT, {"agg0": agg0, "agg1": agg1})
+        steps = {(s.device, s.action): s for s in store.steps(info.value.commit_id)}
+        assert {k: s.status for k, s in steps.items()} == {("agg0", "remove"): "ok", ("agg0", "add"): "ok",
+                                                           ("agg1", "remove"): "ok", ("agg1", "add"): "failed"}
+        assert steps[("agg0", "add")].confirmed == ((1, 19), (3, 17)) and steps[("agg1", "add")].confirmed == ()
+        assert info.value.rolled_back and ("agg1", 3, "failed") in info.value.failed_ports
+    assert agg0.cross_connects() == agg1.cross_connects() == {1: 18, 2: 17}  # both back at BOTH
+    assert agg0.sessions == agg1.sessions == 1  # every reply was read: no session had to be dropped
+
+
+def test_a_device_whose_replies_are_lost_fails_the_step_with_what_it_really_holds(tmp_path, emulator_b, agg0, agg1):
+    with FabricStore(tmp_path / "f.db") as store:
+        apply_plan_diff(store, BOTH, {"agg0": agg0, "agg1": agg1})
+        EmulatorControl(emulator_b.host, emulator_b.port).drop_replies(next_n=2)  # agg1 applies both, answers none
+        with pytest.raises(CommitError, match="agg1 refused remove.*no reply within 0.5 s") as info:
+            apply_plan_diff(store, BOTH_NEXT, {"agg0": agg0, "agg1": agg1})
+        steps = {(s.device, s.action): s for s in store.steps(info.value.commit_id)}
+        assert steps[("agg0", "remove")].status == steps[("agg0", "add")].status == "ok"
+        # read back after the timeout: agg1 did apply both commands, which its confirmations say
+        assert steps[("agg1", "remove")].confirmed == steps[("agg1", "remove")].requested
+        assert steps[("agg1", "add")].confirmed == ((1, 19), (3, 17)) and steps[("agg1", "add")].status == "ok"
+        assert "no reply within 0.5 s" in steps[("agg1", "remove")].detail and info.value.rolled_back
+    assert agg0.cross_connects() == agg1.cross_connects() == {1: 18, 2: 17}
+    assert agg0.sessions == 1 and agg1.sessions == 2  # only the silent device's session was dropped and reopened

@@ -13,7 +13,8 @@ from fabric.reconcile import (CommitError, CommitInFlightError, JournaledCommitt
                               reconcile, replan_after_failures, restore_controller)
 from fabric.store import FabricStore
 from fabric.topology import load_topology
-from tests.fabric.fakes import Crasher, CrashingStore, FakeOcsDevice, SimulatedCrash, expected_tables, tables
+from tests.fabric.fakes import (Crasher, CrashingStore, FakeOcsDevice, SimulatedCrash, SplitFakeOcsDevice,
+                                expected_tables, tables)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIZES = {"agg0": 8, "agg1": 8, "core0": 6}
@@ -31,14 +32,15 @@ NEW = _plan(("agg0", 1, 2), ("agg0", 3, 5), ("agg0", 7, 8), ("core0", 1, 3), ("c
 THIRD = _plan(("agg0", 4, 6), ("core0", 5, 6), sig="third")
 
 
-def _devices(crasher: Crasher | None = None) -> dict[str, FakeOcsDevice]:
-    return {name: FakeOcsDevice(name, n, crasher) for name, n in SIZES.items()}
+def _devices(crasher: Crasher | None = None, split: bool = False) -> dict[str, FakeOcsDevice]:
+    """The fake devices of the plans; ``split``: with the driver's split API (driven without threads)."""
+    return {name: (SplitFakeOcsDevice if split else FakeOcsDevice)(name, n, crasher) for name, n in SIZES.items()}
 
 
-def _crash_points() -> list[str]:
+def _crash_points(split: bool = False) -> list[str]:
     """Labels of every crash point of one OLD -> NEW commit."""
     crasher = Crasher()
-    devices = _devices()
+    devices = _devices(split=split)
     store = CrashingStore(":memory:", Crasher())
     apply_plan_diff(store, OLD, devices)
     store.crasher = crasher
@@ -73,15 +75,21 @@ def test_crash_points_cover_journal_device_and_partial_bulk_steps():
     # 2 per journal write (2: the intent before any device; the confirmations with the outcome after),
     # per device command (4) and per half-applied add (2)
     assert len(labels) == N_POINTS == 14
+    # driven without threads, each device also has a point between its commands and reading their replies
+    split = _crash_points(split=True)
+    assert sorted(split) == sorted(labels + ["agg0 collect: before", "core0 collect: before"])
+    assert split.index("core0 disconnect: before") < split.index("agg0 collect: before")  # all sent, then read
 
 
 N_POINTS = len(_crash_points())
+SPLIT_POINTS = len(_crash_points(split=True))
 
 
-@pytest.mark.parametrize("k", range(N_POINTS))
-def test_crash_at_any_step_then_reconcile_restores_the_committed_plan(tmp_path, k):
+@pytest.mark.parametrize("split,k", [(False, k) for k in range(N_POINTS)] + [(True, k) for k in range(SPLIT_POINTS)],
+                         ids=[f"threads-{k}" for k in range(N_POINTS)] + [f"split-{k}" for k in range(SPLIT_POINTS)])
+def test_crash_at_any_step_then_reconcile_restores_the_committed_plan(tmp_path, split, k):
     path = tmp_path / "fabric.db"
-    devices = _devices()
+    devices = _devices(split=split)
     with FabricStore(path) as store:
         apply_plan_diff(store, OLD, devices)
     crasher = Crasher(at=k)

@@ -1,5 +1,6 @@
 """The durable store: commit journal, template cache, masked ports, decision log, file errors."""
 
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -98,8 +99,9 @@ def test_a_chain_of_steps_closes_one_and_opens_the_next_in_one_write(tmp_path):
 
 def test_decision_rows_written_without_their_own_fsync_are_kept(tmp_path):
     with FabricStore(tmp_path / "f.db") as store:
+        before = store.durable_writes
         store.log_decision("pod0", "deferred", {"reason": "window too short"})
-        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # the journal stays FULL
+        assert store.durable_writes == before  # no fsync of its own
     with FabricStore(tmp_path / "f.db") as store:
         assert [r.detail["reason"] for r in store.decisions()] == ["window too short"]
 
@@ -137,17 +139,41 @@ def test_decision_log_is_bounded():
         assert [r.detail["i"] for r in store.decisions("pod0")] == [11, 9, 7]
 
 
-def test_file_store_uses_wal_and_full_sync(tmp_path):
+def test_file_store_uses_wal_and_full_sync_for_its_durable_writes(tmp_path):
     path = tmp_path / "sub" / "fabric.db"
     with FabricStore(path) as store:
+        sql: list[str] = []
+        store._conn.set_trace_callback(sql.append)
         store.finish_commit(store.begin_commit("fab", _plan(("agg0", 1, 2))), "committed")
+        store.mask_ports([("agg0", 3, "failed")])
+        # every durable write (the commit's close, a mask) commits at FULL; the intent before it at NORMAL
+        control = [q for q in sql if q.startswith(("BEGIN", "COMMIT", "PRAGMA synchronous"))]
+        assert control == ["BEGIN IMMEDIATE", "COMMIT"] + ["PRAGMA synchronous=FULL", "BEGIN IMMEDIATE", "COMMIT",
+                                                           "PRAGMA synchronous=NORMAL"] * 2
+        assert store.durable_writes == 2
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     conn.close()
     with FabricStore(path) as store:
-        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert store.last_committed_plan("fab").circuits[0].xc == CrossConnect("agg0", 1, 2)
+
+
+def test_the_wal_is_checkpointed_into_the_database_file_in_the_background(tmp_path):
+    path = tmp_path / "fabric.db"
+    with FabricStore(path) as store:
+        every = store._checkpointer.every
+        plans = [_plan(("agg0", i, i + 1)) for i in range(1, 2 * every + 1, 2)]
+        sql: list[str] = []
+        store._conn.set_trace_callback(sql.append)
+        for plan in plans:  # every-th durable write asks for a checkpoint; none runs in a commit
+            store.finish_commit(store.begin_commit("fab", plan), "committed")
+        assert not any("checkpoint" in q for q in sql)
+        assert store._checkpointer.wait_idle(10) and store._checkpointer.checkpoints >= 1
+        assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] > 1000  # only a safety net
+        shutil.copy(path, tmp_path / "main-file-only.db")  # the database file alone, without its WAL
+    with FabricStore(tmp_path / "main-file-only.db") as copy:
+        assert copy.last_committed_plan("fab") == plans[-1]
 
 
 def test_default_path_follows_xdg_state_home(monkeypatch, tmp_path):

@@ -12,7 +12,7 @@ from fabric.ocs.driver import Tl1Driver
 from fabric.ocs.emulator_control import start_emulator_process, stop_emulator_process
 from fabric.ocs.errors import (
     OcsAuthError, OcsCommandError, OcsConnectionError, OcsInvalidPort, OcsPortBlocked, OcsPortBusy, OcsPortFailed,
-    OcsPortInUse, OcsRequestError, denied_from_code,
+    OcsPortInUse, OcsRequestError, OcsTimeout, denied_from_code,
 )
 from fabric.ocs.model import PortState
 from fabric.ocs.tl1 import Autonomous, Response, Tl1Splitter, format_response, parse_command, parse_response
@@ -213,8 +213,8 @@ def test_disconnect_then_connect_is_one_round_trip_and_reuses_the_freed_ports(ma
     drv = make_driver(ports=N).open()
     drv.connect([(1, 17), (2, 18)])
     writes: list[list[str]] = []
-    exchange = drv._exchange_all
-    drv._exchange_all = lambda cmds, timeout_s: writes.append([c.verb for c in cmds]) or exchange(cmds, timeout_s)
+    write = drv._write
+    drv._write = lambda cmds: writes.append([c.verb for c in cmds]) or write(cmds)
     removed, added = drv.disconnect_then_connect([1, 2], [(1, 18), (2, 17)])  # the ports the removal frees
     assert writes == [["DLT-PATCH", "ENT-PATCH"]]  # both sent before any reply was read
     assert [(s.ingress, s.egress) for s in removed.statuses] == [(1, 17), (2, 18)]
@@ -250,3 +250,39 @@ def test_a_refused_connect_after_a_removal_raises_its_exception(make_driver, con
     with pytest.raises(OcsRequestError, match="not an egress port"):  # checked before anything is sent
         drv.disconnect_then_connect([2], [(3, 4)])
     assert drv.cross_connects() == {2: 18}
+
+
+def test_send_then_collect_drives_two_sessions_at_once_and_returns_what_the_one_call_method_does(
+        make_driver, control):
+    first, second = make_driver(ports=N).open(), make_driver(ports=N).open()
+    first.connect([(1, 17), (2, 18)])
+    pending = [first.send_disconnect_then_connect([1, 2], [(1, 18), (2, 17)]),  # both written before either reply
+               second.send_disconnect_then_connect([], [(3, 19)])]  # an addition alone: one command
+    assert len(pending[0].ctags) == 2 and len(pending[1].ctags) == 1
+    (removed, added), (nothing, added_too) = first.collect(pending[0]), second.collect(pending[1])
+    assert [(s.ingress, s.egress) for s in removed.statuses] == [(1, 17), (2, 18)]
+    assert added.applied == [(1, 18), (2, 17)] and nothing.statuses == [] and added_too.applied == [(3, 19)]
+    assert first.cross_connects() == {1: 18, 2: 17, 3: 19}
+    with pytest.raises(ValueError, match="collected already"):
+        first.collect(pending[0])
+    assert first.sessions == second.sessions == 1
+
+
+def test_a_reply_another_command_reads_first_is_kept_for_its_handle(make_driver, control):
+    drv = make_driver(ports=N).open()
+    pending = drv.send_disconnect_then_connect([], [(1, 17)])
+    assert drv.cross_connects() == {1: 17}  # this read meets the pending reply first, and keeps it
+    assert drv.collect(pending)[1].applied == [(1, 17)]
+
+
+def test_a_lost_reply_times_out_at_collect_and_a_refusal_raises_there(make_driver, control):
+    drv = make_driver(ports=N, timeout_s=0.3).open()
+    control.drop_replies(next_n=1)
+    pending = drv.send_disconnect_then_connect([], [(1, 17)])
+    with pytest.raises(OcsTimeout, match="ENT-PATCH.*no reply within 0.3 s.*read it back"):
+        drv.collect(pending)
+    assert drv.cross_connects() == {1: 17} and drv.sessions == 2  # applied; the next command opened a new session
+    control.fail_ports([4])
+    pending = drv.send_disconnect_then_connect([1], [(4, 20)])  # the refusal comes with the reply
+    with pytest.raises(OcsPortFailed, match="ENT-PATCH.*SWFA"):
+        drv.collect(pending)
