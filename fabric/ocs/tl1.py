@@ -50,6 +50,16 @@ _HEADER = re.compile(r"^(\S+)\s+(\d{2,4}-\d{2}-\d{2})\s+(\d{2}:\d{2}:\d{2})$")
 _RESPONSE = re.compile(r"^M\s+(\S+)\s+(" + "|".join(COMPLETION_CODES) + r")$")
 _AUTONOMOUS = re.compile(r"^(\*C|\*\*|\*|A)\s+(\S+)\s+(.+)$")
 _PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f]*')  # text that quote() leaves as it is (every patch line)
+# The head of a reply exactly as format_response writes it (no DENY): parse_response reads such a reply
+# whose data lines are plain quoted text (no comment, nothing escaped) with one match and one split.
+_CANONICAL_HEAD = re.compile(r'\r\n\r\n   (\S+) (\d{2,4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2})\r\nM  (\S+) '
+                             r'(COMPLD|PRTL|DELAY|RTRV)(?=\r\n)')
+_DATA_SEP = '"\r\n   "'  # between two quoted data lines
+# the data lines of the last few such replies by their text: a recurring step's DLT-PATCH gets the same
+# reply, whose lines are then neither split nor hashed again (the driver keeps their statuses by them)
+_DATA_LINES: dict[str, tuple[str, ...]] = {}
+# (verb, tid, aid) that format_command found safe: a recurring step's long port lists are checked once
+_SAFE_HEADS: dict[tuple[str, str, str], None] = {}
 
 
 def quote(text: str) -> str:
@@ -223,11 +233,16 @@ def format_command(cmd: Command) -> str:
     >>> format_command(Command("ACT-USER", "admin", "1", params=("", quote("se;cret"))))
     'ACT-USER::admin:1::"se;cret";'
     """
-    for name in ("verb", "tid", "aid", "ctag"):
+    head = (cmd.verb, cmd.tid, cmd.aid)
+    for name in ("ctag",) if head in _SAFE_HEADS else ("verb", "tid", "aid", "ctag"):
         value = getattr(cmd, name)
         if not _SAFE.fullmatch(value) or (name == "verb" and not value):
             raise OcsProtocolError("", cmd.verb, f"TL1 {name} {value!r} holds characters TL1 cannot carry there; "
                                                  "use letters, digits and - . & , = /")
+    if head not in _SAFE_HEADS:
+        if len(_SAFE_HEADS) >= 256:
+            _SAFE_HEADS.clear()
+        _SAFE_HEADS[head] = None
     return ":".join([cmd.verb, cmd.tid, cmd.aid, cmd.ctag, *(cmd.params or ("",))]) + ";"
 
 
@@ -323,6 +338,21 @@ def parse_response(text: str, device: str = "") -> Response | Autonomous:
     OcsProtocolError
         If the block has no header line or no ``M <ctag> <status>`` / autonomous line.
     """
+    head = _CANONICAL_HEAD.match(text)
+    if head is not None:  # as format_response writes it: the fast path, with the result of the walk below
+        rest = text[head.end():]
+        if rest == "\r\n;":
+            return Response(head[4], head[5], (), "", "", head[1], head[2], head[3])
+        if len(rest) >= 10 and rest.startswith('\r\n   "') and rest.endswith('"\r\n;'):
+            body = rest[6:-4]  # '"<line>"\r\n   "<line>"' without its outer quotes
+            data = _DATA_LINES.get(body)
+            if data is None and _PLAIN.fullmatch(body.replace(_DATA_SEP, "")):  # no line holds anything escaped
+                data = tuple(body.split(_DATA_SEP))
+                if len(_DATA_LINES) >= 64:
+                    _DATA_LINES.clear()
+                _DATA_LINES[body] = data
+            if data is not None:
+                return Response(head[4], head[5], data, "", "", head[1], head[2], head[3])
     lines = [s for ln in text.replace("\r", "\n").split("\n") if (s := ln.strip()) and s not in (";", "<", ">")]
     if lines and lines[-1].endswith(";") and not lines[-1].startswith('"'):
         lines[-1] = lines[-1][:-1].rstrip()
