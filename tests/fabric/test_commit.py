@@ -96,9 +96,7 @@ def test_a_power_cut_that_loses_the_unsynced_records_still_reconciles_to_the_las
         assert tables(devices) == expected_tables(NEW, devices)
 
 
-@pytest.fixture(scope="module")
-def emulator():
-    """A real emulated switch (rotor profile, 0.01 ms switching) speaking TL1 over TCP."""
+def _rotor_emulator():
     emu = start_emulator_process(16, "rotor")
     try:
         yield emu
@@ -106,15 +104,26 @@ def emulator():
         stop_emulator_process(emu.process)
 
 
-@pytest.fixture
-def agg0(emulator):
-    """A TL1 driver of the emulator, named like the plans' device; table and faults cleared around each test."""
-    control = EmulatorControl(emulator.host, emulator.port)
+def _driver(emu, name: str, timeout_s: float):
+    """A TL1 driver of ``emu`` named like the plans' device; its table and faults cleared around the test."""
+    control = EmulatorControl(emu.host, emu.port)
     control.clear("ALL")
-    with Tl1Driver(emulator.host, emulator.port, name="agg0", password="admin", timeout_s=10.0) as drv:
+    with Tl1Driver(emu.host, emu.port, name=name, password="admin", timeout_s=timeout_s) as drv:
         yield drv.open()
     control.switch_delay(0)
     control.clear("ALL")
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    """A real emulated switch (rotor profile, 0.01 ms switching) speaking TL1 over TCP."""
+    yield from _rotor_emulator()
+
+
+@pytest.fixture
+def agg0(emulator):
+    """A driver of the emulator as device agg0."""
+    yield from _driver(emulator, "agg0", 10.0)
 
 
 def test_a_merged_step_is_one_round_trip_per_device(tmp_path, agg0):
@@ -163,21 +172,13 @@ def test_a_refused_removal_fails_the_step_and_the_connect_sent_with_it_is_journa
 @pytest.fixture(scope="module")
 def emulator_b():
     """A second emulated switch, so that one step drives two devices at once."""
-    emu = start_emulator_process(16, "rotor")
-    try:
-        yield emu
-    finally:
-        stop_emulator_process(emu.process)
+    yield from _rotor_emulator()
 
 
 @pytest.fixture
 def agg1(emulator_b):
-    """A driver of the second emulator (device agg1, short timeout); table and faults cleared around each test."""
-    control = EmulatorControl(emulator_b.host, emulator_b.port)
-    control.clear("ALL")
-    with Tl1Driver(emulator_b.host, emulator_b.port, name="agg1", password="admin", timeout_s=0.5) as drv:
-        yield drv.open()
-    control.clear("ALL")
+    """A driver of the second emulator as device agg1, with a short timeout."""
+    yield from _driver(emulator_b, "agg1", 0.5)
 
 
 # one circuit on each device, then each re-paired: every device of the step removes and adds
