@@ -41,18 +41,15 @@ def _num(x: float) -> str:
 class _Metric:
     def __init__(self, kind: str, name: str, help_text: str, labels: Sequence[str]) -> None:
         self.kind, self.name, self.help, self.label_names = kind, name, help_text, tuple(labels)
+        if len(set(self.label_names)) != len(self.label_names):
+            raise ValueError(f"metric {name}: label names {list(self.label_names)} repeat a name; give each once")
         self.samples: dict[tuple[str, ...], object] = {}
-        self._distinct = len(set(self.label_names)) == len(self.label_names)
 
     def key(self, labels: dict[str, str]) -> tuple[str, ...]:
-        if self._distinct and len(labels) == len(self.label_names):  # then every name given means the same sets
-            try:
-                return tuple([v if type(v) is str else str(v) for v in map(labels.__getitem__, self.label_names)])
-            except KeyError:
-                pass  # a label name missing: the check below says which were given
-        if set(labels) != set(self.label_names):
-            raise ValueError(f"metric {self.name}: labels {sorted(labels)} given, {list(self.label_names)} expected")
-        return tuple(str(labels[n]) for n in self.label_names)
+        # label names are distinct, so as many labels as names, each found, is exactly the names expected
+        if len(labels) == len(self.label_names) and all(map(labels.__contains__, self.label_names)):
+            return tuple([v if type(v) is str else str(v) for v in map(labels.__getitem__, self.label_names)])
+        raise ValueError(f"metric {self.name}: labels {sorted(labels)} given, {list(self.label_names)} expected")
 
 
 class MetricsRegistry:
