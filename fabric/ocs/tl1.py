@@ -58,8 +58,6 @@ _DATA_SEP = '"\r\n   "'  # between two quoted data lines
 # the data lines of the last few such replies by their text: a recurring step's DLT-PATCH gets the same
 # reply, whose lines are then neither split nor hashed again (the driver keeps their statuses by them)
 _DATA_LINES: dict[str, tuple[str, ...]] = {}
-# (verb, tid, aid) that format_command found safe: a recurring step's long port lists are checked once
-_SAFE_HEADS: dict[tuple[str, str, str], None] = {}
 
 
 def quote(text: str) -> str:
@@ -233,16 +231,11 @@ def format_command(cmd: Command) -> str:
     >>> format_command(Command("ACT-USER", "admin", "1", params=("", quote("se;cret"))))
     'ACT-USER::admin:1::"se;cret";'
     """
-    head = (cmd.verb, cmd.tid, cmd.aid)
-    for name in ("ctag",) if head in _SAFE_HEADS else ("verb", "tid", "aid", "ctag"):
+    for name in ("verb", "tid", "aid", "ctag"):
         value = getattr(cmd, name)
         if not _SAFE.fullmatch(value) or (name == "verb" and not value):
             raise OcsProtocolError("", cmd.verb, f"TL1 {name} {value!r} holds characters TL1 cannot carry there; "
                                                  "use letters, digits and - . & , = /")
-    if head not in _SAFE_HEADS:
-        if len(_SAFE_HEADS) >= 256:
-            _SAFE_HEADS.clear()
-        _SAFE_HEADS[head] = None
     return ":".join([cmd.verb, cmd.tid, cmd.aid, cmd.ctag, *(cmd.params or ("",))]) + ";"
 
 
