@@ -1,17 +1,15 @@
 """Journalled commits: one fsync per commit, what a power cut leaves behind, one round trip per merged step."""
 
 import shutil
-import threading
-import time
 
 import pytest
 
 from fabric.commit import CommitError, apply_plan_diff, apply_plan_steps
 from fabric.ocs.driver import Tl1Driver
 from fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
-from fabric.ocs.model import PortState
 from fabric.reconcile import reconcile
 from fabric.store import FabricStore
+from tests.fabric.ocs.tuning import port_tuning
 from tests.fabric.fakes import Crasher, CrashingStore, SimulatedCrash, expected_tables, tables
 from tests.fabric.test_reconcile import NEW, OLD, _devices, _plan
 
@@ -149,16 +147,9 @@ def test_a_refused_removal_fails_the_step_and_the_connect_sent_with_it_is_journa
         # another client re-makes 1 -> 18 with slow mirrors: the removal of 1<->2 is refused (tuning)
         other = Tl1Driver(emulator.host, emulator.port, password="admin", timeout_s=20.0)
         other.disconnect([1])
-        control.switch_delay(1500)
-        worker = threading.Thread(target=lambda: other.connect([(1, 18)]))
-        worker.start()
-        deadline = time.monotonic() + 10
-        while agg0.port_status([1])[1].state is not PortState.TUNING and time.monotonic() < deadline:
-            time.sleep(0.01)
-        control.switch_delay(0)
-        with pytest.raises(CommitError, match="refused remove.*SNVS") as info:
+        with port_tuning(control, other, agg0, (1, 18)), \
+                pytest.raises(CommitError, match="refused remove.*SNVS") as info:
             apply_plan_diff(store, after, {"agg0": agg0})
-        worker.join(20)
         other.close()
         cid = info.value.commit_id
         assert store.commit(cid).state == "failed" and store.last_committed_plan("fab") == before

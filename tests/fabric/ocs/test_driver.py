@@ -18,6 +18,7 @@ from fabric.ocs.model import PortState
 from fabric.ocs.tl1 import Autonomous, Response, Tl1Splitter, format_response, parse_command, parse_response
 
 from .conftest import N
+from .tuning import port_tuning
 
 
 def _raw(host: str, port: int, *commands: str) -> list[Response]:
@@ -146,19 +147,12 @@ def test_raw_refusals_map_to_their_exceptions(emulator, control, login, command,
 
 
 def test_tuning_ports_refuse_commands_until_the_mirror_settles(make_driver, control):
-    control.switch_delay(1500)  # slow mirrors, so the second client surely sees them moving
     slow, other = make_driver(ports=N, timeout_s=20), make_driver(ports=N)
-    done: list[object] = []
-    worker = threading.Thread(target=lambda: done.append(slow.connect([(1, 17)])))
-    worker.start()
-    deadline = time.monotonic() + 10
-    while other.port_status([1])[1].state is not PortState.TUNING and time.monotonic() < deadline:
-        time.sleep(0.01)
-    with pytest.raises(OcsPortBusy, match="SNVS.*retry after the switching delay"):
-        other.connect([(1, 18)])
-    with pytest.raises(OcsPortBusy):
-        other.disconnect([17])
-    worker.join(20)
+    with port_tuning(control, slow, other, (1, 17)) as done:  # slow mirrors: the second client sees them move
+        with pytest.raises(OcsPortBusy, match="SNVS.*retry after the switching delay"):
+            other.connect([(1, 18)])
+        with pytest.raises(OcsPortBusy):
+            other.disconnect([17])
     assert done and done[0].ok
     assert {s.state for s in other.port_status([1, 17]).values()} == {PortState.NORMAL}
     assert other.cross_connects() == {1: 17}
@@ -223,19 +217,12 @@ def test_disconnect_then_connect_is_one_round_trip_and_reuses_the_freed_ports(ma
 
 
 def test_a_refused_removal_raises_its_exception_and_the_connect_sent_with_it_still_runs(make_driver, control):
-    control.switch_delay(1500)  # slow mirrors: port 1's cross-connect is surely still moving below
     slow, drv = make_driver(ports=N, timeout_s=20), make_driver(ports=N)
     drv.connect([(2, 18)])
-    worker = threading.Thread(target=lambda: slow.connect([(1, 17)]))
-    worker.start()
-    deadline = time.monotonic() + 10
-    while drv.port_status([1])[1].state is not PortState.TUNING and time.monotonic() < deadline:
-        time.sleep(0.01)
-    control.switch_delay(0)
-    with pytest.raises(OcsPortBusy, match="DLT-PATCH.*SNVS") as info:
-        drv.disconnect_then_connect([1, 2], [(3, 19)])
-    assert info.value.command == "DLT-PATCH" and info.value.code == "SNVS"
-    worker.join(20)
+    with port_tuning(control, slow, drv, (1, 17)):  # port 1's cross-connect is still moving below
+        with pytest.raises(OcsPortBusy, match="DLT-PATCH.*SNVS") as info:
+            drv.disconnect_then_connect([1, 2], [(3, 19)])
+        assert info.value.command == "DLT-PATCH" and info.value.code == "SNVS"
     assert drv.cross_connects() == {1: 17, 2: 18, 3: 19}  # nothing removed (atomic), the connect applied
 
 

@@ -61,15 +61,20 @@ def test_every_port_is_in_at_most_one_cross_connect(sequence):
         _assert_invariants(s)
 
 
+def _bulk_ops(s: SwitchState, sequence):
+    """The connect and disconnect operations of ``sequence``; its port-state changes are applied to ``s`` on the way."""
+    for op, arg, extra in sequence:
+        if op == "state":
+            s.set_port_state(arg, extra)
+        else:
+            yield op, arg, extra
+
 
 @settings(max_examples=200, deadline=None)
 @given(ops)
 def test_dry_run_checks_answer_what_the_bulk_would_do_and_change_nothing(sequence):
     s = SwitchState(N)
-    for op, arg, extra in sequence:
-        if op == "state":
-            s.set_port_state(arg, extra)
-            continue
+    for op, arg, extra in _bulk_ops(s, sequence):
         before, states = s.cross_connects(), s.port_status()
         check, refusal = ((s.check_connect(arg), s.connect_refusal(arg)) if op == "connect" else
                           (s.check_disconnect(arg), s.disconnect_refusal(arg)))
@@ -84,10 +89,7 @@ def test_dry_run_checks_answer_what_the_bulk_would_do_and_change_nothing(sequenc
 @given(ops)
 def test_an_atomic_bulk_applies_all_or_nothing_and_refuses_as_the_dry_run_says(sequence):
     s = SwitchState(N)
-    for op, arg, extra in sequence:
-        if op == "state":
-            s.set_port_state(arg, extra)
-            continue
+    for op, arg, extra in _bulk_ops(s, sequence):
         before = s.cross_connects()
         if op == "connect":
             refusal, expected = s.connect_refusal(arg), s.copy()
