@@ -176,7 +176,7 @@ class HostAgent:
             if self._backoff_s and not self._closing:
                 time.sleep(self._backoff_s)
             while self._send_some():
-                pass
+                pass  # each call sends one batch; keep going until the queue is drained or a send fails
             with self._lock:
                 if not self._queue:
                     self._idle.set()

@@ -85,7 +85,7 @@ def parse_config(text: str) -> InstanceConfig:
             a, _, f = head[3:].partition(":")
             return InstanceConfig("afd", tp=tp, attn_gpus=int(a), ffn_gpus=int(f))
     except ValueError:
-        pass
+        pass  # a number that is not one: refused below with the accepted forms
     raise ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK")
 
 

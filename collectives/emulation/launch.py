@@ -121,7 +121,7 @@ class RankGroup:
                 try:
                     os.kill(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
-                    pass
+                    pass  # it exited between the check and the kill: nothing left to stop
         for p in self.procs:
             p.join(timeout=5)
 

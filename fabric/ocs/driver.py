@@ -239,8 +239,7 @@ class Tl1Driver(Tl1Session):
                 ports = list(map(int, ",".join(data).split(","))) if data else []
                 return list(map(applied_status, ports[::2], ports[1::2]))
             except ValueError:
-                pass
-        # not two numbers a line: parse_patch_line names the line (or takes the first two fields)
+                pass  # not two numbers a line: parse_patch_line below names the line (or takes the first two fields)
         return [applied_status(*parse_patch_line(line, self.name)) for line in data]
 
     def port_status(self, ports: Iterable[int] | None = None) -> dict[int, PortStatus]:
