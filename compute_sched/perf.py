@@ -183,20 +183,28 @@ class PerfModel:
         return m.experts * (1.0 - (1.0 - m.experts_per_token / m.experts) ** tokens)
 
     # -- decode -------------------------------------------------------------------------------
+    def _attention_s(self, tp: int, ctx: float, hbm: float, flops: float) -> float:
+        """Attention of one step on a TP group holding ``ctx`` context tokens: KV read or FLOPs, whichever binds.
+
+        A kernel of its own, next to the weight GEMMs (see the module note); ``hbm`` and ``flops``
+        are the achieved bytes/s and FLOP/s.
+        """
+        m = self.model
+        return max(ctx * m.kv_bytes_per_token / self._kv_split(tp) / hbm,
+                   4.0 * m.layers * m.attention_dim * ctx / tp / flops)
+
     def _roofline_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
         """Uncalibrated decode step time (seconds) for ``batch`` sequences holding ``ctx`` context tokens."""
         m, g, c = self.model, self.gpu, self.cal
         hbm = g.hbm_bytes_per_s * c.mem_efficiency
         flops = g.bf16_flops * c.compute_efficiency
-        kvb = m.kv_bytes_per_token
-        attn_flops_per_ctx = 4.0 * m.layers * m.attention_dim
         act = batch * m.d_model * DTYPE_BYTES  # one hidden state per sequence
         overhead = m.layers * c.layer_overhead_s + c.step_overhead_s + c.seq_overhead_s * batch
         expert_bytes = self._touched_experts(batch) * m.expert_bytes_each * m.layers
         if cfg.kind == "tp":
             gemm = max((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp / hbm,
                        2.0 * m.active_params * batch / cfg.tp / flops)
-            attn = max(ctx * kvb / self._kv_split(cfg.tp) / hbm, attn_flops_per_ctx * ctx / cfg.tp / flops)
+            attn = self._attention_s(cfg.tp, ctx, hbm, flops)
             comm = 2 * m.layers * self._allreduce_s(cfg.tp, act)
             return gemm + attn + comm + overhead
         if cfg.kind == "ep":
@@ -206,7 +214,7 @@ class PerfModel:
             expert_flops = 2.0 * (m.active_params - m.dense_params) * batch / cfg.ep
             gemm = max((m.dense_params * DTYPE_BYTES / cfg.tp + touched_per_gpu * m.expert_bytes_each * m.layers) / hbm,
                        (2.0 * m.dense_params * b / cfg.tp + expert_flops) / flops)
-            attn = max(cx * kvb / self._kv_split(cfg.tp) / hbm, attn_flops_per_ctx * cx / cfg.tp / flops)
+            attn = self._attention_s(cfg.tp, cx, hbm, flops)
             bw, _ = self._link(cfg.ep)
             a2a_bytes = batch / cfg.ep * m.experts_per_token * m.d_model * DTYPE_BYTES * (cfg.ep - 1) / cfg.ep
             comm = m.layers * (2 * (c.a2a_latency_s + a2a_bytes / bw) + 2 * self._allreduce_s(cfg.tp, b * m.d_model
@@ -218,7 +226,7 @@ class PerfModel:
         attn_bytes = (m.weight_bytes - self._ffn_side_bytes()) / cfg.tp
         ffn_active = (m.active_params - m.dense_params) if m.is_moe else self._ffn_side_bytes() / DTYPE_BYTES
         a_gemm = max(attn_bytes / hbm, 2.0 * (m.active_params - ffn_active) * b / cfg.tp / flops)
-        a_attn = max(cx * kvb / self._kv_split(cfg.tp) / hbm, attn_flops_per_ctx * cx / cfg.tp / flops)
+        a_attn = self._attention_s(cfg.tp, cx, hbm, flops)
         a = a_gemm + a_attn + 2 * m.layers * self._allreduce_s(cfg.tp, b * m.d_model * DTYPE_BYTES)
         ffn_read = (expert_bytes if m.is_moe else self._ffn_side_bytes()) / cfg.ffn_gpus
         f = max(ffn_read / hbm, 2.0 * ffn_active * batch / cfg.ffn_gpus / flops)

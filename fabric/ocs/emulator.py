@@ -37,6 +37,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from itertools import starmap
 from typing import Callable
 
 from fabric.ocs.errors import OcsProtocolError, OcsRequestError
@@ -302,7 +303,7 @@ class Emulator:
         bad, removed = self.state.disconnect_atomic(ports)  # checked whole, refused whole
         if bad is not None:
             return self._deny(cmd, bad.status, bad.message, [bad.port])
-        return self._ok(cmd, [f"{i},{e}" for i, e in removed])  # format_patch_line's lines, without a call each
+        return self._ok(cmd, list(starmap(format_patch_line, removed)))
 
     def _rtrv_patch(self, session: _Session, cmd: Command) -> Response:
         return self._ok(cmd, [format_patch_line(i, e) for i, e in self.state.cross_connects().items()])
