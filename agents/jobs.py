@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from fabric.config import load_document
 from fabric.errors import ConfigError, OrchestrlError
-from fabric.store_checkpoint import SAFETY_FRAMES
+from fabric.store_checkpoint import guard_wal
 from fabric.topology import Topology
 
 __all__ = ["Placement", "Job", "Principal", "JobConflict", "JobRegistry", "placement_of", "load_operator_tokens",
@@ -150,8 +150,7 @@ class JobRegistry:
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
             self._conn.execute(_SCHEMA)
             self._conn.execute("PRAGMA synchronous=NORMAL")  # a durable write raises it to FULL for itself (_write)
-            # the fabric store checkpoints this file in the background; this writer only as a safety net
-            self._conn.execute(f"PRAGMA wal_autocheckpoint={SAFETY_FRAMES}")
+            guard_wal(self._conn)  # the fabric store checkpoints this file in the background
             for job, gpus, digest, at, intent in self._conn.execute(
                     "SELECT job, gpus_json, token_sha256, registered_at, intent_json FROM service_jobs"):
                 placement = placement_of(topology, json.loads(gpus))

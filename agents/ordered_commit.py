@@ -67,8 +67,10 @@ class PlannedChange:
     new: CircuitPlan
     order: ReconfigOrder | None  # None: one remove-then-add step (nothing to protect, or see plan_order)
     targets: tuple[CircuitPlan, ...]  # the journalled state after each commit; the last one is ``new``
-    # switching time per delay table (its sorted items), asked again every time the change recurs
-    _switching: dict[tuple[tuple[str, float], ...], float] = field(default_factory=dict, compare=False, repr=False)
+    # switching time per delay table (its sorted items), asked again every time the change recurs; not an
+    # argument, so replace() starts a changed copy with an empty one
+    _switching: dict[tuple[tuple[str, float], ...], float] = field(default_factory=dict, init=False, compare=False,
+                                                                   repr=False)
 
     @property
     def steps(self) -> int:

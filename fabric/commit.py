@@ -92,23 +92,15 @@ _PAIRS_LOCK = threading.Lock()
 
 
 def _bulk_step(name: str, client: OcsDeviceClient, action: str, pairs: Sequence[SimplexPair]) -> _Outcome:
-    """Run one bulk command; return what the device confirmed and its errors."""
-    errors: list[BaseException] = []
+    """Run one bulk command (``pairs`` not empty); return what the device confirmed (read back on error), its errors."""
+    errors: dict[str, list[BaseException]] = {"remove": [], "add": []}
     try:
         res = client.disconnect([i for i, _ in pairs]) if action == "remove" else client.connect(pairs, mode="stop")
-        errors.extend(bulk_errors(res, name, action))
+        errors[action] += bulk_errors(res, name, action)
     except OcsError as e:
-        errors.append(e)
-    done, status = pairs, "ok"
-    if errors:
-        try:  # the command may have applied in part: read back what the device holds
-            table = client.cross_connects()
-            done = [p for p in pairs if (table.get(p[0]) == p[1]) == (action == "add")]
-        except OcsError as e:
-            errors.append(e)
-            done = []
-        status = "partial" if done else "failed"
-    return DeviceStep(name, action, tuple(pairs), tuple(done), status, "; ".join(map(str, errors))), errors
+        errors[action].append(e)
+    removals, additions = (pairs, ()) if action == "remove" else ((), pairs)
+    return _outcomes(name, client, removals, additions, errors)[0]
 
 
 def _outcomes(name: str, client: OcsDeviceClient, removals: Sequence[SimplexPair], additions: Sequence[SimplexPair],

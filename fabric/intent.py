@@ -45,6 +45,7 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Mapping
 
 from fabric.config import Reader, load_document
@@ -310,9 +311,10 @@ class Intent:
         O(G log G) for G groups in total, once per intent object (an intent is immutable, and a
         service that sees the same intent every RL iteration asks again each time).
         """
-        got = self.__dict__.get("_signature")
-        if got is not None:
-            return got
+        return self._signature
+
+    @cached_property
+    def _signature(self) -> str:  # not a field: eq and hash ignore it
         payload = {
             "v": _SIGNATURE_VERSION,
             "stage": self.stage,
@@ -321,8 +323,7 @@ class Intent:
             "shapes": sorted(json.dumps(c.shape()) for c in self.collectives),
         }
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-        self.__dict__["_signature"] = got = hashlib.sha256(blob).hexdigest()[:16]  # not a field: eq/hash ignore it
-        return got
+        return hashlib.sha256(blob).hexdigest()[:16]
 
 
 # -- loading ---------------------------------------------------------------------------------

@@ -135,11 +135,13 @@ class PlanDiff:
         return not self.remove and not self.add
 
     def devices(self) -> list[str]:
-        """The devices the diff changes, sorted (worked out once per diff: the commit path asks several times)."""
-        got = self.__dict__.get("_devices")
-        if got is None:
-            self.__dict__["_devices"] = got = tuple(sorted({x.device for x in self.remove + self.add}))
-        return list(got)
+        """The devices the diff changes, sorted."""
+        return list(self._devices)
+
+    # A diff is immutable, so the set is worked out once: the commit path asks several times.
+    @cached_property
+    def _devices(self) -> tuple[str, ...]:
+        return tuple(sorted({x.device for x in self.remove + self.add}))
 
 
 def diff_plans(old: CircuitPlan | None, new: CircuitPlan) -> PlanDiff:

@@ -69,17 +69,17 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
-from fabric.store_checkpoint import WalCheckpointer
-from fabric.store_records import (_FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_VERSION, CommitRecord, DecisionRecord,
-                                  DeviceStep, MaskedPort, ScopeHead, SimplexPairs, StepRecord, StoreCorruptError,
-                                  StoreError, StoreVersionError, default_store_path)
+from fabric.store_checkpoint import WalCheckpointer, guard_wal
+from fabric.store_records import (_COMMIT_KINDS, _FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_VERSION, CommitRecord,
+                                  DecisionRecord, DeviceStep, MaskedPort, ScopeHead, SimplexPairs, StepRecord,
+                                  StoreCorruptError, StoreError, StoreVersionError, default_store_path)
 from fabric.templates.cache import CacheEntry, TemplateCache
 
 # The newest committed id of scope ?1: one seek per kind of the index commits_by_scope (scope, kind, state,
 # id), where "scope = ? AND state = 'committed' ORDER BY id DESC" would read and sort all of the scope's rows.
 _LAST_COMMITTED_ID = "SELECT max(m) FROM (" + " UNION ALL ".join(
     f"SELECT max(id) AS m FROM commits WHERE scope = ?1 AND kind = '{kind}' AND state = 'committed'"
-    for kind in ("apply", "reconcile")) + ")"  # every kind the schema allows
+    for kind in _COMMIT_KINDS) + ")"  # every kind the schema allows
 
 __all__ = [
     "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
@@ -125,10 +125,7 @@ class FabricStore:
         self._scopes: dict[int, str] = {}  # commit id -> scope, for commits this store opened (never changes)
         self.durable_writes = 0  # transactions committed with an fsync (synchronous=FULL) by this instance
         self._conn = self._open()
-        self._checkpointer: WalCheckpointer | None = None
-        if self.path != ":memory:":
-            self._checkpointer = WalCheckpointer(self.path)
-            self._checkpointer.guard(self._conn)
+        self._checkpointer = WalCheckpointer(self.path) if self.path != ":memory:" else None
 
     def _open(self) -> sqlite3.Connection:
         memory = self.path == ":memory:"
@@ -168,6 +165,7 @@ class FabricStore:
             raise sqlite3.DatabaseError(f"integrity check failed: {check}")
         if not memory:
             conn.execute("PRAGMA journal_mode=WAL")
+            guard_wal(conn)  # the WalCheckpointer copies the WAL back; this connection only as a safety net
         conn.execute("PRAGMA synchronous=NORMAL")  # a durable transaction raises it to FULL for itself (_tx)
         conn.execute("PRAGMA foreign_keys=ON")
         if version == 0:
@@ -218,10 +216,11 @@ class FabricStore:
             return self._conn.execute(sql, args).fetchall()
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-            self._checkpointer = None
-        with self._lock:
+        """Stop the checkpoint thread (after its current pass) and close the file; a write in progress ends first."""
+        with self._lock:  # the thread never takes this lock, so joining it here cannot deadlock
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
             self._conn.close()
 
     def __enter__(self) -> "FabricStore":
@@ -257,20 +256,14 @@ class FabricStore:
                 return got[1]
             text = json.dumps(plan_to_json(plan, derived=False), separators=(",", ":"), allow_nan=False)
             doc = zlib.compress(text.encode("utf-8"), 1)  # level 1: ~1 ms for 200 kB, most of the gain
-            while len(self._docs) >= 64:  # holding the plan keeps its id from being reused
-                self._docs.pop(next(iter(self._docs)))
-            self._docs[id(plan)] = (plan, doc)
+            _put_bounded(self._docs, id(plan), (plan, doc), 64)  # holding the plan keeps its id from being reused
             return doc
 
     def _remember(self, commit_id: int, plan: CircuitPlan, scope: str | None = None) -> CircuitPlan:
         with self._lock:  # ids are never reused (AUTOINCREMENT) and plans are frozen, so this never goes stale
-            while len(self._plans) >= 256:
-                self._plans.pop(next(iter(self._plans)))
-            self._plans[commit_id] = plan
+            _put_bounded(self._plans, commit_id, plan, 256)
             if scope is not None:
-                while len(self._scopes) >= 256:
-                    self._scopes.pop(next(iter(self._scopes)))
-                self._scopes[commit_id] = scope
+                _put_bounded(self._scopes, commit_id, scope, 256)
         return plan
 
     def record_step(self, commit_id: int, device: str, action: str, requested: SimplexPairs,
@@ -309,9 +302,7 @@ class FabricStore:
             return got[1]
         doc = json.dumps(pairs)
         if isinstance(pairs, tuple):  # immutable: safe to keep by identity (held, so its id is not reused)
-            while len(self._pair_docs) >= 256:
-                self._pair_docs.pop(next(iter(self._pair_docs)))
-            self._pair_docs[id(pairs)] = (pairs, doc)
+            _put_bounded(self._pair_docs, id(pairs), (pairs, doc), 256)
         return doc
 
     def finish_commit(self, commit_id: int, state: str, note: str = "", steps: Iterable[DeviceStep] = ()) -> None:
@@ -509,6 +500,13 @@ class FabricStore:
         rows = self._query(f"SELECT id, at, scope, outcome, detail_json FROM decisions {where} "
                            "ORDER BY id DESC LIMIT ?", (*args, limit))
         return [DecisionRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+
+def _put_bounded(cache: dict, key: Any, value: Any, limit: int) -> None:
+    """Insert into a cache of at most ``limit`` entries, dropping the oldest first."""
+    while len(cache) >= limit:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
 
 
 def _load_plan(doc: bytes | str) -> CircuitPlan:

@@ -16,8 +16,8 @@ frames) until one does.
 
 Durability is untouched: a transaction is durable when its own commit has synced the WAL, whether
 or not a checkpoint has copied it yet, and a checkpoint interrupted by a crash is finished by the
-next one (SQLite's own recovery). The store's connection keeps an automatic checkpoint as a
-safety net at ``safety_frames`` (4x SQLite's default), reached only if this thread falls behind.
+next one (SQLite's own recovery). Every writer of the file keeps an automatic checkpoint as a
+safety net at :data:`SAFETY_FRAMES` (:func:`guard_wal`), reached only if this thread falls behind.
 """
 
 from __future__ import annotations
@@ -26,11 +26,16 @@ import logging
 import sqlite3
 import threading
 
-__all__ = ["SAFETY_FRAMES", "WalCheckpointer"]
+__all__ = ["SAFETY_FRAMES", "WalCheckpointer", "guard_wal"]
 
 SAFETY_FRAMES = 4000  # a writer's own automatic checkpoint: 4x SQLite's default, reached only if the thread lags
 
 log = logging.getLogger(__name__)
+
+
+def guard_wal(conn: sqlite3.Connection) -> None:
+    """Leave ``conn``'s automatic checkpoint only as a safety net, past what :class:`WalCheckpointer` lets through."""
+    conn.execute(f"PRAGMA wal_autocheckpoint={SAFETY_FRAMES}")
 
 
 class WalCheckpointer:
@@ -43,8 +48,6 @@ class WalCheckpointer:
     every : int
         Durable writes between two checkpoints (a per-PoD commit writes ~18 WAL frames of 4 kB in
         all; 16 commits keep the WAL near 300 frames, well below the safety net).
-    safety_frames : int
-        What the writer's own automatic checkpoint is set to (see :meth:`guard`).
     passes : int
         Checkpoint passes at most per wake-up: a pass that finds frames written while the last
         one ran copies those too, until one finds none (a moment without writes, e.g. while the
@@ -58,8 +61,8 @@ class WalCheckpointer:
     >>> conn = sqlite3.connect(path, isolation_level=None)
     >>> conn.execute("PRAGMA journal_mode=WAL").fetchone()
     ('wal',)
+    >>> guard_wal(conn)
     >>> cp = WalCheckpointer(path, every=1)
-    >>> cp.guard(conn)
     >>> _ = conn.execute("CREATE TABLE t (x)")
     >>> cp.wrote(); cp.wait_idle(5.0)
     True
@@ -68,10 +71,10 @@ class WalCheckpointer:
     >>> cp.close(); conn.close()
     """
 
-    def __init__(self, path: str, *, every: int = 16, safety_frames: int = SAFETY_FRAMES, passes: int = 4) -> None:
+    def __init__(self, path: str, *, every: int = 16, passes: int = 4) -> None:
         if every < 1 or passes < 1:
             raise ValueError(f"WalCheckpointer: every={every} and passes={passes} must be at least 1")
-        self.path, self.every, self.safety_frames, self.passes = path, every, safety_frames, passes
+        self.path, self.every, self.passes = path, every, passes
         self.checkpoints = 0  # completed by the thread (for tests and diagnostics)
         self._writes = 0
         self._cond = threading.Condition()
@@ -80,12 +83,11 @@ class WalCheckpointer:
         self._thread = threading.Thread(target=self._run, name=f"wal-checkpoint {path}", daemon=True)
         self._thread.start()
 
-    def guard(self, conn: sqlite3.Connection) -> None:
-        """Leave ``conn``'s automatic checkpoint only as a safety net, past what this thread lets the WAL reach."""
-        conn.execute(f"PRAGMA wal_autocheckpoint={int(self.safety_frames)}")
-
     def wrote(self) -> None:
-        """Count one durable write; wake the thread every ``every`` of them (no I/O here)."""
+        """Count one durable write; wake the thread every ``every`` of them (no I/O here).
+
+        Called by one writer at a time (the store, under its lock), so the count itself needs no lock.
+        """
         self._writes += 1
         if self._writes % self.every == 0:
             with self._cond:
@@ -123,7 +125,7 @@ class WalCheckpointer:
                     self.checkpoints += 1
                 except sqlite3.Error as exc:  # the writer's safety net still bounds the WAL; say why it grows
                     log.warning("%s: background WAL checkpoint failed (%s); the writer checkpoints at %d frames",
-                                self.path, exc, self.safety_frames)
+                                self.path, exc, SAFETY_FRAMES)
                 with self._cond:
                     self._answered = asked
                     self._cond.notify_all()

@@ -22,12 +22,13 @@ __all__ = [
 SCHEMA_VERSION = 2  # 2: commits.plan_json holds zlib-compressed JSON (1: JSON text, still read)
 COMMIT_STATES = ("intent", "committed", "failed", "aborted")  # intent = started, not finished
 _FINAL_STATES = COMMIT_STATES[1:]
+_COMMIT_KINDS = ("apply", "reconcile")  # "apply": a plan change; "reconcile": devices restored
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS commits (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     scope       TEXT NOT NULL,
-    kind        TEXT NOT NULL CHECK (kind IN ('apply', 'reconcile')),
+    kind        TEXT NOT NULL CHECK (kind IN ({', '.join(repr(k) for k in _COMMIT_KINDS)})),
     state       TEXT NOT NULL CHECK (state IN ('intent', 'committed', 'failed', 'aborted')),
     plan_json   BLOB NOT NULL,  -- zlib-compressed plan JSON (JSON text in rows of schema 1)
     base_id     INTEGER,

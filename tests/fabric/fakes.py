@@ -120,8 +120,8 @@ class SplitFakeOcsDevice(FakeOcsDevice):
     """
 
     def send_disconnect_then_connect(self, ports: list[int], pairs: list[tuple[int, int]]) -> Any:
-        removed = self.disconnect(list(ports)) if ports else BulkResult([], "stop")
-        added = self.connect(list(pairs)) if pairs else BulkResult()
+        removed = self.disconnect(ports) if ports else BulkResult()
+        added = self.connect(pairs) if pairs else BulkResult()
         return removed, added
 
     def collect(self, pending: Any) -> Any:
