@@ -23,7 +23,7 @@ def _slo(text: str) -> float | str:
 
 
 def register(groups: argparse._SubParsersAction) -> None:
-    from compute_sched.groups.scenario import POLICY_NAMES
+    from compute_sched.groups.scenario import PHASE_MODELS, POLICY_NAMES
     from compute_sched.groups.workload import WORKLOADS
 
     grp = groups.add_parser("groups", help="multi-job co-execution groups (RollMux): replay a trace",
@@ -50,7 +50,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     rp.add_argument("--fabric-unaware", action="store_true", help="take the lowest free servers, ignoring PoDs")
     rp.add_argument("--prune", default="paper", choices=("paper", "train"),
                     help="saturated groups Algorithm 1 skips: T_load >= T_cycle (paper) or a full training pool")
-    rp.add_argument("--phases", default="stochastic", choices=("stochastic", "deterministic"),
+    rp.add_argument("--phases", default="stochastic", choices=PHASE_MODELS,
                     help="stochastic: heavy-tailed realised phases under Table 6's worst case (default); "
                          "deterministic: every phase at its Table 6 time, as RollMux §7.5 simulates")
     rp.add_argument("--gantt", action="store_true", help="draw the schedule of the largest group (Figure 10)")
@@ -145,10 +145,13 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     print(f"phase scheduler for {', '.join(order)} listening on {server.url}", flush=True)
     try:
-        while not done.wait(1.0):
-            pass
+        # Serve until SIGTERM sets ``done`` or Ctrl-C raises KeyboardInterrupt here. The timed wait
+        # wakes every second so the main thread can take Ctrl-C on every platform (an untimed
+        # wait is not interruptible on Windows).
+        while not done.wait(timeout=1.0):
+            continue
     except KeyboardInterrupt:
-        pass
+        pass  # Ctrl-C is the normal way to stop the server: shut down below like SIGTERM, no traceback
     finally:
         server.stop()
         print(json.dumps(server.state()), file=sys.stderr)

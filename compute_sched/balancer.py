@@ -64,14 +64,22 @@ class _Load:
         limit = self.worker.max_batch
         return limit is None or self.running + len(self.waiting) < limit
 
-    def index(self, reserve: int, fallback_rate: float, basis: str = "sequence") -> float:
+    def index(self, reserve: int, fallback_rate: float, basis: str) -> float:
         """Eq. 5 on the current bookkeeping; ``fallback_rate`` stands in for a worker with no observed rate."""
-        w = self.worker
-        if basis == "aggregate":
-            rate = w.decode_rate_tps if w.decode_rate_tps > 0 else fallback_rate
-        else:  # the snapshot's running set produced the observed rate, not the bookkeeping's
-            rate = w.decode_rate_tps / len(w.running) if w.decode_rate_tps > 0 and w.running else fallback_rate
+        rate = _observed_rate(self.worker, basis) or fallback_rate
         return (self.running + len(self.waiting)) / self.b_cap(reserve) / max(rate, 1e-9)
+
+
+def _observed_rate(w: WorkerState, basis: str) -> float:
+    """R_w of Eq. 5 as the snapshot observed it, or 0.0 when it observed none.
+
+    Per sequence, the snapshot's running set produced the observed rate, not the bookkeeping's.
+    """
+    if not w.decode_rate_tps > 0:
+        return 0.0
+    if basis == "aggregate":
+        return w.decode_rate_tps
+    return w.decode_rate_tps / len(w.running) if w.running else 0.0
 
 
 def _rate_basis(basis: str) -> str:
@@ -82,11 +90,10 @@ def _rate_basis(basis: str) -> str:
 
 def _fallback_rate(workers: list[WorkerState], basis: str) -> float:
     """Rate assumed for a worker with none observed: the best per-sequence / the worst aggregate one."""
-    if basis == "aggregate":
-        rates = [w.decode_rate_tps for w in workers if w.decode_rate_tps > 0]
-        return min(rates) if rates else 1.0
-    rates = [w.decode_rate_tps / len(w.running) for w in workers if w.decode_rate_tps > 0 and w.running]
-    return max(rates) if rates else 1.0  # an idle instance decodes a lone request fastest
+    rates = [r for r in (_observed_rate(w, basis) for w in workers) if r > 0]
+    if not rates:
+        return 1.0
+    return min(rates) if basis == "aggregate" else max(rates)  # an idle instance decodes a lone request fastest
 
 
 def load_index(worker: WorkerState, growth_reserve_tokens: int = 256, fallback_rate_tps: float = 1.0,

@@ -78,7 +78,6 @@ class CaseStudyFit:
     parameters: tuple[FitParameter, ...]
     points: tuple[PaperPoint, ...]
     model_s: tuple[float, ...]  # simulated seconds of each point under ``calibration``
-    start_s: tuple[float, ...]  # ... and under the calibration the fit started from
     setup: CaseStudySetup
     evaluations: int
 
@@ -158,8 +157,8 @@ def fit_case_study(perf: PerfModel, parameters: Sequence[FitParameter], *, setup
 
     Notes
     -----
-    ``starts * max_evals`` objective evaluations at most, each :func:`case_study_times` (12
-    simulations per trace seed, about 0.1 s per seed).
+    About ``(starts + 1) * max_evals`` objective evaluations (the last run polishes the best start),
+    each :func:`case_study_times` (12 simulations per trace seed, about 0.1 s per seed).
 
     Examples
     --------
@@ -198,8 +197,7 @@ def fit_case_study(perf: PerfModel, parameters: Sequence[FitParameter], *, setup
     polished = _nelder_mead(objective, best[0], step=0.25, max_evals=max_evals)
     z = polished[0] if polished[1] <= best[1] else best[0]
     cal = replace(perf.cal, **_to_box(z, params))
-    return CaseStudyFit(cal, params, pts, tuple(float(v) for v in times(cal)),
-                        tuple(float(v) for v in times(perf.cal)), setup,
+    return CaseStudyFit(cal, params, pts, tuple(float(v) for v in times(cal)), setup,
                         sum(r[2] for r in runs) + polished[2])
 
 

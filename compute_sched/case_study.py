@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from compute_sched.engine import GenerationRequest
 from compute_sched.layout import InstanceConfig, homogeneous
 from compute_sched.perf import PerfModel
+from compute_sched.replay import launch_contiguous
 from compute_sched.sim_engine import SimEngine
 from compute_sched.traces import Trace, heavy_tailed_trace
 
@@ -66,13 +67,11 @@ class CaseStudySetup:
                 for s in self.seeds]
 
 
-def _makespan(perf: PerfModel, setup: CaseStudySetup, tp: int, chunks: list[list[GenerationRequest]],
+def _makespan(perf: PerfModel, setup: CaseStudySetup, tp: int, requests: list[GenerationRequest],
               lengths: dict[str, int]) -> float:
     engine = SimEngine(perf, homogeneous(InstanceConfig("tp", tp=tp), setup.gpus), lengths,
                        max_num_seqs=setup.max_num_seqs)
-    for k, chunk in enumerate(chunks):
-        if chunk:
-            engine.add_requests(chunk, k)
+    launch_contiguous(engine, requests)
     last = 0.0
     while not engine.idle():
         done = engine.advance(10.0)
@@ -100,23 +99,17 @@ def case_study_times(perf: PerfModel, setup: CaseStudySetup | None = None,
     return {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
 
 
-def _chunks(requests: list[GenerationRequest], n: int) -> list[list[GenerationRequest]]:
-    """veRL's split of a batch over ``n`` replicas: contiguous chunks, in batch order."""
-    size = -(-len(requests) // n)
-    return [requests[k * size:(k + 1) * size] for k in range(n)]
-
-
 def _one_trace(perf: PerfModel, setup: CaseStudySetup, trace: Trace,
                tps: tuple[int, ...]) -> dict[tuple[str, int], float]:
     w = setup.window_tokens
+    longer = [q for q in trace.requests if q.output_tokens > w]
     early = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
     tail = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id, generated_tokens=w)
-            for q in trace.requests if q.output_tokens > w]
+            for q in longer]
+    early_lengths = {q.request_id: min(q.output_tokens, w) for q in trace.requests}
+    tail_lengths = {q.request_id: q.output_tokens for q in longer}
     out: dict[tuple[str, int], float] = {}
     for tp in tps:
-        n = setup.gpus // tp
-        out["early", tp] = _makespan(perf, setup, tp, _chunks(early, n), {q.request_id: min(q.output_tokens, w)
-                                                                         for q in trace.requests})
-        out["tail", tp] = _makespan(perf, setup, tp, _chunks(tail, n), {q.request_id: q.output_tokens
-                                                                        for q in trace.requests if q.output_tokens > w})
+        out["early", tp] = _makespan(perf, setup, tp, early, early_lengths)
+        out["tail", tp] = _makespan(perf, setup, tp, tail, tail_lengths)
     return out

@@ -297,9 +297,9 @@ def _toward_latency(types: Sequence[tuple[InstanceConfig, int]], current: Layout
     >>> _toward_latency([(tp8, 2)], mixed), _toward_latency([(tp4, 4)], mixed)
     (True, False)
     """
-    new = [c.gpus for c, n in types for _ in range(n)]
     if any(c.kind != "tp" for c, _ in types) or any(i.config.kind != "tp" for i in current.instances):
         return True
+    new = [c.gpus for c, n in types for _ in range(n)]
     old = [i.config.gpus for i in current.instances]
     return all(sum(g for g in new if g >= k) >= sum(g for g in old if g >= k) for k in set(old))
 
@@ -364,6 +364,8 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
                              for f in range(1, cfg.max_splits + 1)}) if steps > 1 else []
             for s in splits:
                 types = [(a, s * unit // a.gpus), (b, (total - s * unit) // b.gpus)]
+                if cfg.monotone_tp and not _toward_latency(types, snap.layout):
+                    continue  # dropped below anyway: spare its split and MIP
                 scored.append((*_threshold_split(perf, costs, table, types, snap, cfg), ))
                 scored[-1] = (scored[-1][0], types, scored[-1][1])
                 if len(table.classes) <= cfg.mip_max_classes:
@@ -371,7 +373,7 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
                     mips += 1
                     if solved is not None:
                         scored.append((solved[0], types, solved[1]))
-    if cfg.monotone_tp:
+    if cfg.monotone_tp:  # the mixes were screened above; the single configurations still picked ``best``
         scored = [c for c in scored if _toward_latency(c[1], snap.layout)]
     scored.sort(key=lambda s: s[0])
     best_plan: tuple[float, float, Layout, dict[str, int], list[float]] | None = None

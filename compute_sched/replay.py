@@ -31,7 +31,7 @@ from compute_sched.traces import Trace
 from compute_sched.workload import LengthHistogram
 from fabric.errors import ConfigError
 
-__all__ = ["POLICIES", "ReplayOptions", "ReplayResult", "replay"]
+__all__ = ["POLICIES", "ReplayOptions", "ReplayResult", "replay", "launch_contiguous"]
 
 POLICIES = ("static-tp:K", "verl-to", "verl-lo", "partial-rollout", "orchestrl", "orchestrl-pp", "orchestrl-rb",
             "oracle")
@@ -65,16 +65,20 @@ def _requests(trace: Trace) -> list[GenerationRequest]:
                               generated_tokens=q.generated_tokens) for q in trace.requests]
 
 
+def launch_contiguous(engine: SimEngine, requests: list[GenerationRequest]) -> None:
+    """Add a batch the way veRL splits it: contiguous per-replica chunks, in batch order."""
+    n = len(engine.layout.instances)
+    chunk = -(-len(requests) // n)
+    for k in range(n):
+        engine.add_requests(requests[k * chunk:(k + 1) * chunk], k)
+
+
 def _run(trace: Trace, perf: PerfModel, gpus: int, tp: int, sched: SchedulerConfig, opts: ReplayOptions,
          forecast: LengthHistogram | None, sink: IntentSink | None, exact: bool, job: str) -> tuple[str, StepReport]:
     layout = homogeneous(InstanceConfig("tp", tp=tp), gpus)
     lengths = {q.request_id: q.output_tokens for q in trace.requests}
     engine = SimEngine(perf, layout, lengths, max_num_seqs=opts.max_num_seqs)
-    reqs = _requests(trace)
-    n = len(layout.instances)
-    chunk = -(-len(reqs) // n)
-    for k in range(n):  # veRL splits the batch into contiguous per-replica chunks
-        engine.add_requests(reqs[k * chunk:(k + 1) * chunk], k)
+    launch_contiguous(engine, _requests(trace))
     sched_obj = GenerationScheduler(engine, perf, CostModel(perf), forecast, sched,
                                     exact_lengths=lengths if exact else None, sink=sink, job=job)
     return layout.describe(), sched_obj.run_step()

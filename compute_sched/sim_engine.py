@@ -85,7 +85,8 @@ class SimEngine:
     lengths : Mapping[str, int]
         Hidden output length of every request that will be added.
     costs : CostModel, optional
-        Switching and migration costs (default: ``CostModel(perf)``).
+        Switching and migration costs, and the batched prefill of admitted requests, priced as a
+        recompute (default: ``CostModel(perf)``).
     max_num_seqs : int, optional
         Batch limit per instance (vLLM ``max_num_seqs``; default: ``perf.cal.max_num_seqs``).
     """
@@ -244,16 +245,16 @@ class SimEngine:
         return done
 
     # -- one instance -------------------------------------------------------------------------
-    def _admit(self, inst: _Instance) -> tuple[int, float]:
-        """Admit ready waiting requests FIFO while KV and batch allow; return (prefill tokens, mean context).
+    def _admit(self, inst: _Instance) -> list[int]:
+        """Admit ready waiting requests FIFO while KV and batch allow; return the contexts to prefill.
 
         Requests still in flight to this instance (``ready_at`` in the future) are skipped, not
-        waited for; the first ready request that does not fit stops admission (FIFO). Each request
-        attends only to itself, so the mean causal context of the batched prefill is
-        ``sum(c_i^2) / (2 sum(c_i))``, not half the batch's total.
+        waited for; the first ready request that does not fit stops admission (FIFO). The admitted
+        requests without resident KV prefill in one batch, each attending only to itself
+        (:meth:`~compute_sched.costs.CostModel.recompute_s` prices that batch).
         """
         limit = inst.cap * (1.0 - self.watermark)
-        used, prefill, squares = inst.used(), 0, 0.0
+        used, prefill = inst.used(), []
         later: list[_Seq] = []
         while inst.waiting and len(inst.running) < inst.max_num_seqs:
             s = inst.waiting[0]
@@ -266,11 +267,10 @@ class SimEngine:
             inst.running.append(s)
             used += s.ctx
             if not s.kv_ready:
-                prefill += s.ctx
-                squares += float(s.ctx) ** 2
+                prefill.append(s.ctx)
             s.kv_ready = True
         inst.waiting.extendleft(reversed(later))
-        return prefill, squares / (2.0 * prefill) if prefill else 0.0
+        return prefill
 
     def _run(self, inst: _Instance, horizon: float, done: list[FinishedRequest]) -> None:
         perf = self.perf
@@ -278,9 +278,9 @@ class SimEngine:
             if inst.clock < inst.available_at:
                 inst.clock = min(horizon, inst.available_at)
                 continue
-            prefill, mean_ctx = self._admit(inst)
-            if prefill:
-                inst.clock += perf.prefill_s(inst.cfg, prefill, mean_ctx)
+            prefill = self._admit(inst)
+            if sum(prefill):
+                inst.clock += self.costs.recompute_s(inst.cfg, prefill)
                 continue
             if not inst.running:
                 nxt = min((s.ready_at for s in inst.waiting if s.ready_at > inst.clock), default=horizon)

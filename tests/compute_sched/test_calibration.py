@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import doctest
 from dataclasses import replace
 
 import pytest
 import yaml
 
-from compute_sched import calibration as calibration_module
-from compute_sched import case_study as case_study_module
 from compute_sched.calibration import (FitParameter, bundled_calibration, fit_case_study, load_calibration,
                                        perf_model)
 from compute_sched.case_study import PAPER_POINTS, CaseStudySetup, PaperPoint, case_study_times
@@ -89,8 +86,3 @@ def test_perf_model_picks_the_gpus_file_or_the_roofline():
     assert perf_model("Qwen2.5-32B", "H800").cal == load_calibration(bundled_calibration("H800"))
     assert perf_model("Qwen2.5-32B", "H800", "roofline").cal == Calibration()
     assert perf_model("Qwen2.5-14B", "A100").cal == Calibration()  # no A100 file: the roofline
-
-
-def test_doctests():
-    for module in (case_study_module, calibration_module):
-        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0

@@ -108,7 +108,6 @@ def test_cli_replay_prints_json_and_a_gantt_chart():
     assert math.isfinite(doc["cost_usd_total"])
 
 
-
 def test_cli_phases_flag_selects_the_phase_model():
     docs = {}
     for phases in ("stochastic", "deterministic"):
