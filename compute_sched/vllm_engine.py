@@ -4,7 +4,9 @@ Only public calls are used: ``add_request(request_id, prompt, params)`` with a `
 mapping (``{"prompt_token_ids": [...]}``), ``abort_request([ids])``, ``step()`` returning
 ``RequestOutput`` objects (``request_id``, ``finished``, ``outputs[0].token_ids`` cumulative),
 ``has_unfinished_requests()``, ``get_metrics()`` (v1 metric snapshot: gauges
-``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``) and,
+``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``), the
+engine's configs (``cache_config`` block count and size for KV capacity; ``max_num_seqs`` of its
+scheduler config for the batch limit the balancer keeps) and,
 for layout switches, ``sleep(level=1)`` / ``wake_up()`` (engines built with
 ``enable_sleep_mode=True``), so an engine left for a standby configuration keeps its weights in host
 memory and comes back quickly (§4.1's pre-mapped standby configurations).
@@ -134,6 +136,20 @@ class VllmEngine:
             return blocks * size
         return int(self._cap_of(self.layout.instances[k].config))
 
+    def _max_batch(self, k: int) -> int | None:
+        """The engine's ``max_num_seqs`` (sequences it decodes at once), or ``None`` if it does not say.
+
+        ``LLMEngine`` holds its scheduler config as ``scheduler_config`` (v0, early v1) or under
+        ``vllm_config`` (later v1); the balancer needs it to know a worker's stable batch size (Eq. 5).
+        """
+        eng = self._engines[k]
+        for sched in (getattr(getattr(eng, "vllm_config", None), "scheduler_config", None),
+                      getattr(eng, "scheduler_config", None)):
+            seqs = getattr(sched, "max_num_seqs", None)
+            if isinstance(seqs, int) and seqs > 0:
+                return seqs
+        return None
+
     def snapshot(self) -> ClusterSnapshot:
         workers = []
         for k, inst in enumerate(self.layout.instances):
@@ -145,7 +161,7 @@ class VllmEngine:
             perc = self._metrics(k).get("vllm:kv_cache_usage_perc")
             workers.append(WorkerState(k, inst.config, tuple(t.state() for t in running),
                                        tuple(t.state() for t in waiting), int(perc * cap) if perc is not None else used,
-                                       cap, self._rate[k]))
+                                       cap, self._rate[k], max_batch=self._max_batch(k)))
         return ClusterSnapshot(self.now_s(), self.layout, tuple(workers), self._finished)
 
     def advance(self, seconds: float) -> list[FinishedRequest]:

@@ -112,3 +112,33 @@ def test_real_vllm_engine_generates_and_migrates():
     while not eng.idle():
         done += eng.advance(1.0)
     assert len(done) == 4 and all(f.output_tokens <= 64 for f in done)
+
+
+def test_adapter_reports_each_engines_batch_limit_so_the_balancer_keeps_full_batches_full():
+    from compute_sched.balancer import plan_migrations
+
+    def v1(max_num_seqs):  # later v1: the scheduler config sits under vllm_config
+        eng = _LLMEngineSurface()
+        eng.vllm_config = SimpleNamespace(scheduler_config=SimpleNamespace(max_num_seqs=max_num_seqs))
+        return eng
+
+    def v0(max_num_seqs):  # v0 and early v1: scheduler_config on the engine
+        eng = _LLMEngineSurface()
+        eng.scheduler_config = SimpleNamespace(max_num_seqs=max_num_seqs)
+        return eng
+
+    layout = homogeneous(InstanceConfig("tp", tp=1), 2)
+    reqs = [GenerationRequest(f"r{i}", 3, 500, prompt_token_ids=(1, 2, 3)) for i in range(8)]
+    moves = {}
+    for limit in (None, 2):
+        makers = iter([v1(limit), v0(limit)] if limit else [_LLMEngineSurface(), _LLMEngineSurface()])
+        eng = VllmEngine(layout, lambda cfg, gpus: next(makers), kv_capacity_tokens=lambda c: 10_000,
+                         sampling_params=lambda n: n)
+        eng.add_requests(reqs[:6], 0)
+        eng.add_requests(reqs[6:], 1)
+        eng.advance(0.005)
+        snap = eng.snapshot()
+        assert [w.max_batch for w in snap.workers] == [limit, limit]
+        moves[limit] = plan_migrations(snap)
+    assert moves[None] and all(m.dst == 1 for m in moves[None])  # 6 vs 2 running: worker 1 takes some
+    assert moves[2] == []  # worker 1 already decodes its max_num_seqs: a move would only queue there
