@@ -64,7 +64,7 @@ class EmulatorControl:
                                 raise denied_from_code(self.name, verb, msg.code, msg.comment)
                             return msg
         except socket.timeout:
-            pass
+            pass  # no reply in time: raised as OcsTimeout below
         except OSError as exc:
             raise OcsConnectionError(self.name, verb, f"cannot reach the emulator ({exc}); is it running?") from None
         raise OcsTimeout(self.name, verb, f"no reply within {self.timeout_s:g} s")
