@@ -25,6 +25,7 @@ C. The performance model against the paper's six measured §2.1 times (Qwen2.5-1
    switch (TP=2 early, 7.5 s reconfiguration, TP=8 tail) over the best static TP of that step.
 2. Planner solve time from 64 to 1,024 GPUs, 16 pending requests per GPU at mixed progress,
    Qwen2-57B-A14B (Appendix F). Target: < 1 s at 1,024 GPUs (the paper: < 11 s).
+1b. The 14B rows again at §2.1's request density (64 per GPU; part 1 runs 128): the oracle gains more there.
 3. RolloutPipe: trainer waiting ratio and rollout-to-train-end time with CGP and CGP+FGD vs the
    serial (Slime) baseline, R = 32/64/96 groups of K = 8, U = 2.
 0. ARIMA histogram forecast: relative error of the forecast workload on drifting traces (paper: < 9.8%).
@@ -137,6 +138,39 @@ def part_c_calibration(calibration: str) -> dict:
     return {"calibration": name, "rows": rows, "max_rel_err": worst}
 
 
+def _step(perf: PerfModel, gen_gpus: int, prompts: int, cap: int, policies: tuple[str, ...]):
+    """The bench's step trace (``prompts`` GRPO groups of 8) replayed under ``policies``, histogram by ARIMA."""
+    trace = heavy_tailed_trace(prompts, 8, cap, seed=11)
+    fc = LengthForecaster(cap)
+    for s in range(6):  # earlier steps of the same job
+        fc.observe_step([q.output_tokens for q in heavy_tailed_trace(prompts, 8, cap, seed=100 + s).requests])
+    forecast = fc.forecast(len(trace.requests)).histogram
+    return trace, {p: replay(trace, perf, gen_gpus, p, forecast=forecast) for p in policies}
+
+
+def part1b_density(part1: dict, calibration: str) -> dict:
+    """Part 1's 14B rows again at §2.1's density (64 requests per GPU, half of part 1's): what adaptivity buys there."""
+    perf = perf_model("Qwen2.5-14B", "H800", calibration)
+    print("\n1b. Request density: Qwen2.5-14B on 16 generation GPUs, requests per GPU as in §2.1 (64) and in part 1 (128)")
+    print(f"   {'cap':>6} {'req/GPU':>7} {'veRL-TO':>12} {'OrchestrRL':>10} {'oracle':>7} {'speedup':>8} {'oracle x':>8}")
+    rows = []
+    for cap in (15360, 25600):
+        _, res = _step(perf, 16, 128, cap, ("verl-to", "orchestrl", "oracle"))
+        to, orch, orc = (res[p].makespan_s for p in ("verl-to", "orchestrl", "oracle"))
+        rows.append({"cap": cap, "requests_per_gpu": 64, "verl_to_s": to, "verl_to_tp": res["verl-to"].detail["tp"],
+                     "orchestrl_s": orch, "oracle_s": orc})
+        base = next(r for r in part1["rows"] if r["model"] == "Qwen2.5-14B" and r["cap"] == cap)
+        rows.append({"cap": cap, "requests_per_gpu": base["requests"] // base["gen_gpus"], "verl_to_s": base["verl-to_s"],
+                     "verl_to_tp": base["verl_to_tp"], "orchestrl_s": base["orchestrl_s"], "oracle_s": base["oracle_s"]})
+    for r in rows:
+        r.update(speedup_vs_verl_to=r["verl_to_s"] / r["orchestrl_s"], oracle_speedup_vs_verl_to=r["verl_to_s"] / r["oracle_s"])
+        print(f"   {r['cap']:>6} {r['requests_per_gpu']:>7} {r['verl_to_s']:>7.1f}(tp{r['verl_to_tp']}) {r['orchestrl_s']:>10.1f} "
+              f"{r['oracle_s']:>7.1f} {r['speedup_vs_verl_to']:>7.2f}x {r['oracle_speedup_vs_verl_to']:>7.2f}x")
+    print("   the oracle places requests by their true lengths from t = 0 (a mixed layout at once); OrchestrRL knows "
+          "only the histogram, so every request at t = 0 looks the same to it")
+    return {"rows": rows}
+
+
 def part1_makespan(quick: bool, calibration: str) -> dict:
     settings = [("Qwen2.5-14B", 32, 16, 256, 15360), ("Qwen2.5-14B", 32, 16, 256, 25600),
                 ("Qwen2.5-32B", 48, 24, 384, 15360), ("Qwen2.5-32B", 48, 24, 384, 25600)]
@@ -148,13 +182,7 @@ def part1_makespan(quick: bool, calibration: str) -> dict:
           f"{'oracle':>7} {'2-phase':>7} {'speedup':>8} {'gap':>6} {'oracle x':>8} {'2-phase x':>9}")
     for model, total, gen, prompts, cap in settings:
         perf = perf_model(model, "H800", calibration)
-        trace = heavy_tailed_trace(prompts, 8, cap, seed=11)
-        fc = LengthForecaster(cap)
-        for s in range(6):  # earlier steps of the same job
-            fc.observe_step([q.output_tokens for q in heavy_tailed_trace(prompts, 8, cap, seed=100 + s).requests])
-        forecast = fc.forecast(len(trace.requests)).histogram
-        res = {p: replay(trace, perf, gen, p, forecast=forecast)
-               for p in ("verl-to", "verl-lo", "partial-rollout", "orchestrl", "oracle")}
+        trace, res = _step(perf, gen, prompts, cap, ("verl-to", "verl-lo", "partial-rollout", "orchestrl", "oracle"))
         to, orch, orc = res["verl-to"].makespan_s, res["orchestrl"].makespan_s, res["oracle"].makespan_s
         two, two_how = _two_phase_bound(trace, perf, gen, to)
         row = {"model": model, "gpus": total, "gen_gpus": gen, "cap": cap, "requests": len(trace.requests),
@@ -256,8 +284,10 @@ def main() -> int:
     t0 = time.time()
     print(f"gen_sched benchmark, {platform.machine()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}")
     doc = {"calibration": part_c_calibration(calibration), "forecast": part0_forecast(args.quick),
-           "makespan": part1_makespan(args.quick, calibration),
-           "solve": part2_solve(args.quick, calibration), "rolloutpipe": part3_rolloutpipe(args.quick)}
+           "makespan": part1_makespan(args.quick, calibration)}
+    if not args.quick:
+        doc["density"] = part1b_density(doc["makespan"], calibration)
+    doc.update(solve=part2_solve(args.quick, calibration), rolloutpipe=part3_rolloutpipe(args.quick))
     doc.update(speedup_vs_verl_to=doc["makespan"]["speedup_vs_verl_to"],
                gap_to_oracle=doc["makespan"]["gap_to_oracle"], solve_s_1024=doc["solve"]["solve_s_1024"],
                forecast_workload_rel_err=doc["forecast"]["arima"]["workload"], wall_s=time.time() - t0)
