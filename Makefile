@@ -22,9 +22,9 @@ demo: setup
 test: setup
 	$(PY) -m pytest
 
+# Every benchmark in bench/, each in a fresh interpreter; the first that fails stops the run.
 bench: setup
-	for b in allocator commit gen_sched groups weight_sync; do \
-	  [ -f bench/$$b.py ] && $(PY) bench/$$b.py || exit 1; done
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="liveness timeout per rank, seconds")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each schedule; the median time is reported")
     ap.add_argument("--json", action="store_true", help="also print one JSON document")
+    ap.add_argument("--quick", action="store_true",
+                    help="a small case for a smoke run: 4 trainers -> 4 generators in 2 PoDs, 4 MiB")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.trainers, args.generators, args.model_bytes = 4, 4, 4 << 20
 
     reason = unavailable_reason()
     if reason:  # `make bench` runs every benchmark; say why this one cannot run here instead of failing

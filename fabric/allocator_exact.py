@@ -1,6 +1,6 @@
 """Exact reference allocators for Appendix D: CP-SAT and a pure-Python min-max check.
 
-Split from :mod:`fabric.allocator` (which re-exports :func:`allocate_optimal`) because it is the
+Kept apart from :mod:`fabric.allocation` (and re-exported by :mod:`fabric.allocator`) because it is the
 only part that needs OR-Tools and is meant for small and medium instances only.
 """
 
@@ -10,8 +10,8 @@ import math
 import time
 from typing import Any
 
-from fabric.allocator import (Allocation, AllocationProblem, AllocationSolverError, _compile, _greedy_fill,
-                              _Pairs, _result)
+from fabric.allocation import (Allocation, AllocationProblem, AllocationSolverError, _compile, _greedy_fill,
+                               _Pairs, _result)
 from fabric.errors import ConfigError
 
 __all__ = ["allocate_optimal", "exact_min_max_time_s"]

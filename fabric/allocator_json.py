@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from fabric.allocator import Allocation, AllocationProblem
+from fabric.allocation import Allocation, AllocationProblem
 from fabric.errors import ConfigError
 
 __all__ = ["problem_from_json", "allocation_to_json"]

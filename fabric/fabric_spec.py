@@ -74,7 +74,6 @@ class FabricSpec:
 
 def _spec_from_reader(r: Reader) -> FabricSpec:
     r.reject_unknown({"name", "link_gbps", "gpu_type", "server", "pods", "tor", "ocs_agg", "ocs_core", "masked_ports"})
-    techs = ", ".join(OCS_TECHNOLOGIES)
     server = r.section("server", default={})
     server.reject_unknown({"gpus"})
     pods = r.section("pods")

@@ -13,7 +13,7 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Iterable, Mapping
 
-from fabric.allocator import pair_time_s
+from fabric.allocation import pair_time_s
 from fabric.topology import PortRef
 
 __all__ = ["CrossConnect", "Circuit", "CircuitPlan", "PlanDiff", "diff_plans", "circuits_from", "is_uplink_endpoint",

@@ -25,10 +25,9 @@ Journalled commits themselves live in :mod:`fabric.commit` (also importable from
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Collection, Iterable, Mapping
 
 from fabric.ocs.errors import OcsDenied, OcsError, OcsPortBlocked, OcsPortFailed, denied_from_code
 from fabric.ocs.fanout import each_device
@@ -40,18 +39,10 @@ if TYPE_CHECKING:  # the controller imports nothing of the device layer; keep it
     from fabric.controller import FabricController, MaterializeResult
     from fabric.intent import Intent
 
-__all__ = ["UNUSABLE_PORT_STATES", "DeviceChanges", "DeviceReconcile", "ReconcileReport", "CommitReport", "CommitError",
-           "CommitInFlightError", "device_changes", "reconcile", "reconcile_store", "apply_plan_diff",
-           "JournaledCommitter", "replan_after_failures", "restore_controller", "bulk_errors", "unusable_ports"]
-# Journalled commits moved to fabric.commit (which imports this module); served from there on first use.
-_FROM_COMMIT = {"CommitReport", "CommitError", "CommitInFlightError", "apply_plan_diff", "apply_plan_steps",
-                "JournaledCommitter"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _FROM_COMMIT:
-        return getattr(importlib.import_module("fabric.commit"), name)
-    raise AttributeError(f"module 'fabric.reconcile' has no attribute {name!r}")
+# Journalled commits (CommitReport, JournaledCommitter, apply_plan_diff, ...) are in fabric.commit, which
+# imports this module; nothing here imports it back.
+__all__ = ["UNUSABLE_PORT_STATES", "DeviceChanges", "DeviceReconcile", "ReconcileReport", "device_changes", "reconcile",
+           "reconcile_store", "replan_after_failures", "restore_controller", "bulk_errors", "unusable_ports"]
 
 
 UNUSABLE_PORT_STATES = ("failed", "force-blocked")  # port states no circuit may use

@@ -30,25 +30,16 @@ path also needs its lift/drop circuits; each tier's circuits are protected per p
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Collection, Iterable
+from typing import Collection, Iterable
 
 from fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
 from fabric.topology import PortRef
 
-__all__ = [
-    "LinkCircuit", "ReconfigStep", "Outage", "ReconfigOrder", "order_reconfiguration", "order_plan_change",
-    "check_connectivity_preserved",
-]
-
-
-def __getattr__(name: str) -> Any:  # the order's verifier lives in fabric.reconfig_check (which imports this)
-    if name == "check_connectivity_preserved":
-        return importlib.import_module("fabric.reconfig_check").check_connectivity_preserved
-    raise AttributeError(f"module 'fabric.reconfig_order' has no attribute {name!r}")
+# The order's verifier, check_connectivity_preserved, is in fabric.reconfig_check (which imports this module).
+__all__ = ["LinkCircuit", "ReconfigStep", "Outage", "ReconfigOrder", "order_reconfiguration", "order_plan_change"]
 
 Pair = tuple[str, str]
 

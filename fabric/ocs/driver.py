@@ -24,7 +24,8 @@ from functools import partial
 from itertools import repeat
 from typing import Any, Iterable
 
-from fabric.ocs.errors import OcsAborted, OcsAuthError, OcsCommandError, OcsRequestError, denied_from_code
+from fabric.ocs.errors import (OcsAborted, OcsAuthError, OcsCommandError, OcsProtocolError, OcsRequestError,
+                              denied_from_code)
 from fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
 from fabric.ocs.session import PendingReply, Tl1Session, _Spec
 from fabric.ocs.tl1 import Response, format_pair_lists, format_ports, parse_patch_line

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
-from fabric.reconfig_order import (LinkCircuit, ReconfigStep, check_connectivity_preserved, order_plan_change,
-                                   order_reconfiguration)
+from fabric.reconfig_check import check_connectivity_preserved
+from fabric.reconfig_order import LinkCircuit, ReconfigStep, order_plan_change, order_reconfiguration
 from fabric.safe_window import (CollectiveEvent, CommitDecision, EventOrderError, GateConfig, SafeWindowGate,
                                 format_duration)
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from fabric.errors import ConfigError
-from fabric.topology import OCS_TECHNOLOGIES, PortRef, Topology, load_topology, spec_from_mapping
+from fabric.topology import OCS_TECHNOLOGIES, Topology, load_topology, spec_from_mapping
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

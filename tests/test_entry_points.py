@@ -1,0 +1,105 @@
+"""Every module imports on its own and every benchmark starts, each in a fresh interpreter.
+
+A circular import only shows when the module that closes the circle is imported first, and a test
+that imports a benchmark before running it has already paid the import in the right order; so both
+checks run in new processes, the way `make bench` and a user's first ``import`` do.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("fabric", "collectives", "compute_sched", "agents", "sim")
+BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py"))
+
+# One interpreter for all modules, but each import starts from a sys.modules with no project module
+# in it: third-party imports stay cached (fast), while the project's import order is the module's own.
+_IMPORT_EACH_ALONE = """
+import importlib, sys, traceback
+packages = {packages!r}
+failed = []
+for name in sys.argv[1:]:
+    for loaded in [m for m in sys.modules if m.split('.')[0] in packages]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except Exception:
+        failed.append(name + ': ' + traceback.format_exc().strip().splitlines()[-1])
+print('\\n'.join(failed))
+sys.exit(1 if failed else 0)
+"""
+
+
+def _modules() -> list[str]:
+    names = []
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            rel = path.relative_to(REPO).with_suffix("")
+            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+            names.append(".".join(parts))
+    return names
+
+
+def _import_graph() -> nx.DiGraph:
+    """Project module -> project modules it imports anywhere (nested, TYPE_CHECKING and importlib included)."""
+    modules = set(_modules())
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = nx.DiGraph()
+    for mod in modules:
+        path = REPO / (mod.replace(".", "/") + ".py")
+        path = path if path.exists() else REPO / mod.replace(".", "/") / "__init__.py"
+        graph.add_node(mod)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "import_module" and node.args
+                  and isinstance(node.args[0], ast.Constant)):
+                targets = [node.args[0].value]
+            else:
+                continue
+            for target in filter(None, map(owner, targets)):
+                if target != mod and not mod.startswith(target + "."):  # a package's own __init__ is not a circle
+                    graph.add_edge(mod, target)
+    return graph
+
+
+def test_no_import_circles_and_imports_point_down():
+    graph = _import_graph()
+    circles = list(nx.simple_cycles(graph))
+    assert not circles, f"import circles (break them; a lazy importlib re-export is still one): {circles}"
+    # ARCHITECTURE.md: fabric imports none of the others, collectives and compute_sched only fabric,
+    # agents and sim anything.
+    level = {"fabric": 0, "collectives": 1, "compute_sched": 1, "agents": 2, "sim": 2}
+    upward = [(a, b) for a, b in graph.edges if a.split(".")[0] != b.split(".")[0]
+              and (level[b.split(".")[0]] > level[a.split(".")[0]] or level[a.split(".")[0]] == 1 == level[b.split(".")[0]])]
+    assert not upward, f"imports that point up or sideways between packages: {upward}"
+
+
+def test_every_module_imports_on_its_own():
+    modules = _modules()
+    assert len(modules) > 50  # the walk found the packages
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH_ALONE.format(packages=PACKAGES), *modules],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, "modules that fail to import on their own:\n" + proc.stdout + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_benchmark_starts_and_finishes_quick_run(bench):
+    proc = subprocess.run([sys.executable, f"bench/{bench}", "--quick"], cwd=REPO, capture_output=True, text=True,
+                          timeout=280)
+    assert proc.returncode == 0, f"bench/{bench} --quick exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert proc.stdout.strip(), f"bench/{bench} --quick printed nothing"
