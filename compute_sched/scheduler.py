@@ -71,6 +71,9 @@ class GenerationScheduler:
 
     Parameters
     ----------
+    costs : CostModel
+        Build it with :meth:`CostModel.for_engine`; one that prices KV transfer the engine cannot do
+        is refused (:class:`~fabric.errors.ConfigError`).
     forecast : LengthHistogram or None
         The step's forecast remaining-workload histogram (None: requests may run to the cap).
     exact_lengths : mapping, optional
