@@ -71,15 +71,18 @@ class EngineFailure(OrchestrlError):
     """One or more engines raised in their worker threads.
 
     ``failures`` lists ``(engine name, exception)``; ``finished`` holds the requests that finished
-    on the healthy engines during the same call (already removed from the pending set), so nothing
-    is lost when the caller handles the failure.
+    on the healthy engines during the same call (already removed from the pending set), and
+    ``lost`` the requests that no engine holds any more (a submission that failed), so the caller
+    can account for every request.
     """
 
     def __init__(self, action: str, failures: Sequence[tuple[str, BaseException]],
-                 finished: Sequence[FinishedRequest] = ()) -> None:
-        self.action, self.failures, self.finished = action, list(failures), list(finished)
+                 finished: Sequence[FinishedRequest] = (), lost: Sequence[str] = ()) -> None:
+        self.action, self.failures = action, list(failures)
+        self.finished, self.lost = list(finished), list(lost)
         what = "; ".join(f"{name}: {type(exc).__name__}: {exc}" for name, exc in self.failures)
-        super().__init__(f"{action} failed on {len(self.failures)} engine(s): {what}")
+        gone = f"; requests no longer pending: {self.lost[:5]}{' ...' if len(self.lost) > 5 else ''}" if lost else ""
+        super().__init__(f"{action} failed on {len(self.failures)} engine(s): {what}{gone}")
 
 
 class _Worker:
@@ -174,7 +177,13 @@ class VllmEngine:
         self.layout, self._factory, self._cap_of, self._params = layout, engine_factory, kv_capacity_tokens, sampling_params
         self._all: list[_Worker] = []  # every worker ever started, so close() and GC stop them all
         self._finalizer = weakref.finalize(self, _stop_workers, self._all)
-        self._workers = [self._start(i.config, i.gpu_ids) for i in layout.instances]
+        self._workers: list[_Worker] = []
+        try:
+            for inst in layout.instances:
+                self._workers.append(self._start(inst.config, inst.gpu_ids))
+        except EngineFailure:
+            self.close()  # the engines built so far: no thread outlives a failed constructor
+            raise
         self._standby: dict[tuple[InstanceConfig, tuple[int, ...]], _Worker] = {}
         self._reqs: dict[str, _Tracked] = {}
         self._rate = [0.0] * len(self._workers)
@@ -191,16 +200,24 @@ class VllmEngine:
         return [w.engine for w in self._workers]
 
     def close(self) -> None:
-        """Shut every engine's thread down (and the engine, if it has ``shutdown()``); idempotent."""
+        """Shut every engine's thread down (and the engine, if it has ``shutdown()``); idempotent.
+
+        Every thread is stopped even if an engine's ``shutdown()`` raises; those errors follow as one
+        :class:`EngineFailure`.
+        """
+        failures = []
         while self._all:
             w = self._all.pop()
-            try:
-                stop = getattr(w.engine, "shutdown", None)
-                if stop is not None:
+            stop = getattr(w.engine, "shutdown", None)
+            if stop is not None:
+                try:
                     w.call("shutdown", stop)
-            finally:
-                w.close()
+                except EngineFailure as exc:
+                    failures += exc.failures
+            w.close()
         self._finalizer.detach()
+        if failures:
+            raise EngineFailure("shutdown", failures)
 
     def __enter__(self) -> "VllmEngine":
         return self
@@ -255,12 +272,12 @@ class VllmEngine:
         done: list[str] = []
         try:
             self._on_each(action, {k: self._submit_job(items, done) for k, items in by.items()})
-        except EngineFailure:
+        except EngineFailure as exc:
             ok = set(done)
-            for t in tracked:
-                if t.req.request_id not in ok:
-                    self._reqs.pop(t.req.request_id, None)  # never on an engine: no longer pending
-            raise
+            lost = [t.req.request_id for t in tracked if t.req.request_id not in ok]
+            for rid in lost:
+                self._reqs.pop(rid, None)  # on no engine: no longer pending
+            raise EngineFailure(exc.action, exc.failures, lost=lost) from exc
 
     def add_requests(self, requests: Sequence[GenerationRequest], instance: int | None = None) -> None:
         new = []

@@ -225,10 +225,24 @@ def test_a_failed_submission_names_the_engine_and_leaves_nothing_half_tracked():
 
     eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 2), lambda cfg, gpus: Full() if gpus == (1,)
                      else _LLMEngineSurface(), kv_capacity_tokens=lambda c: 10_000, sampling_params=lambda n: n)
-    with pytest.raises(EngineFailure, match=r"instance 1 \(tp1 on GPUs \[1\]\).*max_model_len"):
+    with pytest.raises(EngineFailure, match=r"instance 1 \(tp1 on GPUs \[1\]\).*max_model_len") as info:
         eng.add_requests([GenerationRequest("a", 3, 5, prompt_token_ids=(1, 2, 3))], 1)
-    assert eng.idle()  # the request never reached an engine, so it is not pending
+    assert info.value.lost == ["a"] and eng.idle()  # it never reached an engine, so it is not pending
     eng.close()
+
+
+def test_a_factory_that_fails_names_the_engine_and_leaves_no_thread_behind():
+    before = len(_engine_threads())
+
+    def factory(cfg, gpus):
+        if gpus == (2,):
+            raise RuntimeError("no GPU 2 in CUDA_VISIBLE_DEVICES")
+        return _LLMEngineSurface()
+
+    with pytest.raises(EngineFailure, match=r"build failed.*tp1 on GPUs \[2\].*CUDA_VISIBLE_DEVICES"):
+        VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 4), factory, kv_capacity_tokens=lambda c: 1,
+                   sampling_params=lambda n: n)
+    assert len(_engine_threads()) == before
 
 
 def test_engine_threads_stop_on_close_and_on_garbage_collection():
