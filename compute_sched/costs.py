@@ -9,13 +9,18 @@ time (engine rebuild, CUDA graphs, warm-up).
 Migration moves a request's KV cache to its new instance either by direct transfer (fixed
 connection setup plus bytes over the link) or by recomputation (a prefill of its prompt plus the
 tokens generated so far on the destination); the cheaper one is chosen (Appendix A, Figure 19:
-transfer wins for large caches, recomputation for small ones or slow links).
+transfer wins for large caches, recomputation for small ones or slow links) -- but transfer only
+when the engine can do it (:class:`~compute_sched.engine.EngineCapabilities`). The vLLM adapter
+cannot (vLLM has no public path to hand a running request's KV to another engine), and
+OrchestrRL §6.2.2 itself paid "5.4 s for KV-cache recomputation" when it reconfigured, so
+recompute-only is the default; :meth:`CostModel.for_engine` builds the model an engine can honour.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compute_sched.engine import RECOMPUTE_ONLY, Engine, EngineCapabilities
 from compute_sched.layout import InstanceConfig
 from compute_sched.perf import PerfModel
 
@@ -48,16 +53,31 @@ class CostModel:
     Examples
     --------
     >>> from compute_sched.hardware import load_gpu, load_model
-    >>> costs = CostModel(PerfModel(load_model("Qwen2.5-32B"), load_gpu("H800")))
+    >>> perf = PerfModel(load_model("Qwen2.5-32B"), load_gpu("H800"))
     >>> dst = InstanceConfig("tp", tp=4)
+    >>> costs = CostModel(perf)  # recompute only: what the vLLM adapter can do
     >>> costs.migration(dst, [300]).method, costs.migration(dst, [12000] * 64).method
+    ('recompute', 'recompute')
+    >>> what_if = CostModel(perf, capabilities=EngineCapabilities.assume_kv_transfer())
+    >>> what_if.migration(dst, [300]).method, what_if.migration(dst, [12000] * 64).method
     ('recompute', 'transfer')
     """
 
     perf: PerfModel
+    capabilities: EngineCapabilities = RECOMPUTE_ONLY  # which migration methods exist at all
     switch_fixed_s: float = 1.5  # engine switch-over (OrchestrRL §6.2.2 measured ~1.5 s)
     transfer_setup_s: float = 0.2  # KV transfer: connection, registration, synchronisation
     transfer_link_bps: float | None = None  # None: the destination's NIC (Appendix A assumes one 200G NIC)
+
+    @classmethod
+    def for_engine(cls, perf: PerfModel, engine: Engine, **knobs: float) -> "CostModel":
+        """The cost model of ``engine``: it prices transfer only if ``engine.capabilities`` allows it.
+
+        Every scheduler, planner and balancer should get its costs from here (or from an explicit,
+        labelled :meth:`EngineCapabilities.assume_kv_transfer` for a what-if study), so predicted
+        gains never rest on a migration path the engine does not have.
+        """
+        return cls(perf, capabilities=engine.capabilities, **knobs)
 
     def switch(self, old: InstanceConfig | None, new: InstanceConfig, same_gpus: bool = True) -> SwitchCost:
         """Return ``C^sw`` of turning the GPUs of ``old`` (None: idle GPUs) into an instance of ``new``."""
@@ -98,6 +118,8 @@ class CostModel:
     def migration(self, dst: InstanceConfig, contexts: list[int]) -> MigrationCost:
         """Return the cheaper of KV transfer and recomputation for moving these requests to ``dst``.
 
+        Transfer is a candidate only when ``capabilities.kv_transfer``; otherwise this is recomputation.
+
         Notes
         -----
         O(len(contexts)).
@@ -106,7 +128,10 @@ class CostModel:
         if tokens <= 0:
             return MigrationCost(0.0, "none", 0.0, 0)
         kv = tokens * float(self.perf.model.kv_bytes_per_token)
-        t, r = self.transfer_s(tokens), self.recompute_s(dst, list(contexts))
+        r = self.recompute_s(dst, list(contexts))
+        if not self.capabilities.kv_transfer:
+            return MigrationCost(r, "recompute", kv, tokens)
+        t = self.transfer_s(tokens)
         if t <= r:
             return MigrationCost(t, "transfer", kv, tokens)
         return MigrationCost(r, "recompute", kv, tokens)

@@ -16,8 +16,36 @@ from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
 from compute_sched.layout import InstanceConfig, Layout
 from compute_sched.workload import RequestState
 
-__all__ = ["GenerationRequest", "WorkerState", "ClusterSnapshot", "Migration", "MigrationReport", "SwitchReport",
-           "FinishedRequest", "Engine"]
+__all__ = ["EngineCapabilities", "RECOMPUTE_ONLY", "GenerationRequest", "WorkerState", "ClusterSnapshot", "Migration",
+           "MigrationReport", "SwitchReport", "FinishedRequest", "Engine"]
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can really do to move a request between instances; the cost model prices only this.
+
+    Every engine can migrate by recomputation (abort, re-submit prompt + generated tokens, prefill
+    again on the destination). Moving the KV cache itself needs a path the engine drives for a
+    running request; the vLLM adapter has none through vLLM's public API (see
+    :mod:`compute_sched.vllm_engine`), so recompute-only is the default everywhere.
+
+    Examples
+    --------
+    >>> RECOMPUTE_ONLY.kv_transfer, EngineCapabilities.assume_kv_transfer().label
+    (False, 'what-if: KV transfer assumed')
+    """
+
+    kv_transfer: bool = False  # can ship a running request's KV cache to another instance
+    kv_connector: str | None = None  # the KV connector the engine was built with, if any (reported, not assumed usable)
+    label: str = "recompute only"  # shown next to results, so a what-if is never mistaken for a measurement
+
+    @staticmethod
+    def assume_kv_transfer(label: str = "what-if: KV transfer assumed") -> "EngineCapabilities":
+        """Capabilities of a hypothetical engine that migrates KV by transfer (what-if studies only)."""
+        return EngineCapabilities(kv_transfer=True, label=label)
+
+
+RECOMPUTE_ONLY = EngineCapabilities()  # what the vLLM adapter can do
 
 
 @dataclass(frozen=True)
@@ -72,7 +100,11 @@ class ClusterSnapshot:
 
 @dataclass(frozen=True)
 class Migration:
-    """Move one request's state from instance ``src`` to ``dst`` (``method``: transfer, recompute, auto)."""
+    """Move one request's state from instance ``src`` to ``dst`` (``method``: transfer, recompute, auto).
+
+    An engine without :attr:`EngineCapabilities.kv_transfer` recomputes whatever ``method`` says, and
+    its :class:`MigrationReport` counts the move under ``"recompute"``.
+    """
 
     request_id: str
     src: int
@@ -109,6 +141,10 @@ class FinishedRequest:
 @runtime_checkable
 class Engine(Protocol):
     """A generation cluster the scheduler can observe and steer."""
+
+    @property
+    def capabilities(self) -> EngineCapabilities:
+        """How this engine can migrate requests; the scheduler's cost model must price only that."""
 
     def now_s(self) -> float:
         """Seconds since the step started (simulated or wall clock)."""

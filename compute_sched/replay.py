@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compute_sched.costs import CostModel
-from compute_sched.engine import GenerationRequest
+from compute_sched.engine import RECOMPUTE_ONLY, EngineCapabilities, GenerationRequest
 from compute_sched.intents import IntentSink
 from compute_sched.layout import InstanceConfig, homogeneous
 from compute_sched.perf import PerfModel
@@ -46,6 +46,7 @@ class ReplayOptions:
     partial_fraction: float = 0.1
     sweep_tps: tuple[int, ...] = (1, 2, 4, 8)
     max_num_seqs: int | None = None  # vLLM batch limit per instance; None: the calibration's (perf.cal)
+    capabilities: EngineCapabilities = RECOMPUTE_ONLY  # how the engine migrates; transfer only as a labelled what-if
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,9 @@ def _run(trace: Trace, perf: PerfModel, gpus: int, tp: int, sched: SchedulerConf
          forecast: LengthHistogram | None, sink: IntentSink | None, exact: bool, job: str) -> tuple[str, StepReport]:
     layout = homogeneous(InstanceConfig("tp", tp=tp), gpus)
     lengths = {q.request_id: q.output_tokens for q in trace.requests}
-    engine = SimEngine(perf, layout, lengths, max_num_seqs=opts.max_num_seqs)
+    engine = SimEngine(perf, layout, lengths, max_num_seqs=opts.max_num_seqs, capabilities=opts.capabilities)
     launch_contiguous(engine, _requests(trace))
-    sched_obj = GenerationScheduler(engine, perf, CostModel(perf), forecast, sched,
+    sched_obj = GenerationScheduler(engine, perf, CostModel.for_engine(perf, engine), forecast, sched,
                                     exact_lengths=lengths if exact else None, sink=sink, job=job)
     return layout.describe(), sched_obj.run_step()
 

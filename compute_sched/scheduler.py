@@ -18,6 +18,7 @@ from compute_sched.intents import IntentSink, generation_intent
 from compute_sched.perf import PerfModel
 from compute_sched.planner import PlannerConfig, plan_layout
 from compute_sched.workload import LengthHistogram, StepWorkload
+from fabric.errors import ConfigError
 
 __all__ = ["SchedulerConfig", "ReconfigEvent", "StepReport", "GenerationScheduler"]
 
@@ -70,6 +71,9 @@ class GenerationScheduler:
 
     Parameters
     ----------
+    costs : CostModel
+        Build it with :meth:`CostModel.for_engine`; one that prices KV transfer the engine cannot do
+        is refused (:class:`~fabric.errors.ConfigError`).
     forecast : LengthHistogram or None
         The step's forecast remaining-workload histogram (None: requests may run to the cap).
     exact_lengths : mapping, optional
@@ -81,6 +85,10 @@ class GenerationScheduler:
     def __init__(self, engine: Engine, perf: PerfModel, costs: CostModel, forecast: LengthHistogram | None,
                  config: SchedulerConfig | None = None, *, exact_lengths: Mapping[str, int] | None = None,
                  sink: IntentSink | None = None, job: str = "gen", global_gpus: Sequence[int] | None = None) -> None:
+        if costs.capabilities.kv_transfer and not engine.capabilities.kv_transfer:
+            raise ConfigError("GenerationScheduler", "costs.capabilities",
+                              f"the cost model prices KV transfer ({costs.capabilities.label}) but the engine can "
+                              f"only recompute ({engine.capabilities.label})", "CostModel.for_engine(perf, engine)")
         self.engine, self.perf, self.costs = engine, perf, costs
         self.cfg = config or SchedulerConfig()
         self.workload = StepWorkload(forecast) if forecast is not None else None

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 from compute_sched.costs import CostModel
-from compute_sched.engine import (ClusterSnapshot, FinishedRequest, GenerationRequest, Migration, MigrationReport,
-                                  SwitchReport, WorkerState)
+from compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
+                                  MigrationReport, SwitchReport, WorkerState)
 from compute_sched.layout import Layout
 from compute_sched.perf import PerfModel
 from compute_sched.workload import RequestState
@@ -86,14 +86,22 @@ class SimEngine:
         Hidden output length of every request that will be added.
     costs : CostModel, optional
         Switching and migration costs, and the batched prefill of admitted requests, priced as a
-        recompute (default: ``CostModel(perf)``).
+        recompute (default: ``CostModel(perf, capabilities=capabilities)``).
+    capabilities : EngineCapabilities, optional
+        How migrations may move state (default: ``costs.capabilities``, else recompute only -- what
+        the vLLM adapter can do; pass :meth:`EngineCapabilities.assume_kv_transfer` for a what-if).
     max_num_seqs : int, optional
         Batch limit per instance (vLLM ``max_num_seqs``; default: ``perf.cal.max_num_seqs``).
     """
 
     def __init__(self, perf: PerfModel, layout: Layout, lengths: Mapping[str, int], *, costs: CostModel | None = None,
-                 max_num_seqs: int | None = None, kv_watermark: float = 0.02) -> None:
-        self.perf, self.costs = perf, costs or CostModel(perf)
+                 max_num_seqs: int | None = None, kv_watermark: float = 0.02,
+                 capabilities: EngineCapabilities | None = None) -> None:
+        if costs is not None and capabilities is not None and costs.capabilities != capabilities:
+            raise ConfigError("SimEngine", "capabilities", f"{capabilities.label!r} disagrees with the cost model's "
+                                                           f"{costs.capabilities.label!r}", "one of the two, or equal")
+        self.capabilities = capabilities or (costs.capabilities if costs is not None else EngineCapabilities())
+        self.perf, self.costs = perf, costs or CostModel(perf, capabilities=self.capabilities)
         self.lengths = dict(lengths)
         self.max_num_seqs = max_num_seqs if max_num_seqs is not None else perf.cal.max_num_seqs
         self.watermark = kv_watermark
@@ -167,7 +175,8 @@ class SimEngine:
             chosen = self.costs.migration(inst.cfg, [s.ctx for s in auto]).method if auto else "none"
             for s, m in items:
                 how = chosen if m == "auto" else m
-                how = "recompute" if how == "none" else how
+                if how == "none" or (how == "transfer" and not self.capabilities.kv_transfer):
+                    how = "recompute"  # an engine without a KV path recomputes whatever was asked
                 s.kv_ready = how == "transfer"
                 methods[how] = methods.get(how, 0) + 1
                 moved.append(s.rid)

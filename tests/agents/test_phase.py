@@ -178,3 +178,34 @@ def test_the_runtime_hook_triggers_long_tail_migration_so_the_next_rollout_start
         first.join(20)
         assert seen == [True, True]
         assert server.state()["grants"] == [["a", "rollout"], ["b", "rollout"]] and not server.state()["failed"]
+
+
+def test_warm_start_is_timed_until_the_copies_land_not_until_they_are_queued(monkeypatch):
+    """On CUDA the host-to-device copies are non_blocking: they return when queued. The warm-start time
+    must include waiting for them, so the clock is read only after the device is synchronised."""
+    import time
+
+    import agents.phase as phase
+
+    log = []
+    real = time.perf_counter
+    landing_s = 0.05
+
+    def device_still_copying():  # what a queue of non_blocking copies leaves behind: the data lands later
+        time.sleep(landing_s)
+        log.append("sync")
+
+    with PhaseServer(["a"], {"a": [0]}, permit_timeout_s=30) as server:
+        rt = PhaseRuntime("a", server.url, {"w": torch.zeros(1024)}, device="cpu")
+        assert rt._synchronize is phase._no_sync  # on CPU the copy is synchronous: nothing to wait for
+        rt._synchronize = device_still_copying
+
+        @rt.phase("rollout")
+        def rollout(ctx):
+            return float(ctx.state["w"].sum())
+
+        monkeypatch.setattr(phase.time, "perf_counter", lambda: log.append("clock") or real())
+        assert rollout() == 0.0
+        monkeypatch.undo()
+    assert log[:3] == ["clock", "sync", "clock"]  # start, wait for the copies, then read the clock
+    assert rt.warm_start_s[0] >= landing_s

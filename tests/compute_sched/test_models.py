@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from compute_sched.costs import CostModel
+from compute_sched.engine import EngineCapabilities
 from compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
 from compute_sched.layout import InstanceConfig, Layout, Instance, candidate_configs, homogeneous, parse_config
 from compute_sched.perf import MeasuredStep, PerfModel, calibrate
@@ -100,8 +101,21 @@ def test_switch_and_migration_costs_follow_appendix_a(pm14):
     finer = costs.switch(TP[2], TP[8])  # a TP=8 shard is a slice of the TP=2 shard already held
     coarser = costs.switch(TP[8], TP[2])
     assert finer.bytes_moved == 0 and coarser.bytes_moved > 0 and coarser.seconds > finer.seconds
-    # Figure 19: recomputation for a small cache, direct transfer for a large one.
-    assert costs.migration(TP[8], [500]).method == "recompute"
-    assert costs.migration(TP[8], [12000] * 64).method == "transfer"
-    slow = CostModel(pm14, transfer_link_bps=1e9)  # a thin link makes recomputation win
+    # Figure 19, for an engine that can ship KV: recomputation for a small cache, transfer for a large one.
+    what_if = CostModel(pm14, capabilities=EngineCapabilities.assume_kv_transfer())
+    assert what_if.migration(TP[8], [500]).method == "recompute"
+    assert what_if.migration(TP[8], [12000] * 64).method == "transfer"
+    slow = CostModel(pm14, capabilities=what_if.capabilities, transfer_link_bps=1e9)  # a thin link: recompute wins
     assert slow.migration(TP[8], [12000] * 64).method == "recompute"
+
+
+@given(contexts=st.lists(st.integers(1, 32_000), min_size=1, max_size=128), tp=st.sampled_from([1, 2, 4, 8]))
+@settings(max_examples=60, deadline=None)
+def test_a_recompute_only_cost_model_never_prices_a_transfer(contexts, tp):
+    """The default (what the vLLM adapter can do) recomputes even where a transfer would be cheaper."""
+    pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    plain = CostModel(pm).migration(TP[tp], contexts)
+    what_if = CostModel(pm, capabilities=EngineCapabilities.assume_kv_transfer()).migration(TP[tp], contexts)
+    assert plain.method == "recompute"
+    assert plain.seconds == pytest.approx(CostModel(pm).recompute_s(TP[tp], contexts))
+    assert what_if.seconds <= plain.seconds  # the what-if only ever adds an option

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compute_sched.engine import Engine, GenerationRequest, Migration
+from compute_sched.engine import Engine, EngineCapabilities, GenerationRequest, Migration
 from compute_sched.hardware import load_gpu, load_model
 from compute_sched.layout import InstanceConfig, homogeneous
 from compute_sched.perf import PerfModel
@@ -92,3 +92,49 @@ def test_case_study_direction_tp2_early_tp8_tail():
     lengths = {q.request_id: q.output_tokens for q in tail_q}
     tail = {tp: _run(tp, tail_reqs, lengths)[0] for tp in (2, 4, 8)}
     assert min(tail, key=tail.get) == 8
+
+
+def _loaded(capabilities=None):
+    """Sixteen long-context requests decoding on instance 0 of 4x tp2: moving them is where transfer would pay."""
+    reqs = [GenerationRequest(f"r{i}", 12000, 8192) for i in range(16)]
+    e = SimEngine(PM, homogeneous(InstanceConfig("tp", tp=2), 8), {r.request_id: 6000 for r in reqs},
+                  capabilities=capabilities)
+    e.add_requests(reqs, 0)
+    e.advance(5.0)
+    assert len(e.snapshot().workers[0].running) == 16
+    return e
+
+
+def test_default_engine_migrates_only_by_recompute_even_when_asked_to_transfer():
+    """Default capabilities are the vLLM adapter's: no KV path, so every move is a recompute."""
+    e = _loaded()
+    assert e.capabilities == EngineCapabilities() and not e.costs.capabilities.kv_transfer
+    auto = e.migrate([Migration(f"r{i}", 0, 1) for i in range(8)])
+    asked = e.migrate([Migration(f"r{i}", 0, 2, "transfer") for i in range(8, 12)])
+    assert auto.methods == {"recompute": 8} and asked.methods == {"recompute": 4}
+    lay = e.change_layout(homogeneous(InstanceConfig("tp", tp=4), 8), {f"r{i}": i % 2 for i in range(16)})
+    assert "transfer" not in lay.migration.methods and lay.migration.methods["recompute"] > 0
+
+
+def test_what_if_transfer_engine_ships_large_caches_and_is_labelled():
+    real, what_if = _loaded(), _loaded(EngineCapabilities.assume_kv_transfer())
+    assert what_if.capabilities.label.startswith("what-if")
+    moves = [Migration(f"r{i}", 0, 1) for i in range(8)]
+    rep_real, rep_if = real.migrate(moves), what_if.migrate(moves)
+    assert rep_if.methods == {"transfer": 8} and rep_real.methods == {"recompute": 8}
+    assert rep_if.seconds < rep_real.seconds  # the gain the what-if assumes and vLLM cannot deliver
+
+
+def test_engine_and_cost_model_must_agree_on_capabilities():
+    from compute_sched.costs import CostModel
+    from compute_sched.scheduler import GenerationScheduler
+
+    what_if = EngineCapabilities.assume_kv_transfer()
+    layout = homogeneous(InstanceConfig("tp", tp=2), 4)
+    with pytest.raises(ConfigError, match="capabilities"):
+        SimEngine(PM, layout, {}, costs=CostModel(PM, capabilities=what_if), capabilities=EngineCapabilities())
+    assert SimEngine(PM, layout, {}, costs=CostModel(PM, capabilities=what_if)).capabilities == what_if
+    plain = SimEngine(PM, layout, {})
+    with pytest.raises(ConfigError, match="CostModel.for_engine"):
+        GenerationScheduler(plain, PM, CostModel(PM, capabilities=what_if), None)
+    assert not CostModel.for_engine(PM, plain).capabilities.kv_transfer

@@ -3,22 +3,29 @@ methods; the real-engine test needs vLLM, CUDA and a local model (ORCHESTRL_VLLM
 
 from __future__ import annotations
 
+import gc
 import os
+import threading
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from compute_sched.engine import Engine, GenerationRequest, Migration
+from compute_sched.costs import CostModel
+from compute_sched.engine import Engine, EngineCapabilities, GenerationRequest, Migration
+from compute_sched.hardware import load_gpu, load_model
 from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.vllm_engine import VllmEngine
+from compute_sched.perf import PerfModel
+from compute_sched.vllm_engine import EngineFailure, VllmEngine
 
 
 class _LLMEngineSurface:
     """add_request / abort_request / step / has_unfinished_requests / sleep / wake_up, one token per step."""
 
-    def __init__(self):
+    def __init__(self, step_s=0.001):
         self.live, self.slept, self.woken = {}, 0, 0
+        self.step_s = step_s
+        self.threads = set()  # every thread that called this engine
 
     def add_request(self, request_id, prompt, params):
         assert set(prompt) == {"prompt_token_ids"}
@@ -32,7 +39,8 @@ class _LLMEngineSurface:
         return bool(self.live)
 
     def step(self):
-        time.sleep(0.001)  # a decode step takes time, so advance(seconds) sees a few of them
+        self.threads.add(threading.get_ident())
+        time.sleep(self.step_s)  # a decode step blocks outside the GIL, as vLLM's step() waits on its engine core
         outs = []
         for rid, (max_tokens, toks) in list(self.live.items()):
             toks.append(7)
@@ -84,6 +92,7 @@ def test_adapter_tracks_progress_migrates_by_recompute_and_switches_layouts():
     assert sorted(f.request_id for f in finished) == ["r0", "r1", "r2", "r3"]
     assert all(f.output_tokens == 50 for f in finished)  # progress survived two re-submissions
     assert eng.abort(["r0"]) == []
+    eng.close()
 
 
 @pytest.mark.skipif(not os.environ.get("ORCHESTRL_VLLM_MODEL"), reason="needs ORCHESTRL_VLLM_MODEL (a local model)")
@@ -112,6 +121,7 @@ def test_real_vllm_engine_generates_and_migrates():
     while not eng.idle():
         done += eng.advance(1.0)
     assert len(done) == 4 and all(f.output_tokens <= 64 for f in done)
+    eng.close()
 
 
 def test_adapter_reports_each_engines_batch_limit_so_the_balancer_keeps_full_batches_full():
@@ -140,5 +150,140 @@ def test_adapter_reports_each_engines_batch_limit_so_the_balancer_keeps_full_bat
         snap = eng.snapshot()
         assert [w.max_batch for w in snap.workers] == [limit, limit]
         moves[limit] = plan_migrations(snap)
+        eng.close()
     assert moves[None] and all(m.dst == 1 for m in moves[None])  # 6 vs 2 running: worker 1 takes some
     assert moves[2] == []  # worker 1 already decodes its max_num_seqs: a move would only queue there
+
+
+def _engine_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("vllm-engine")]
+
+
+def _time_to_finish(n_engines, step_s=0.02, steps=10):
+    """Wall time for ``n_engines`` engines, one request each, to decode ``steps`` tokens of ``step_s``."""
+    made = []
+
+    def factory(cfg, gpus):
+        made.append(_LLMEngineSurface(step_s))
+        return made[-1]
+
+    with VllmEngine(homogeneous(InstanceConfig("tp", tp=1), n_engines), factory, kv_capacity_tokens=lambda c: 10_000,
+                    sampling_params=lambda n: n) as eng:
+        for k in range(n_engines):
+            eng.add_requests([GenerationRequest(f"q{k}", 3, steps, prompt_token_ids=(1, 2, 3))], k)
+        t0 = time.monotonic()
+        done = []
+        while not eng.idle():
+            done += eng.advance(10.0)
+        took = time.monotonic() - t0
+    assert sorted(f.request_id for f in done) == [f"q{k}" for k in range(n_engines)]
+    assert all(f.output_tokens == steps for f in done)
+    return took, made
+
+
+def test_engines_step_concurrently_so_four_take_about_as_long_as_one():
+    """A deployment runs its engines at once; stepping them in turn would make four take ~4x one."""
+    one, _ = _time_to_finish(1)
+    four, made = _time_to_finish(4)
+    assert four < 2.5 * one, f"4 engines took {four:.3f} s, one took {one:.3f} s: stepped one after another"
+    threads = [e.threads for e in made]
+    assert all(len(t) == 1 for t in threads)  # each engine is only ever stepped from its own thread ...
+    assert len(set.union(*threads)) == 4 and threading.get_ident() not in set.union(*threads)  # ... none shared
+    assert _engine_threads() == []  # leaving the with-block stopped them
+
+
+def test_an_engine_that_raises_is_named_and_the_others_results_are_kept():
+    class Broken(_LLMEngineSurface):
+        def step(self):
+            if any(len(toks) >= 2 for _, toks in self.live.values()):
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return super().step()
+
+    def factory(cfg, gpus):
+        return Broken() if gpus == (2,) else _LLMEngineSurface()
+
+    eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 4), factory, kv_capacity_tokens=lambda c: 10_000,
+                     sampling_params=lambda n: n)
+    for k in range(4):
+        eng.add_requests([GenerationRequest(f"q{k}", 3, 3, prompt_token_ids=(1, 2, 3))], k)
+    with pytest.raises(EngineFailure) as info:
+        eng.advance(5.0)
+    err = info.value
+    assert "instance 2 (tp1 on GPUs [2])" in str(err) and "illegal memory access" in str(err)
+    assert [name for name, _ in err.failures] == ["instance 2 (tp1 on GPUs [2])"]
+    assert isinstance(err.failures[0][1], RuntimeError)
+    assert sorted(f.request_id for f in err.finished) == ["q0", "q1", "q3"]  # the healthy engines' work is kept
+    assert [r.request_id for r in eng.snapshot().pending] == ["q2"]
+    eng.close()
+    assert _engine_threads() == []
+
+
+def test_a_failed_submission_names_the_engine_and_leaves_nothing_half_tracked():
+    class Full(_LLMEngineSurface):
+        def add_request(self, request_id, prompt, params):
+            raise ValueError("prompt is longer than max_model_len")
+
+    eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 2), lambda cfg, gpus: Full() if gpus == (1,)
+                     else _LLMEngineSurface(), kv_capacity_tokens=lambda c: 10_000, sampling_params=lambda n: n)
+    with pytest.raises(EngineFailure, match=r"instance 1 \(tp1 on GPUs \[1\]\).*max_model_len") as info:
+        eng.add_requests([GenerationRequest("a", 3, 5, prompt_token_ids=(1, 2, 3))], 1)
+    assert info.value.lost == ["a"] and eng.idle()  # it never reached an engine, so it is not pending
+    eng.close()
+
+
+def test_a_factory_that_fails_names_the_engine_and_leaves_no_thread_behind():
+    before = len(_engine_threads())
+
+    def factory(cfg, gpus):
+        if gpus == (2,):
+            raise RuntimeError("no GPU 2 in CUDA_VISIBLE_DEVICES")
+        return _LLMEngineSurface()
+
+    with pytest.raises(EngineFailure, match=r"build failed.*tp1 on GPUs \[2\].*CUDA_VISIBLE_DEVICES"):
+        VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 4), factory, kv_capacity_tokens=lambda c: 1,
+                   sampling_params=lambda n: n)
+    assert len(_engine_threads()) == before
+
+
+def test_engine_threads_stop_on_close_and_on_garbage_collection():
+    before = len(_engine_threads())
+    eng, _ = _adapter(homogeneous(InstanceConfig("tp", tp=1), 3))
+    assert len(_engine_threads()) == before + 3
+    eng.close()
+    eng.close()  # idempotent
+    assert len(_engine_threads()) == before
+    eng, _ = _adapter(homogeneous(InstanceConfig("tp", tp=1), 3))
+    eng.add_requests([GenerationRequest("r", 3, 5, prompt_token_ids=(1, 2, 3))], 0)
+    eng.advance(0.005)
+    del eng
+    gc.collect()
+    deadline = time.monotonic() + 5.0
+    while len(_engine_threads()) > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(_engine_threads()) == before
+
+
+def test_adapter_reports_recompute_only_even_with_a_kv_connector():
+    """vLLM's connectors hand KV over only for a request that finished length-capped; a running one cannot go."""
+    def with_connector(cfg, gpus):
+        eng = _LLMEngineSurface()
+        eng.vllm_config = SimpleNamespace(kv_transfer_config=SimpleNamespace(kv_connector="NixlConnector"))
+        return eng
+
+    layout = homogeneous(InstanceConfig("tp", tp=1), 2)
+    with VllmEngine(layout, with_connector, kv_capacity_tokens=lambda c: 10_000, sampling_params=lambda n: n) as eng:
+        caps = eng.capabilities
+        assert caps == EngineCapabilities(kv_transfer=False, kv_connector="NixlConnector")
+        eng.add_requests([GenerationRequest("r", 3, 50, prompt_token_ids=(1, 2, 3))], 0)
+        eng.advance(0.005)
+        assert eng.migrate([Migration("r", 0, 1, "transfer")]).methods == {"recompute": 1}
+    plain, _ = _adapter(layout)
+    assert plain.capabilities == EngineCapabilities()
+    pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    big = [12000] * 64  # where a transfer would win (Figure 19)
+    assert CostModel(pm, capabilities=EngineCapabilities.assume_kv_transfer()).migration(TP8, big).method == "transfer"
+    assert CostModel.for_engine(pm, plain).migration(TP8, big).method == "recompute"
+    plain.close()
+
+
+TP8 = InstanceConfig("tp", tp=8)
