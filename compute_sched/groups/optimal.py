@@ -8,8 +8,9 @@ holding S's first job of cost(g) + best(S - g)``, O(3^n)). For one group it trie
 pool size up to the largest member's request, every rollout GPU type (one type per group), and
 every rollout node count, cheapest first; a configuration is accepted once some assignment of
 members to rollout nodes (enumerated with interchangeable unused nodes identified) and some
-round-robin order (rotations identified) meets every member's SLO under worst-case times with every
-node inside its host memory. The first accepted configuration is therefore the group's optimum
+round-robin order (rotations identified) meets every member's SLO under worst-case times (and,
+given a :class:`~compute_sched.groups.slo.RealisedSloCheck`, under its sampled phases, as RollMux
+does) with every node inside its host memory. The first accepted configuration is therefore the group's optimum
 within the same execution model RollMux plans with. Cost grows exponentially: keep n <= ~10.
 
 The objective is §4.2's ``Cost(G)`` in $/h over the jobs active at each arrival and departure, as

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 @dataclasses.dataclass(frozen=True)
 class RolloutOverrun(ResponseModel):
-    """Every rollout takes 1.3x its stated worst case (the profile under-stated the longest response); training as stated."""
+    """Rollouts take 1.3x their stated worst case (the profile under-stated the longest response)."""
 
     def draw(self, rng, iterations, jobs, tail_threshold):
         out = np.ones((iterations, jobs, 3))
