@@ -109,8 +109,8 @@ def _replay(args: argparse.Namespace) -> int:
         ("SLO attainment", f"{pct(result.slo_attainment)} realised ({len(result.slo_misses)} of {result.jobs} jobs "
                            f"slowed beyond their SLO against their realised solo run; mean slowdown "
                            f"{result.mean_slowdown:.2f}x)"),
-        ("  planned", f"{pct(result.slo_attainment_planned)} (worst-case check of §4.2, the one RollMux admission "
-                      f"enforces: not evidence)"),
+        ("  planned", f"{pct(result.slo_attainment_planned)} (§4.2's worst-case check; RollMux admission enforces it, "
+                      f"so for RollMux it cannot fail)"),
         ("rollout bubbles", pct(result.rollout_bubble)),
         ("training bubbles", pct(result.train_bubble)),
         ("peak GPUs", f"{result.peak_gpus_rollout} rollout, {result.peak_gpus_train} training"),
