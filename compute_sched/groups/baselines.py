@@ -1,5 +1,6 @@
 """Baseline placement policies RollMux is compared against (§7.1, §7.5).
 
+* RollMux as published (``rollmux-paper``): Algorithm 1 with §4.2's worst-case SLO check alone.
 * Solo-D: every job on its own dedicated rollout and training nodes (standard disaggregation).
 * Co-located (veRL): every phase of a job on its training (H800) nodes; no rollout pool.
 * Gavel+: heterogeneity-aware job-level sharing; jobs of a group take turns as whole jobs, each
@@ -24,6 +25,8 @@ from compute_sched.groups.config import GroupConfig
 from compute_sched.groups.inter import RollMuxScheduler, isolated_decision
 from compute_sched.groups.intra import group_jobs, round_robin
 from compute_sched.groups.model import Group, JobSpec
+from compute_sched.groups.slo import RealisedSloCheck
+from compute_sched.groups.workload import ResponseModel
 from fabric.errors import ConfigError
 
 __all__ = ["SoloPolicy", "ColocatedPolicy", "GavelPolicy", "RandomPolicy", "GreedyPolicy", "make_policy",
@@ -194,15 +197,28 @@ class GreedyPolicy:
                         train_nodes=tuple(train[: job.train_nodes]))
 
 
+def _rollmux_paper(config: GroupConfig) -> RollMuxScheduler:
+    return RollMuxScheduler(config, realised=None)
+
+
 POLICIES: dict[str, Callable[..., object]] = {
-    "rollmux": RollMuxScheduler, "random": RandomPolicy, "greedy": GreedyPolicy, "solo": SoloPolicy,
-    "colocated": ColocatedPolicy, "gavel": GavelPolicy,
+    "rollmux": RollMuxScheduler, "rollmux-paper": _rollmux_paper, "random": RandomPolicy, "greedy": GreedyPolicy,
+    "solo": SoloPolicy, "colocated": ColocatedPolicy, "gavel": GavelPolicy,
 }
 
 
-def make_policy(name: str, config: GroupConfig, seed: int = 0):
-    """Return a placement policy by name (``optimal`` lives in :mod:`compute_sched.groups.optimal`)."""
+def make_policy(name: str, config: GroupConfig, seed: int = 0, responses: ResponseModel | None = None):
+    """Return a placement policy by name (``optimal`` lives in :mod:`compute_sched.groups.optimal`).
+
+    ``rollmux`` checks realised slowdowns against ``responses`` (the phase model the jobs run with;
+    default :class:`~compute_sched.groups.workload.ResponseModel`) with draws from its own stream of
+    ``seed``; ``rollmux-paper`` is Algorithm 1 as published, the worst-case check alone.
+    """
     if name not in POLICIES:
         raise ConfigError("policy", "--policy", f"unknown policy {name!r}", ", ".join([*POLICIES, "optimal"]))
     cls = POLICIES[name]
-    return cls(config, seed) if cls is RandomPolicy else cls(config)
+    if cls is RandomPolicy:
+        return cls(config, seed)
+    if cls is RollMuxScheduler:
+        return cls(config, RealisedSloCheck(responses or ResponseModel(), seed=seed))
+    return cls(config)

@@ -15,6 +15,13 @@ sorted by ``Delta`` and simulated (:func:`compute_sched.groups.intra.round_robin
 stopping at the first one that passes. Ties in ``Delta`` prefer fewer PoDs (fabric awareness) and
 then the tightest fit, which leaves roomier groups for later arrivals.
 
+The worst-case check bounds each member's absolute iteration time, but an SLO is a slowdown
+ratio and realised phases do not shrink evenly (rollouts end with their longest response,
+training follows the mean). So a candidate that passes it must also pass
+:class:`~compute_sched.groups.slo.RealisedSloCheck`: each member's slowdown predicted from phases
+sampled from its response-length model stays within its SLO. ``realised=None`` drops that check and
+is Algorithm 1 as published (policy ``rollmux-paper``).
+
 Hardware affinity (RollArt §4.1): each rollout GPU type in ``config.rollout_gpu_types`` is a
 candidate; on a type ``s`` times faster for the job's kind (prefill- or decode-heavy) the job needs
 ``ceil(roll_nodes / s)`` nodes, and the type is chosen only where that lowers ``Delta``.
@@ -32,6 +39,7 @@ from compute_sched.groups.config import GroupConfig
 from compute_sched.groups.intra import GroupJob, group_jobs, worst_case_iteration_s
 from compute_sched.groups.model import Group, JobSpec
 from compute_sched.groups.nodes import CapacityError
+from compute_sched.groups.slo import RealisedSloCheck
 from fabric.errors import ConfigError
 
 __all__ = ["RollMuxScheduler", "nodes_needed", "isolated_decision", "check_job_fits_a_node"]
@@ -109,10 +117,15 @@ class RollMuxScheduler:
     ('direct', 0, 0.0)
     """
 
-    name = "rollmux"
-
-    def __init__(self, config: GroupConfig) -> None:
+    def __init__(self, config: GroupConfig, realised: RealisedSloCheck | None = RealisedSloCheck(), *,
+                 exhaustive: bool = False) -> None:
         self.config = config
+        # None: only §4.2's worst-case check (Algorithm 1 as published), which realised phases can break
+        self.realised = realised
+        # True: simulate every placement that passes residency, no bound screens and no early stop (the
+        # literal reading of Algorithm 1, kept as the same-run baseline of the screened search's speed)
+        self.exhaustive = exhaustive
+        self.name = "rollmux" if realised is not None else "rollmux-paper"
 
     def place(self, job: JobSpec, cluster: Cluster) -> Decision:
         """Return the least-marginal-cost feasible placement of ``job`` (Algorithm 1).
@@ -128,14 +141,19 @@ class RollMuxScheduler:
             candidates.extend(self._placements(job, group, cluster, iso.delta_usd_per_h))
         candidates.sort(key=_Candidate.key)
         evaluated = 0
+        best: tuple[_Candidate, dict[str, float]] | None = None
         for cand in candidates:
             evaluated += 1
             planned = self._slo_check(job, cand)
-            if planned is not None:
-                return Decision(job.job_id, cand.strategy, cand.group.gid, cand.chosen,
-                                cand.new_type if cand.new_count else None, cand.new_count, 0, cand.delta,
-                                planned, cand.pod_ids, evaluated=evaluated)
-        return dataclasses.replace(iso, evaluated=evaluated)
+            if planned is not None and best is None:
+                best = (cand, planned)
+                if not self.exhaustive:
+                    break
+        if best is None:
+            return dataclasses.replace(iso, evaluated=evaluated)
+        cand, planned = best
+        return Decision(job.job_id, cand.strategy, cand.group.gid, cand.chosen, cand.new_type if cand.new_count
+                        else None, cand.new_count, 0, cand.delta, planned, cand.pod_ids, evaluated=evaluated)
 
     # -- GENERATEPLACEMENTS and the cheap screens -----------------------------------------------------
     def _placements(self, job: JobSpec, group: Group, cluster: Cluster, iso_delta: float) -> list[_Candidate]:
@@ -146,15 +164,18 @@ class RollMuxScheduler:
         if (s.saturated if self.config.prune_saturated == "paper" else s.train_load_s >= s.t_cycle_s):
             return []  # Algorithm 1, line 4
         budget = min(s.min_slo_budget_s, job.slo_budget_s)
+        screen = not self.exhaustive  # the bound screens below only skip placements the simulation would refuse
         t_train = group.train_time(job)
         floor = max(s.max_inner_solo_s, s.train_load_s + t_train)
-        if floor > budget + _EPS or s.train_mem_gb + group.train_mem_per_node(job) > cfg.host_mem_gb + _EPS:
+        if s.train_mem_gb + group.train_mem_per_node(job) > cfg.host_mem_gb + _EPS:
+            return []  # Algorithm 1, line 8 (the training pool's residency)
+        if screen and floor > budget + _EPS:
             return []
         out = []
         for t in cfg.rollout_gpu_types:
             k = nodes_needed(job, t, cfg)
             roll_s = job.t_roll_s * job.roll_nodes / (k * cfg.rollout_speed(t, job.rollout_kind))
-            if max(floor, roll_s + t_train) > budget + _EPS:
+            if screen and max(floor, roll_s + t_train) > budget + _EPS:
                 continue
             eligible = sorted((n for n, node in group.rollout_nodes.items() if node.gpu_type == t
                                and s.node_mem_gb[n] + job.roll_mem_gb <= cfg.host_mem_gb + _EPS),
@@ -175,7 +196,7 @@ class RollMuxScheduler:
         s = group.summary()
         busiest = max((s.node_load_s[n] + roll_s for n in chosen), default=roll_s if m else 0.0)
         bound = max(floor, busiest, roll_s + t_train)
-        if bound > budget + _EPS:
+        if bound > budget + _EPS and not self.exhaustive:
             return
         pods = {group.rollout_nodes[n].pod for n in chosen if group.rollout_nodes[n].pod is not None}
         if m:
@@ -191,16 +212,18 @@ class RollMuxScheduler:
 
     # -- Algorithm 1 lines 8-11: the SLO check against the simulated intra-group schedule --------------
     def _slo_check(self, job: JobSpec, cand: _Candidate) -> dict[str, float] | None:
+        """Return the members' worst-case iteration times if every SLO holds (worst case, then realised)."""
         group = cand.group
         new_ids = tuple(-(i + 1) for i in range(cand.new_count))  # placeholders for nodes not yet provisioned
         members = group_jobs(group) + [GroupJob(job.job_id, cand.chosen + new_ids, cand.roll_s,
                                                 group.train_time(job))]
         planned = worst_case_iteration_s(members, self.config)
-        budgets = {j: group.jobs[j].slo_budget_s for j in group.order}
-        budgets[job.job_id] = job.slo_budget_s
-        if all(planned[j] <= budgets[j] + _EPS for j in planned):
-            return planned
-        return None
+        specs = {**group.jobs, job.job_id: job}
+        if any(planned[j] > specs[j].slo_budget_s + _EPS for j in planned):
+            return None
+        if self.realised is not None and not self.realised.admits(members, specs, self.config):
+            return None
+        return planned
 
 
 def _direct_choices(group: Group, eligible: list[int], k: int) -> list[tuple[int, ...]]:

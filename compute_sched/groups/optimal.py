@@ -8,8 +8,9 @@ holding S's first job of cost(g) + best(S - g)``, O(3^n)). For one group it trie
 pool size up to the largest member's request, every rollout GPU type (one type per group), and
 every rollout node count, cheapest first; a configuration is accepted once some assignment of
 members to rollout nodes (enumerated with interchangeable unused nodes identified) and some
-round-robin order (rotations identified) meets every member's SLO under worst-case times with every
-node inside its host memory. The first accepted configuration is therefore the group's optimum
+round-robin order (rotations identified) meets every member's SLO under worst-case times (and,
+given a :class:`~compute_sched.groups.slo.RealisedSloCheck`, under its sampled phases, as RollMux
+does) with every node inside its host memory. The first accepted configuration is therefore the group's optimum
 within the same execution model RollMux plans with. Cost grows exponentially: keep n <= ~10.
 
 The objective is §4.2's ``Cost(G)`` in $/h over the jobs active at each arrival and departure, as
@@ -30,6 +31,7 @@ from compute_sched.groups.config import GroupConfig
 from compute_sched.groups.inter import check_job_fits_a_node, nodes_needed
 from compute_sched.groups.intra import GroupJob, worst_case_iteration_s
 from compute_sched.groups.model import JobSpec
+from compute_sched.groups.slo import RealisedSloCheck
 from fabric.errors import ConfigError
 
 __all__ = ["GroupPlan", "optimal_groups", "OptimalPolicy", "MAX_OPTIMAL_JOBS"]
@@ -50,8 +52,12 @@ class GroupPlan:
     cost_usd_per_h: float
 
 
-def optimal_groups(jobs: Sequence[JobSpec], config: GroupConfig) -> tuple[GroupPlan, ...]:
+def optimal_groups(jobs: Sequence[JobSpec], config: GroupConfig,
+                   realised: RealisedSloCheck | None = None) -> tuple[GroupPlan, ...]:
     """Return a minimum-cost partition of ``jobs`` into feasible co-execution groups.
+
+    A group is feasible when every member meets its SLO under worst-case phases and, if ``realised``
+    is given, under that check's sampled phases too (the constraints ``rollmux`` places under).
 
     Raises
     ------
@@ -78,7 +84,7 @@ def optimal_groups(jobs: Sequence[JobSpec], config: GroupConfig) -> tuple[GroupP
     for job in jobs:
         check_job_fits_a_node(job, config)
     n = len(jobs)
-    search = _GroupSearch(tuple(jobs), config)
+    search = _GroupSearch(tuple(jobs), config, realised)
     best: dict[int, tuple[float, tuple[int, ...]]] = {0: (0.0, ())}
     for mask in range(1, 1 << n):
         low = mask & -mask
@@ -102,9 +108,10 @@ def optimal_groups(jobs: Sequence[JobSpec], config: GroupConfig) -> tuple[GroupP
 
 
 class _GroupSearch:
-    def __init__(self, jobs: tuple[JobSpec, ...], config: GroupConfig) -> None:
+    def __init__(self, jobs: tuple[JobSpec, ...], config: GroupConfig, realised: RealisedSloCheck | None) -> None:
         self.jobs = jobs
         self.cfg = config
+        self.realised = realised if realised is not None and realised.active else None
         self.best = lru_cache(maxsize=None)(self._best)
 
     def _best(self, mask: int) -> GroupPlan | None:
@@ -143,6 +150,7 @@ class _GroupSearch:
         cap = self.cfg.host_mem_gb + _EPS
         n = len(members)
         budgets = [j.slo_budget_s for j in members]
+        specs = {j.job_id: j for j in members}
         bound = min(budgets) + _EPS
         loads, mems = [0.0] * m, [0.0] * m
         assign: list[tuple[int, ...]] = [()] * n
@@ -152,9 +160,11 @@ class _GroupSearch:
         def leaf() -> tuple[tuple[int, ...], list[tuple[int, ...]]] | None:
             for rest in permutations(range(1, n)):
                 order = (0, *rest)
-                jobs = [GroupJob(str(i), assign[i], roll[i], t_train[i]) for i in order]
+                jobs = [GroupJob(members[i].job_id, assign[i], roll[i], t_train[i]) for i in order]
                 planned = worst_case_iteration_s(jobs, self.cfg)
-                if all(planned[str(i)] <= budgets[i] + _EPS for i in order):
+                if any(planned[members[i].job_id] > budgets[i] + _EPS for i in order):
+                    continue
+                if self.realised is None or self.realised.admits(jobs, specs, self.cfg):
                     return order, list(assign)
             return None
 
@@ -191,12 +201,13 @@ class OptimalPolicy:
     name = "optimal"
     repartitions = True
 
-    def __init__(self, config: GroupConfig) -> None:
+    def __init__(self, config: GroupConfig, realised: RealisedSloCheck | None = None) -> None:
         self.config = config
+        self.realised = realised
 
     def repartition(self, active: Sequence[JobSpec], cluster: Cluster) -> None:
         """Replace every group of ``cluster`` by the optimal grouping of ``active`` (free regrouping)."""
-        plans = optimal_groups(active, self.config)
+        plans = optimal_groups(active, self.config, self.realised)
         by_id = {j.job_id: j for j in active}
         cluster.clear()
         for plan in plans:

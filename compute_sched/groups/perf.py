@@ -54,7 +54,8 @@ def realised_performance(group: Group, config: GroupConfig, responses: ResponseM
                             n_train_nodes=len(group.train_nodes))
         return GroupPerf(dict(sched.iteration_s), sched.rollout_util * len(group.rollout_nodes),
                          sched.train_util * len(group.train_nodes))
-    mean = draws.mean(axis=0)  # (jobs, 3)
+    # the window round_robin measures on (the second half), so a job's solo and shared runs see the same luck
+    mean = draws[iterations - max(1, iterations // 2):].mean(axis=0)  # (jobs, 3)
     f = config.tail_capacity_fraction
     members = group_jobs(group)
     inner = {}

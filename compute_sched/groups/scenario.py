@@ -12,6 +12,7 @@ from compute_sched.groups.nodes import NodeAllocator
 from compute_sched.groups.optimal import OptimalPolicy
 from compute_sched.groups.perf import draws_for
 from compute_sched.groups.replay import ReplayResult, replay
+from compute_sched.groups.slo import RealisedSloCheck
 from compute_sched.groups.workload import ResponseModel, synthesize_jobs
 from fabric.errors import ConfigError
 
@@ -70,7 +71,10 @@ def run_replay(setup: ReplaySetup) -> ReplayResult:
             if path:
                 topologies[pool] = load_topology(path)
     allocator = NodeAllocator(cfg, topologies, fabric_aware=setup.fabric_aware)
-    policy = OptimalPolicy(cfg) if setup.policy == "optimal" else make_policy(setup.policy, cfg, setup.seed)
+    if setup.policy == "optimal":
+        policy = OptimalPolicy(cfg, RealisedSloCheck(setup.responses(), seed=setup.seed))
+    else:
+        policy = make_policy(setup.policy, cfg, setup.seed, setup.responses())
     return replay(jobs, policy, cfg, responses=setup.responses(), seed=setup.seed, allocator=allocator)
 
 

@@ -9,6 +9,7 @@ from compute_sched.groups.inter import RollMuxScheduler
 from compute_sched.groups.intra import group_jobs, worst_case_iteration_s
 from compute_sched.groups.model import JobSpec
 from compute_sched.groups.nodes import NodeAllocator
+from compute_sched.groups.slo import RealisedSloCheck
 from fabric.errors import ConfigError
 from fabric.topology import FabricSpec, Topology
 
@@ -122,5 +123,9 @@ def test_every_admitted_group_meets_residency_and_every_worst_case_slo(spec, max
         planned = worst_case_iteration_s(group_jobs(group), cfg)
         for j in group.order:
             assert planned[j] <= group.jobs[j].slo_budget_s + 1e-6
+        if len(group.order) > 1:  # and the slowdown predicted from sampled phases, with its margin
+            check = RealisedSloCheck()
+            predicted = check.slowdowns(group_jobs(group), group.jobs, cfg)
+            assert all(predicted[j] <= group.jobs[j].slo * (1 - check.margin) + 1e-6 for j in group.order)
     solo_cost = sum(8 * (1.85 * j.roll_nodes + 5.28 * j.train_nodes) for j in jobs)
     assert cluster.cost_usd_per_h() <= solo_cost + 1e-6
