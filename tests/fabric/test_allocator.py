@@ -20,6 +20,7 @@ from fabric.allocator import (
     AllocationSolverError,
     allocate,
     allocate_greedy,
+    allocate_greedy_ls,
     allocate_optimal,
     allocate_uniform,
     allocation_to_json,
@@ -157,7 +158,7 @@ def test_greedy_is_exactly_algorithm3(p):
 @given(problems())
 def test_optimal_is_never_worse_than_greedy_or_uniform_and_matches_exact_search(p):
     opt = allocate_optimal(p, time_limit_s=20)
-    for other in (allocate_greedy(p), allocate_uniform(p)):
+    for other in (allocate_greedy(p), allocate_greedy_ls(p), allocate_uniform(p)):
         n_opt, t_opt = lexicographic(opt)
         n_other, t_other = lexicographic(other)
         assert n_opt <= n_other
@@ -313,7 +314,7 @@ def test_demand_on_an_endpoint_without_ports_entry_is_reported_unserved():
 
 def test_allocate_refuses_unknown_methods_and_options():
     p = AllocationProblem(LINK, {"a": 1, "b": 1}, {("a", "b"): GB})
-    with pytest.raises(ConfigError, match="greedy, uniform, optimal") as err:
+    with pytest.raises(ConfigError, match="greedy, greedy\\+ls, uniform, optimal") as err:
         allocate(p, "random")
     assert err.value.field == "method"
     with pytest.raises(ConfigError, match="time_limit_s"):
