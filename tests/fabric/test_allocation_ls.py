@@ -50,7 +50,7 @@ def starved_problems(draw, bipartite: bool = False) -> AllocationProblem:
         eligible = frozenset(frozenset(k) for k in keys if draw(st.booleans()))
     return AllocationProblem(
         link_bps=LINK,
-        ports={v: draw(st.integers(0, 2 if bipartite else 4)) for v in names},
+        ports={v: draw(st.integers(1, 2) if bipartite else st.integers(0, 4)) for v in names},
         demand={k: draw(VOLUMES) for k in keys},
         eligible=eligible,
         bipartite_tiebreak=draw(st.booleans()),
