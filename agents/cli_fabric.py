@@ -25,8 +25,9 @@ def register(groups: argparse._SubParsersAction) -> None:
                            description="Read {link_bps, endpoints, demand, eligible?} and print the circuit "
                                        "multiplicities, per-pair times and unserved pairs as JSON.")
     alloc.add_argument("--input", required=True, metavar="FILE.json", help="problem document ('-' for stdin)")
-    alloc.add_argument("--method", default="greedy", choices=("greedy", "uniform", "optimal"),
-                       help="greedy (Alg. 3, default), uniform baseline, or exact CP-SAT reference")
+    alloc.add_argument("--method", default="greedy", choices=("greedy", "greedy+ls", "uniform", "optimal"),
+                       help="greedy (Alg. 3, default), greedy+ls (Alg. 3 plus a repair of which pairs are served "
+                            "under port starvation), uniform baseline, or exact CP-SAT reference")
     alloc.add_argument("--time-limit", type=float, default=30.0, metavar="S",
                        help="CP-SAT time limit for --method optimal (default 30 s)")
     alloc.set_defaults(func=_allocate)

@@ -9,22 +9,25 @@ are one PoD's ToRs plus its boundary-uplink endpoints.  Given a sparse directed 
 Design note
 -----------
 A pair's completion-time proxy (Eq. 7) is ``max(D_uv, D_vu) / (c_uv * B)``, infinite while a
-demanded pair has no circuit.  Three allocators share that score and one result type:
+demanded pair has no circuit.  Four allocators share that score and one result type:
 
 - ``greedy``  - Algorithm 3 as written: add one circuit at a time to the pair with the largest
   proxy.  A pair's score only changes when *it* gets a circuit, so a heap with lazy deletion of
   pairs whose endpoint ran out of ports reproduces the paper's ``argmax`` exactly in
   O((P + K) log P) instead of O(K * P).
+- ``greedy+ls`` - Algorithm 3 with a local-search repair of which pairs get a first circuit
+  under port starvation (:mod:`fabric.allocation_ls`); greedy's result whenever greedy serves
+  every pair.
 - ``uniform`` - the Appendix I baseline that ignores volumes and spreads ports round-robin.
 - ``optimal`` - a CP-SAT reference that is lexicographically optimal (most pairs served, then
   the smallest worst pair time).  The worst time is always one of the finitely many values
   ``maxdir / (k * B)``, so the model minimises the *rank* of that value; this keeps the model
   linear and exact, with no time quantisation and no big-domain products.
 
-Everything here is pure: dataclasses in, dataclasses out.  The CP-SAT reference lives in
-:mod:`fabric.allocator_exact`, the JSON contract in :mod:`fabric.allocator_json`, and
-:mod:`fabric.allocator` is the one import site that puts the three together (no module here
-imports it back).
+Everything here is pure: dataclasses in, dataclasses out.  ``greedy+ls`` lives in
+:mod:`fabric.allocation_ls`, the CP-SAT reference in :mod:`fabric.allocator_exact`, the JSON
+contract in :mod:`fabric.allocator_json`, and :mod:`fabric.allocator` is the one import site
+that puts them together (no module here imports it back).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from fabric.errors import ConfigError, OrchestrlError
 __all__ = ["METHODS", "AllocationProblem", "Allocation", "AllocationSolverError", "pair_time_s",
            "allocate_greedy", "allocate_uniform"]
 
-METHODS = ("greedy", "uniform", "optimal")
+METHODS = ("greedy", "greedy+ls", "uniform", "optimal")
 
 _PROBLEM_SOURCE = "AllocationProblem"
 
@@ -106,7 +109,7 @@ class AllocationProblem:
 class Allocation:
     """Circuit multiplicities chosen for a problem, with the Eq. 7 pair times they give."""
 
-    method: str  # "greedy" | "uniform" | "optimal": who produced it
+    method: str  # "greedy" | "greedy+ls" | "uniform" | "optimal": who produced it
     circuits: Mapping[tuple[str, str], int]  # (a, b) with a < b -> count > 0; the plan input
     pair_time_s: Mapping[tuple[str, str], float]  # every demanded eligible pair; inf if unserved
     max_pair_time_s: float  # worst served pair: the period's communication bottleneck
@@ -306,7 +309,8 @@ def allocate_greedy(problem: AllocationProblem) -> Allocation:
     worst pair time exactly: all pairs get their first circuit, every later circuit goes to a
     pair at the current maximum, so when the worst pair is blocked at a full endpoint, each
     pair there already holds circuits it needs for any smaller time.  Under port starvation
-    greedy serves the heaviest pairs first, not the most pairs.
+    greedy serves the heaviest pairs first, not the most pairs: ``greedy+ls``
+    (:mod:`fabric.allocation_ls`) repairs that choice.
 
     Examples
     --------

@@ -1,9 +1,10 @@
 """Circuit allocation (OrchestrRL Appendix D): the one import site for callers.
 
 The problem and result types, the greedy (Algorithm 3) and the uniform baseline are in
-:mod:`fabric.allocation`; the CP-SAT reference in :mod:`fabric.allocator_exact` and the JSON
-contract in :mod:`fabric.allocator_json`.  Those modules import :mod:`fabric.allocation` only, so
-this facade imports all three and none imports it back.
+:mod:`fabric.allocation`; the greedy with a local-search repair in :mod:`fabric.allocation_ls`; the
+CP-SAT reference in :mod:`fabric.allocator_exact` and the JSON contract in
+:mod:`fabric.allocator_json`.  Those modules import :mod:`fabric.allocation` only, so this facade
+imports all four and none imports it back.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from typing import Any
 
 from fabric.allocation import (METHODS, Allocation, AllocationProblem, AllocationSolverError, allocate_greedy,
                                allocate_uniform, pair_time_s)
+from fabric.allocation_ls import allocate_greedy_ls
 from fabric.allocator_exact import allocate_optimal
 from fabric.allocator_json import allocation_to_json, problem_from_json
 from fabric.errors import ConfigError
 
 __all__ = ["METHODS", "AllocationProblem", "Allocation", "AllocationSolverError", "pair_time_s", "allocate_greedy",
-           "allocate_uniform", "allocate_optimal", "allocate", "problem_from_json", "allocation_to_json"]
+           "allocate_greedy_ls", "allocate_uniform", "allocate_optimal", "allocate", "problem_from_json",
+           "allocation_to_json"]
 
 
 def allocate(problem: AllocationProblem, method: str = "greedy", **kw: Any) -> Allocation:
@@ -26,7 +29,7 @@ def allocate(problem: AllocationProblem, method: str = "greedy", **kw: Any) -> A
     Parameters
     ----------
     problem : AllocationProblem
-    method : {"greedy", "uniform", "optimal"}
+    method : {"greedy", "greedy+ls", "uniform", "optimal"}
     **kw
         Options of the method; only ``optimal`` takes one (``time_limit_s``).
 
@@ -45,7 +48,8 @@ def allocate(problem: AllocationProblem, method: str = "greedy", **kw: Any) -> A
     >>> allocate(p, "uniform").circuits
     {('a', 'b'): 1}
     """
-    funcs = {"greedy": allocate_greedy, "uniform": allocate_uniform, "optimal": allocate_optimal}
+    funcs = {"greedy": allocate_greedy, "greedy+ls": allocate_greedy_ls, "uniform": allocate_uniform,
+             "optimal": allocate_optimal}
     if method not in funcs:
         raise ConfigError("allocate", "method", f"unknown method {method!r}", ", ".join(METHODS))
     accepted = {"optimal": {"time_limit_s"}}.get(method, set())
