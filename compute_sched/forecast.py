@@ -112,8 +112,8 @@ def select_mean_steps(steps: Sequence[np.ndarray], max_tokens: int, bin_tokens: 
     return best_k
 
 
-def arima_quantile_shares(steps: Sequence[np.ndarray], order: tuple[int, int, int], max_tokens: int,
-                          bin_tokens: int, *, levels: np.ndarray = ARIMA_LEVELS, pool: int = 4) -> tuple[np.ndarray, int]:
+def arima_quantile_shares(steps: Sequence[np.ndarray], order: tuple[int, int, int], max_tokens: int, bin_tokens: int,
+                          *, levels: np.ndarray = ARIMA_LEVELS, pool: int = 4) -> tuple[np.ndarray, int]:
     """Forecast each quantile of log length by ARIMA and move the last ``pool`` steps' lengths to match.
 
     Returns the shares and how many quantile series fell back to linear drift because their fit

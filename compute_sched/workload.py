@@ -25,9 +25,18 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from compute_sched.forecast import (ARIMA_LEVELS, DEFAULT_METHOD, METHODS, arima_quantile_shares, bin_shares,
-                                    figure3_prior_shares, last_step_shares, moving_mean_shares, select_mean_steps,
-                                    share_errors)
+from compute_sched.forecast import (
+    ARIMA_LEVELS,
+    DEFAULT_METHOD,
+    METHODS,
+    arima_quantile_shares,
+    bin_shares,
+    figure3_prior_shares,
+    last_step_shares,
+    moving_mean_shares,
+    select_mean_steps,
+    share_errors,
+)
 from fabric.errors import ConfigError
 
 __all__ = ["BIN_TOKENS", "RequestState", "LengthHistogram", "Forecast", "LengthForecaster", "StepWorkload",

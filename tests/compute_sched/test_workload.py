@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from compute_sched.traces import drifting_steps, heavy_tailed_trace, load_trace, save_trace
-from compute_sched.workload import LengthForecaster, LengthHistogram, StepWorkload, forecast_errors
+from compute_sched.traces import heavy_tailed_trace, load_trace, save_trace
+from compute_sched.workload import LengthForecaster, LengthHistogram, StepWorkload
 from fabric.errors import ConfigError
 
 
