@@ -26,8 +26,12 @@ def register(groups: argparse._SubParsersAction) -> None:
                      help="static-tp:K, verl-to, verl-lo, partial-rollout, orchestrl, orchestrl-pp, orchestrl-rb, "
                           "oracle; comma-separated to compare (default orchestrl)")
     rep.add_argument("--history", nargs="*", default=[], metavar="FILE.json",
-                     help="traces of earlier steps to forecast the histogram from (ARIMA); default: the step's "
-                          "own length distribution")
+                     help="traces of earlier steps, oldest first, to forecast this step's length histogram from")
+    rep.add_argument("--forecast", default="auto", choices=("auto", "prior", "mean", "last", "arima", "oracle"),
+                     help="what the planner sees of the step's lengths: auto (default) = the default forecaster "
+                          "(mean, k by backtest) over --history, or without --history the bundled Figure 3 prior; "
+                          "mean/last/arima = that forecaster over --history; prior = the Figure 3 shape; "
+                          "oracle = this trace's own true length histogram (clairvoyant, labelled in the output)")
     rep.add_argument("--plan-interval", type=float, default=30.0, metavar="S", help="proactive planning period")
     rep.add_argument("--tick", type=float, default=2.0, metavar="S", help="monitoring tick of the balancer")
     rep.add_argument("--initial-tp", type=int, default=2, help="TP degree OrchestrRL starts from (default 2)")
@@ -79,7 +83,6 @@ def _replay(args: argparse.Namespace) -> int:
     from compute_sched.replay import ReplayOptions, replay
     from compute_sched.scheduler import SchedulerConfig
     from compute_sched.traces import load_trace
-    from compute_sched.workload import LengthForecaster
 
     if args.gpus < 1:
         raise ConfigError("--gpus", "gpus", f"{args.gpus}", "a positive number of GPUs")
@@ -87,12 +90,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise ConfigError("--plan-interval/--tick", "seconds", f"{args.plan_interval}/{args.tick}", "numbers > 0")
     perf = perf_model(args.model, args.gpu, args.calibration)
     trace = load_trace(args.trace)
-    forecast = None
-    if args.history:
-        fc = LengthForecaster(trace.max_tokens, min_history=min(4, max(2, len(args.history))))
-        for path in args.history:
-            fc.observe_step([q.output_tokens for q in load_trace(path).requests])
-        forecast = fc.forecast(len(trace.requests)).histogram
+    forecast, forecast_label = _forecast(args, trace)
     opts = ReplayOptions(scheduler=SchedulerConfig(plan_interval_s=args.plan_interval, tick_s=args.tick),
                          initial_tp=args.initial_tp)
     results = [replay(trace, perf, args.gpus, p.strip(), forecast=forecast, options=opts)
@@ -103,10 +101,11 @@ def _replay(args: argparse.Namespace) -> int:
             for r in results:
                 fh.writelines(f"{t:.3f},{r.policy},{n}\n" for t, n in r.report.remaining_curve)
     if args.json:
-        print(json.dumps([_as_json(r) for r in results], indent=2))
+        print(json.dumps([_as_json(r) | {"forecast": forecast_label} for r in results], indent=2))
         return 0
     base = results[0].makespan_s
     print(f"{trace.name}: {len(trace.requests)} requests, {perf.model.name} on {args.gpus} x {perf.gpu.name}")
+    print(f"forecast: {forecast_label}")
     print(f"{'policy':<16} {'makespan_s':>10} {'vs first':>8} {'reconfigs':>9} {'migrations':>10} {'unfinished':>10}"
           "  layout")
     for r in results:
@@ -122,6 +121,36 @@ def _replay(args: argparse.Namespace) -> int:
     if args.plot:
         print(ascii_plot({r.policy: list(r.report.remaining_curve) for r in results}))
     return 0
+
+
+def _forecast(args: argparse.Namespace, trace) -> tuple[object, str]:
+    """What the planning policies see (``replay``'s ``forecast``) and its label; the trace's lengths only if asked.
+
+    A user without history gets the labelled Figure 3 prior, never the step's own lengths; asking a
+    history forecaster for a forecast without history is an error naming --history.
+    """
+    from compute_sched.forecast import DEFAULT_METHOD
+    from compute_sched.replay import step_forecast
+    from compute_sched.traces import load_trace
+    from compute_sched.workload import LengthForecaster
+
+    method = args.forecast
+    if method in ("prior", "oracle"):
+        if args.history:
+            raise ConfigError("--forecast", "forecast", f"'{method}' does not use --history",
+                              "drop --history, or --forecast auto|mean|last|arima to forecast from it")
+        return method, step_forecast(trace, method)[1]
+    if not args.history:
+        if method == "auto":
+            return "prior", step_forecast(trace, "prior")[1] + " (pass --history for a forecast from earlier steps)"
+        raise ConfigError("--forecast", "forecast", f"'{method}' forecasts from earlier steps and none were given",
+                          "--history FILE.json [FILE.json ...] (traces of earlier steps), or --forecast prior")
+    method = DEFAULT_METHOD if method == "auto" else method
+    fc = LengthForecaster(trace.max_tokens, method=method, min_history=min(4, max(2, len(args.history))))
+    for path in args.history:
+        fc.observe_step([q.output_tokens for q in load_trace(path).requests])
+    out = fc.forecast(len(trace.requests))
+    return out.histogram, f"{out.method}, from {len(args.history)} earlier step(s) in --history"
 
 
 def _as_json(r) -> dict:
