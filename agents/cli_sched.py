@@ -24,7 +24,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     rep.add_argument("--trace", required=True, metavar="FILE.json", help="step trace (see `sched trace`)")
     rep.add_argument("--policy", default="orchestrl", metavar="P[,P...]",
                      help="static-tp:K, verl-to, verl-lo, partial-rollout, orchestrl, orchestrl-pp, orchestrl-rb, "
-                          "oracle; comma-separated to compare (default orchestrl)")
+                          "planner-exact; comma-separated to compare (default orchestrl)")
     rep.add_argument("--history", nargs="*", default=[], metavar="FILE.json",
                      help="traces of earlier steps, oldest first, to forecast this step's length histogram from")
     rep.add_argument("--forecast", default="auto", choices=("auto", "prior", "mean", "last", "arima", "oracle"),
@@ -34,7 +34,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                           "oracle = this trace's own true length histogram (clairvoyant, labelled in the output)")
     rep.add_argument("--plan-interval", type=float, default=30.0, metavar="S", help="proactive planning period")
     rep.add_argument("--tick", type=float, default=2.0, metavar="S", help="monitoring tick of the balancer")
-    rep.add_argument("--initial-tp", type=int, default=2, help="TP degree OrchestrRL starts from (default 2)")
+    rep.add_argument("--initial-tp", default="verl-to",
+                     help="where the orchestrl policies start: 'verl-to' (its sweep's best TP, default) or a TP degree")
     rep.add_argument("--calibration", default="bundled", metavar="FILE|roofline",
                      help="performance-model calibration: the GPU's bundled file (default; H800 is fitted to "
                           "OrchestrRL §2.1), 'roofline' for none, or a calibration YAML")
@@ -78,6 +79,15 @@ def ascii_plot(curves: dict[str, list[tuple[float, int]]], width: int = 72, heig
     return "\n".join(lines)
 
 
+def _initial_tp(text: str) -> int | str:
+    """``--initial-tp``: 'verl-to' or a positive TP degree."""
+    if text == "verl-to":
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise ConfigError("--initial-tp", "initial_tp", f"{text!r}", "'verl-to' or a positive TP degree such as 2")
+
+
 def _replay(args: argparse.Namespace) -> int:
     from compute_sched.calibration import perf_model
     from compute_sched.replay import ReplayOptions, replay
@@ -92,7 +102,7 @@ def _replay(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
     forecast, forecast_label = _forecast(args, trace)
     opts = ReplayOptions(scheduler=SchedulerConfig(plan_interval_s=args.plan_interval, tick_s=args.tick),
-                         initial_tp=args.initial_tp)
+                         initial_tp=_initial_tp(args.initial_tp))
     results = [replay(trace, perf, args.gpus, p.strip(), forecast=forecast, options=opts)
                for p in args.policy.split(",") if p.strip()]
     if args.curve_csv:

@@ -11,7 +11,8 @@ Policies (OrchestrRL §6 baselines and ablations):
 ``orchestrl``          Algorithm 1: proactive planner + reactive balancer
 ``orchestrl-pp``       planner only (ablation +PP)
 ``orchestrl-rb``       balancer only (ablation +RB)
-``oracle``             Algorithm 1 with every output length known (a bound, not a policy)
+``planner-exact``      Algorithm 1 with every output length known: one member of the clairvoyant
+                       family (:mod:`compute_sched.clairvoyant`), not a bound and not a policy
 =====================  ========================================================================
 
 The policies that plan (``orchestrl*``) see a forecast histogram, never the trace's lengths,
@@ -19,6 +20,10 @@ unless the caller asks: ``forecast="prior"`` (default) is the bundled Figure 3 s
 cap and batch size (:func:`compute_sched.workload.prior_histogram`), a :class:`LengthHistogram`
 is used as given (e.g. ``LengthForecaster`` over earlier steps), and ``forecast="oracle"`` is the
 histogram of the trace's own true lengths: clairvoyant, labelled so in ``detail["forecast"]``.
+
+The ``orchestrl*`` policies start from veRL-TO's layout (``ReplayOptions.initial_tp="verl-to"``):
+the paper's ablation builds +PP and +RB on veRL-TO (§6.2.1), and its case study starts OrchestrRL
+on veRL-TO's eight TP=2 instances (§6.2.2).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from fabric.errors import ConfigError
 __all__ = ["POLICIES", "FORECASTS", "ReplayOptions", "ReplayResult", "replay", "launch_contiguous", "step_forecast"]
 
 POLICIES = ("static-tp:K", "verl-to", "verl-lo", "partial-rollout", "orchestrl", "orchestrl-pp", "orchestrl-rb",
-            "oracle")
+            "planner-exact")
 
 FORECASTS = ("prior", "oracle")  # named forecasts; a LengthHistogram is the third kind
 PRIOR_LABEL = "prior: bundled Figure 3 shape, not read from this trace"
@@ -52,7 +57,7 @@ class ReplayOptions:
     """Settings of a replay; the scheduler's own knobs sit in ``scheduler``."""
 
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    initial_tp: int = 2  # OrchestrRL starts where veRL-TO typically sits and adapts from there
+    initial_tp: int | str = "verl-to"  # where the orchestrl policies start: "verl-to" (its sweep's best TP) or a TP
     partial_fraction: float = 0.1
     sweep_tps: tuple[int, ...] = (1, 2, 4, 8)
     max_num_seqs: int | None = None  # vLLM batch limit per instance; None: the calibration's (perf.cal)
@@ -167,11 +172,21 @@ def replay(trace: Trace, perf: PerfModel, gpus: int, policy: str, *, forecast: L
         lay, rep = _run(trace, perf, gpus, tp, static, opts, None, None, False, job)
         return ReplayResult(policy, lay, rep, {"tp": tp})
     flags = {"orchestrl": (True, True), "orchestrl-pp": (True, False), "orchestrl-rb": (False, True),
-             "oracle": (True, True)}
+             "planner-exact": (True, True)}
+    if policy == "oracle":
+        raise ConfigError("replay", "policy", "'oracle' is now 'planner-exact': Algorithm 1 fed exact lengths is "
+                          "not a bound (it can lose to OrchestrRL)", "planner-exact, or bench/gen_sched.py's "
+                          "clairvoyant schedule and lower bound")
     if policy not in flags:
         raise ConfigError("replay", "policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
-    tp = opts.initial_tp if fits(opts.initial_tp) else next(t for t in opts.sweep_tps if fits(t))
+    if opts.initial_tp == "verl-to":
+        tp = replay(trace, perf, gpus, "verl-to", options=opts, job=job).detail["tp"]
+    elif isinstance(opts.initial_tp, int) and fits(opts.initial_tp):
+        tp = opts.initial_tp
+    else:
+        raise ConfigError("replay", "initial_tp", f"{opts.initial_tp!r} does not fit {perf.model.name} on {gpus} "
+                          f"{perf.gpu.name}", "'verl-to' or a TP degree that divides the GPUs and holds the weights")
     pp, rb = flags[policy]
     sched = replace(opts.scheduler, proactive=pp, reactive=rb)
-    lay, rep = _run(trace, perf, gpus, tp, sched, opts, forecast, sink, policy == "oracle", job)
+    lay, rep = _run(trace, perf, gpus, tp, sched, opts, forecast, sink, policy == "planner-exact", job)
     return ReplayResult(policy, lay, rep, {"tp": tp, "forecast": forecast_label})

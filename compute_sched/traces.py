@@ -6,7 +6,7 @@ Trace file (JSON)::
      "requests": [{"prompt_tokens": 412, "output_tokens": 3100, "group": "p17"}, ...]}
 
 ``output_tokens`` is the response length the replay reveals only when the request finishes (the
-scheduler never reads it; the oracle baseline does). ``generated_tokens`` (optional, default 0)
+scheduler never reads it; the clairvoyant schedules do). ``generated_tokens`` (optional, default 0)
 carries progress from an earlier step, as partial rollout leaves it.
 
 The synthetic shape follows OrchestrRL Figure 3: most responses under 7.5K tokens, a long tail up

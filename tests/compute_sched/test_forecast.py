@@ -163,8 +163,9 @@ def _forecast_replay_plans_with(monkeypatch, trace, **kw) -> np.ndarray:
         raise _Captured
 
     monkeypatch.setattr(rp, "GenerationScheduler", spy)
-    with pytest.raises(_Captured):
-        rp.replay(trace, PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800")), 8, "orchestrl", **kw)
+    with pytest.raises(_Captured):  # start on TP=2, so no veRL-TO sweep (forecast-free) runs first
+        rp.replay(trace, PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800")), 8, "orchestrl",
+                  options=rp.ReplayOptions(initial_tp=2), **kw)
     return seen[0]
 
 
