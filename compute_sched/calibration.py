@@ -1,29 +1,22 @@
-"""Fit the performance model's engine constants to measured times; store, find and load the result.
+"""Fit the performance model's engine constants to measured times; validate out of sample; store, find, load.
 
 Design note
 -----------
 :class:`compute_sched.perf.Calibration` holds what datasheets do not give (achieved bandwidths,
-host overheads). :func:`fit_case_study` chooses a few of them, each inside a physically plausible
-box, so that the simulated §2.1 case study (:mod:`compute_sched.case_study`) reproduces the
-paper's six measured times: a bounded least-squares fit on log times (relative errors), solved by
-Nelder-Mead on box-to-real-line transformed coordinates from a few starts (no SciPy needed; the
-objective is a dozen short simulations, smooth enough for a simplex method, and has at most a
-handful of unknowns). The result is a YAML document under ``specs/calibrations/`` that records the
-source points, the fixed and fitted constants with their bounds and the reason for each bound,
-and the residuals, so a reader can check the fit without re-running it.
+host overheads, how much host time the engine hides under the GPU's). :func:`fit_case_study`
+chooses a few of them, each inside a physically plausible box, so that the simulated §2.1 case
+study (:mod:`compute_sched.case_study`) reproduces the paper's six measured times: bounded least
+squares (:func:`scipy.optimize.least_squares`, trust-region reflective) on the log error of every
+point plus the log error of every within-phase ratio, because §2.1's content is its orderings
+(TP=2 fastest early, TP=8 fastest in the tail). :func:`leave_one_out` refits without each point
+and predicts it, the fit's out-of-sample error. The result is a YAML document under
+``specs/calibrations/`` recording the assumptions, the fixed and fitted constants with their boxes,
+the reason for each and whether it ended on a bound, the residuals, the leave-one-out predictions,
+the assumption sweep and the checks the fit never saw, so a reader can audit it without rerunning.
+:mod:`compute_sched.calibration_h800` is the recipe of the bundled H800 file.
 
 The constants describe the GPU and the serving engine, not the model, so :func:`perf_model` applies
 the bundled file of a GPU to every model on that GPU (the 32B runs use the 14B-fitted H800 file).
-
-What the six points can and cannot pin down (H800 file, 2026-11-23): with four free constants the
-fit reproduces every point within 12% (rms of log errors 0.075, against 0.33 for the roofline),
-but two constants end on their bounds (``mem_efficiency`` 0.9, ``step_overhead_s`` 8 ms) and the
-solution moves with the snapshot boundary the paper does not give: ``W`` = 3,072 tokens fits
-better (rms 0.057) with a different story (``mem_efficiency`` 0.57, ``step_overhead_s`` 1.3 ms,
-``seq_overhead_s`` 59 us), ``W`` = 5,120 worse (rms 0.16). Read the file as "a model that
-reproduces §2.1", not as measured constants. Two orderings of the paper are not reproduced at any
-plausible setting: TP=2 beats TP=4 in the early phase by 18% (model: within 3%) and TP=8 beats
-TP=4 in the tail by 14% (model: within 1%).
 """
 
 from __future__ import annotations
