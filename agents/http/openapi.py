@@ -1,6 +1,6 @@
 """The OpenAPI 3 description of the control proxy's HTTP API (served at ``/openapi.json``).
 
-It is written by hand, next to the handlers in :mod:`agents.proxy`, and is what clients and the
+It is written by hand, next to the handlers in :mod:`agents.http.proxy`, and is what clients and the
 schemathesis fuzz test read: every operation lists every status it can answer.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents.jobs import JOB_ID_PATTERN
-from agents.service_checks import MAX_EVENTS_PER_BATCH
+from agents.service.jobs import JOB_ID_PATTERN
+from agents.service.checks import MAX_EVENTS_PER_BATCH
 from fabric.intent import STAGES
 from fabric.safe_window import EVENT_KINDS
 from fabric.templates.stages import TEMPLATES

@@ -1,4 +1,4 @@
-"""``orchestrl proxy ...``: run the OCS control proxy (:mod:`agents.proxy`) from the command line.
+"""``orchestrl proxy ...``: run the OCS control proxy (:mod:`agents.http.proxy`) from the command line.
 
 ``serve`` prints ``listening on http://HOST:PORT`` once the devices are reconciled to the journal
 and the API is up, so scripts and tests can start it on port 0 and read the address. SIGTERM and
@@ -40,10 +40,10 @@ def register(groups: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import secrets
 
-    from agents.jobs import load_operator_tokens
-    from agents.proxy import make_server, open_service
+    from agents.service.jobs import load_operator_tokens
+    from agents.http.proxy import make_server, open_service
     from fabric.errors import ConfigError
-    from fabric.store import default_store_path
+    from fabric.runtime.store import default_store_path
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, _, port = args.listen.rpartition(":")

@@ -3,12 +3,12 @@
 Design note
 -----------
 The handler only translates: it reads a bounded body, authenticates the bearer token, checks the
-role the route needs, parses JSON and calls :class:`agents.service.ControlService`. Refusals are
+role the route needs, parses JSON and calls :class:`agents.service.core.ControlService`. Refusals are
 JSON ``{"error", "reason", "field"}`` with 400 (not a JSON object), 401 (no or unknown token), 403
 (wrong role, another job, GPUs outside the placement), 404, 405, 409, 413 or 422 (a field is
 invalid, and named); a 500 would be a bug. ``/healthz`` and ``/openapi.json`` need no token; the
 job routes accept the operator token or that job's token; everything else is operator-only.
-The API is described in :mod:`agents.openapi`.
+The API is described in :mod:`agents.http.openapi`.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from agents.openapi import openapi_document
-from agents.service import ControlService
-from agents.service_checks import BadRequest, Forbidden, ServiceError, Unauthorized, Unprocessable
+from agents.http.openapi import openapi_document
+from agents.service.core import ControlService
+from agents.service.checks import BadRequest, Forbidden, ServiceError, Unauthorized, Unprocessable
 
 __all__ = ["ProxyServer", "make_server", "open_service", "MAX_BODY_BYTES"]
 
@@ -282,10 +282,10 @@ def make_server(service: ControlService, host: str = "127.0.0.1", port: int = 87
 def open_service(topology_path: str, devices_path: str, state_path: str, operator_tokens: list[str],
                  gate_min_observations: int | None = None) -> ControlService:
     """Build a service from files: the topology, one TL1 driver per device, the state file."""
-    from agents.jobs import JobRegistry
+    from agents.service.jobs import JobRegistry
     from fabric.ocs.devices import load_devices, open_device
     from fabric.safe_window import GateConfig
-    from fabric.store import FabricStore
+    from fabric.runtime.store import FabricStore
     from fabric.topology import load_topology
 
     topology = load_topology(topology_path)

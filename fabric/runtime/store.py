@@ -7,7 +7,7 @@ The journal is write-ahead at the level of plans: a commit row with the *desired
 ``failed`` or ``aborted``, together with what each device confirmed, only after the devices hold
 the outcome. So after a crash at any point, ``last_committed_plan`` is the plan the fabric is
 known to have reached, and ``in_flight`` names the commit that may have left devices
-half-changed; :mod:`fabric.reconcile` reads the devices and restores the former.
+half-changed; :mod:`fabric.runtime.reconcile` reads the devices and restores the former.
 
 Each journal write is one SQLite transaction in WAL mode: one interrupted by a crash is absent as
 a whole. A transaction written with ``synchronous=FULL`` is on disk when it returns, at the price of
@@ -28,7 +28,7 @@ it cost no statement to switch. Why that keeps the guarantee:
   a chain, so what survives is a prefix of the transactions, at least up to the last durable one:
   at worst the in-flight commit's intent and step records are gone, and the journal says the scope
   is at its last committed plan while the devices may hold part of the change. That is still
-  consistent, because restart reconciliation (:func:`fabric.reconcile.reconcile`, which every
+  consistent, because restart reconciliation (:func:`fabric.runtime.reconcile.reconcile`, which every
   controller runs at start-up: ``ControlService.recover``, ``JournaledCommitter.recover``) does not
   take the in-flight records' word for what the devices hold: it reads every device's
   cross-connect table and drives it back to the last committed (durable) plans, removing anything
@@ -53,7 +53,7 @@ committed record and any unfinished one), then per transaction only its inserts 
 commit id's scope never changes, so closing a commit this store opened needs no read of it (its
 state is checked by the ``UPDATE`` itself), and a committed close knows it is the scope's newest
 committed record when it prunes. The WAL is copied back into the database file by a background
-thread (:mod:`fabric.store_checkpoint`), not inside whichever commit fills it.
+thread (:mod:`fabric.runtime.store_checkpoint`), not inside whichever commit fills it.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
-from fabric.store_checkpoint import WalCheckpointer, guard_wal
-from fabric.store_records import (_COMMIT_KINDS, _FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_VERSION, CommitRecord,
+from fabric.runtime.store_checkpoint import WalCheckpointer, guard_wal
+from fabric.runtime.store_records import (_COMMIT_KINDS, _FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_VERSION, CommitRecord,
                                   DecisionRecord, DeviceStep, MaskedPort, ScopeHead, SimplexPairs, StepRecord,
                                   StoreCorruptError, StoreError, StoreVersionError, default_store_path)
 from fabric.templates.cache import CacheEntry, TemplateCache
@@ -405,7 +405,7 @@ class FabricStore:
         """Return the last committed record of ``scope`` and its unfinished commits, in one read.
 
         What a commit needs to know before it starts: the plan the devices hold, and whether an
-        earlier commit was interrupted (:func:`fabric.commit.apply_plan_steps`).
+        earlier commit was interrupted (:func:`fabric.runtime.commit.apply_plan_steps`).
         """
         rows = self._records(f"WHERE scope = ?1 AND (state = 'intent' OR id = ({_LAST_COMMITTED_ID})) ORDER BY id",
                              (scope,))

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from fabric.config import load_document
 from fabric.errors import ConfigError, OrchestrlError
-from fabric.store_checkpoint import guard_wal
+from fabric.runtime.store_checkpoint import guard_wal
 from fabric.topology import Topology
 
 __all__ = ["Placement", "Job", "Principal", "JobConflict", "JobRegistry", "placement_of", "load_operator_tokens",

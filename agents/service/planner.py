@@ -6,8 +6,8 @@ Everything here is a pure function of its inputs: parse the document, derive the
 job may use (other jobs' circuits in its reach reserved), run Algorithm 2, check the plan stays
 inside the job's placement, and order the change from the plan in force (§5.4). An RL job repeats
 the same few periods every iteration, so each of these is remembered by its inputs
-(:mod:`agents.memo`): in the steady state a commit costs the journal and the devices, not the
-planning. :class:`agents.service.ControlService` owns one planner and calls it under its lock.
+(:mod:`agents.service.memo`): in the steady state a commit costs the journal and the devices, not the
+planning. :class:`agents.service.core.ControlService` owns one planner and calls it under its lock.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import time
 from dataclasses import replace
 from typing import Any, Mapping
 
-from agents.memo import IdentityMemo, IntentMemo, PlanMemo
-from agents.metrics import MetricsRegistry
-from agents.ordered_commit import PlannedChange, plan_change
-from agents.service_checks import check_intent_inside, plan_outside_placement, reserved_ports
+from agents.service.memo import IdentityMemo, IntentMemo, PlanMemo
+from agents.service.metrics import MetricsRegistry
+from agents.service.ordered_commit import PlannedChange, plan_change
+from agents.service.checks import check_intent_inside, plan_outside_placement, reserved_ports
 from fabric.controller import FabricController, FabricState, MaterializeResult, materialize
 from fabric.intent import Intent
 from fabric.plan import CircuitPlan
-from fabric.store import FabricStore
+from fabric.runtime.store import FabricStore
 from fabric.topology import Topology
 
 __all__ = ["JobPlanner"]

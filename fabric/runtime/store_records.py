@@ -1,6 +1,6 @@
 """The rows of the durable store as dataclasses, its SQLite schema and its errors.
 
-:mod:`fabric.store` reads and writes these; they are plain frozen dataclasses so that callers
+:mod:`fabric.runtime.store` reads and writes these; they are plain frozen dataclasses so that callers
 (reconciliation, the control service, reports) never see SQL.
 """
 
@@ -160,9 +160,9 @@ class DeviceStep:
     """What one device confirmed after one bulk command, ready to journal (:class:`StepRecord` less ids).
 
     A commit's confirmations are journalled together, in one transaction with the commit's outcome
-    (:meth:`fabric.store.FabricStore.finish_commit`, :meth:`~fabric.store.FabricStore.advance_commit`):
+    (:meth:`fabric.runtime.store.FabricStore.finish_commit`, :meth:`~fabric.runtime.store.FabricStore.advance_commit`):
     reconciliation reads the devices, not these rows, so they need not be durable before the next
-    command (see :mod:`fabric.store` on why only a commit's final write is fsync'd).
+    command (see :mod:`fabric.runtime.store` on why only a commit's final write is fsync'd).
     """
 
     device: str

@@ -10,14 +10,14 @@ whole every period while other tenants' circuits stay untouched.
 
 An announced intent runs Algorithm 2 under the job's view of the fabric (ports other jobs'
 circuits hold in its reach are reserved); parsing, planning and ordering are remembered across
-iterations (:class:`agents.planner.JobPlanner`). An accepted plan is offered to the gate of its
+iterations (:class:`agents.service.planner.JobPlanner`). An accepted plan is offered to the gate of its
 stage family (train and train-dp share one; gen and weight sync have their own, §5.2) with the
 time the devices will switch: the devices of one step switch together, so that is, per add step of
 the non-blocking order, the slowest device of the step. It is committed at once, or kept pending
 and retried when later boundary events open a window. A commit re-checks the plan against the
 fabric as it is *now* (§5.3), refuses any circuit outside the job's placement, and applies the
 change in the non-blocking order of §5.4 as a chain of journalled commits
-(:mod:`agents.ordered_commit`, :mod:`fabric.commit`). A device refusal rolls the step back to
+(:mod:`agents.service.ordered_commit`, :mod:`fabric.runtime.commit`). A device refusal rolls the step back to
 every job's last committed circuits (a job's rollback never touches another job's), masks a
 failed port and re-plans once under the remaining port budget (§5.4). Every outcome becomes a
 :class:`PeriodDecision`, journalled in the store's decision log and counted in the metrics.
@@ -33,21 +33,21 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from agents.jobs import JobConflict, JobRegistry
-from agents.decisions import GATE_FAMILY, PeriodDecision, scope_of
-from agents.planner import JobPlanner
-from agents.metrics import MetricsRegistry, declare_service_metrics
-from agents.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
-from agents.service_checks import (Conflict, NotFound, integral, ServiceError, Unprocessable, parse_events,
+from agents.service.jobs import JobConflict, JobRegistry
+from agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
+from agents.service.planner import JobPlanner
+from agents.service.metrics import MetricsRegistry, declare_service_metrics
+from agents.service.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
+from agents.service.checks import (Conflict, NotFound, integral, ServiceError, Unprocessable, parse_events,
                                    parse_mask_ports)
 from fabric.controller import FabricController, MaterializeResult
 from fabric.errors import ConfigError
 from fabric.intent import Intent, parse_gpu_set
 from fabric.plan import CircuitPlan, plan_to_json, same_cross_connects, validate_plan
-from fabric.commit import CommitError, CommitInFlightError
-from fabric.reconcile import reconcile
+from fabric.runtime.commit import CommitError, CommitInFlightError
+from fabric.runtime.reconcile import reconcile
 from fabric.safe_window import CommitDecision, EventOrderError, GateConfig, SafeWindowGate
-from fabric.store import FabricStore
+from fabric.runtime.store import FabricStore
 from fabric.templates.cache import TemplateCache
 from fabric.templates.stages import TEMPLATES
 from fabric.topology import Topology
