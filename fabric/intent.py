@@ -54,6 +54,7 @@ from fabric.layout import GROUP_NAMES, ParallelLayout, parallel_groups
 from fabric.topology import Topology
 
 __all__ = [
+    "MAX_GPUS",
     "STAGES",
     "GROUPED_PRIMITIVES",
     "BIPARTITE_PRIMITIVES",
@@ -329,6 +330,9 @@ class Intent:
 # -- loading ---------------------------------------------------------------------------------
 
 
+MAX_GPUS = 1 << 22  # GPU indices a set may name without a topology to bound it (4 Mi: far past any cluster)
+
+
 def parse_gpu_set(value: Any, source: str, path: str, topology: Topology | None = None) -> tuple[int, ...]:
     """Return the GPU indices a YAML GPU set names, in the order written.
 
@@ -356,6 +360,9 @@ def parse_gpu_set(value: Any, source: str, path: str, topology: Topology | None 
     (0, 1, 2, 3, 8)
     """
     allowed = 'a list of GPU indices, or a string like "0-31" or "0-7,16-23"'
+    limit = topology.gpu_count if topology is not None else MAX_GPUS
+    bound = f"fabric {topology.name!r} (0..{limit - 1})" if topology is not None else f"0..{MAX_GPUS - 1}"
+    within = f"0..{limit - 1}"
     out: list[int] = []
     if isinstance(value, bool):
         raise ConfigError(source, path, f"expected GPU indices, got {value!r}", allowed)
@@ -372,6 +379,9 @@ def parse_gpu_set(value: Any, source: str, path: str, topology: Topology | None 
                 raise ConfigError(source, path, f"cannot read {part!r} in {value!r}", allowed) from None
             if last < first:
                 raise ConfigError(source, path, f"range {part!r} runs backwards", "a-b with a <= b")
+            # bound the range before expanding it: "0-99999999999" must not allocate a list of 10^11 ints
+            if first < 0 or last >= limit or len(out) + last - first + 1 > limit:
+                raise ConfigError(source, path, f"range {part!r} names GPUs outside {bound}", f"GPU indices {within}")
             out.extend(range(first, last + 1))
     elif isinstance(value, list):
         for i, v in enumerate(value):

@@ -18,9 +18,11 @@ from fabric.topology import PortRef, Topology
 
 __all__ = ["ServiceError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict", "Unprocessable",
            "check_intent_inside", "plan_outside_placement", "foreign_ports", "reserved_ports", "parse_events",
-           "parse_mask_ports", "format_gpus", "integral", "MAX_EVENTS_PER_BATCH"]
+           "parse_mask_ports", "format_gpus", "integral", "MAX_EVENTS_PER_BATCH", "MAX_JOB_ID_CHARS",
+           "DeviceUnavailable", "StorageUnavailable"]
 
 MAX_EVENTS_PER_BATCH = 10_000
+MAX_JOB_ID_CHARS = 64  # a job id is one URL path segment (agents.service.jobs.JOB_ID_PATTERN)
 _EVENT_FIELDS = ("kind", "t_s", "stage", "primitive", "communicator", "window_hint_s")
 
 
@@ -53,6 +55,18 @@ class NotFound(ServiceError):
 
 class Conflict(ServiceError):
     status = 409
+
+
+class DeviceUnavailable(ServiceError):
+    """A device did not answer or refused in a way no re-plan avoids (HTTP 503); ``reason`` names it."""
+
+    status = 503
+
+
+class StorageUnavailable(ServiceError):
+    """The state file refused a write: disk full, read-only, I/O error (HTTP 507); nothing was changed."""
+
+    status = 507
 
 
 class Unprocessable(ServiceError):
