@@ -1,20 +1,50 @@
-"""``orchestrl proxy ...``: run the OCS control proxy (:mod:`agents.http.proxy`) from the command line.
+"""``orchestrl proxy ...``: run the OCS control proxy, and back up its state file.
 
-``serve`` prints ``listening on http://HOST:PORT`` once the devices are reconciled to the journal
-and the API is up, so scripts and tests can start it on port 0 and read the address. SIGTERM and
-SIGINT stop it cleanly (sessions logged out, the state file closed).
+``serve`` prints ``listening on http(s)://HOST:PORT`` once the devices are checked against the
+journal and the API is up, so scripts and tests can start it on port 0 and read the address. It
+refuses to start when the devices hold circuits the journal does not explain, printing the diff
+(``--adopt`` or ``--reset`` decide), and when another proxy holds the state file. SIGTERM and
+SIGINT stop it cleanly (sessions logged out, the state file closed and unlocked).
+
+``backup`` copies the state file with SQLite's online backup, safe while the proxy runs; see
+``docs/operations.md`` for restoring one.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import logging
-import signal
-import threading
-from typing import Any
+import math
+import os
+from fabric.errors import ConfigError
 
 __all__ = ["register"]
+
+
+def _seconds(option: str, low: float, high: float):  # noqa: ANN202 - an argparse type
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option}: {text!r} is not a number of seconds") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{option}: {text} is outside {low:g}..{high:g} seconds")
+        return value
+    return parse
+
+
+def _count(option: str, low: int, high: int):  # noqa: ANN202 - an argparse type
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option}: {text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{option}: {value} is outside {low}..{high}")
+        return value
+    return parse
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -32,51 +62,99 @@ def register(groups: argparse._SubParsersAction) -> None:
     serve.add_argument("--tokens", default=None, metavar="tokens.yaml",
                        help="file with 'operator_tokens: [...]' (default: $ORCHESTRL_OPERATOR_TOKEN, else a random "
                             "token printed at start)")
-    serve.add_argument("--gate-min-observations", type=int, default=None, metavar="N",
-                       help="windows a boundary kind needs before its slack is trusted (default 5)")
+    serve.add_argument("--gate-min-observations", type=_count("--gate-min-observations", 1, 10_000), default=None,
+                       metavar="N", help="windows a boundary kind needs before its slack is trusted (default 5)")
+    start = serve.add_mutually_exclusive_group()
+    start.add_argument("--adopt", action="store_true",
+                       help="take the circuits the devices hold as the committed plan (nothing on a device changes)")
+    start.add_argument("--reset", action="store_true",
+                       help="make the devices match the journal, removing circuits it does not explain")
+    serve.add_argument("--audit-period", type=_seconds("--audit-period", 0.05, 3600), default=1.0, metavar="S",
+                       help="seconds between read-backs of every device (default 1)")
+    serve.add_argument("--drift-policy", choices=("repair", "alert"), default="repair",
+                       help="repair drift in the next safe window (default), or only report it")
+    serve.add_argument("--tls-cert", default=None, metavar="cert.pem", help="serve HTTPS with this certificate")
+    serve.add_argument("--tls-key", default=None, metavar="key.pem", help="private key of --tls-cert")
+    serve.add_argument("--tls-ca", default=None, metavar="ca.pem",
+                       help="require client certificates signed by this CA (mutual TLS)")
+    serve.add_argument("--max-connections", type=_count("--max-connections", 1, 65_535), default=256, metavar="N",
+                       help="open connections at most; more get 503 (default 256)")
+    serve.add_argument("--request-timeout", type=_seconds("--request-timeout", 0.5, 600), default=10.0, metavar="S",
+                       help="seconds a client may take to send a request's head, or its body (default 10)")
     serve.set_defaults(func=_serve)
+    backup = sub.add_parser("backup", help="copy the state file with SQLite's online backup (safe while serving)",
+                            description="Write a consistent, self-contained copy of the state file, WAL included; "
+                                        "`cp fabric.db` while the proxy runs misses what is still in the WAL.")
+    backup.add_argument("--state", default=None, metavar="fabric.db",
+                        help="the state file the proxy runs with (default $XDG_STATE_HOME/orchestrl/fabric.db)")
+    backup.add_argument("out", metavar="OUT", help="the backup file to write (must not exist)")
+    backup.add_argument("--json", action="store_true", help="print the summary as JSON")
+    backup.set_defaults(func=_backup)
+
+
+def _backup(args: argparse.Namespace) -> int:
+    from fabric.runtime.store import backup_state_file, default_store_path
+
+    summary = backup_state_file(args.state or str(default_store_path()), args.out)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"backed up {summary['state']} to {summary['backup']}: {summary['committed_records']} committed "
+              f"records in {summary['scopes']} scopes, {summary['bytes']} bytes, integrity {summary['integrity']}")
+    return 0
+
+
+def _check_file(option: str, path: str | None) -> None:
+    if path is not None and not os.path.isfile(path):
+        raise ConfigError(option, "<value>", f"{path!r} is not a readable file", "a PEM file")
 
 
 def _serve(args: argparse.Namespace) -> int:
     import secrets
 
+    from agents.http.app import create_app
+    from agents.http.server import HttpServer
     from agents.service.jobs import load_operator_tokens
-    from agents.http.proxy import make_server, open_service
-    from fabric.errors import ConfigError
+    from agents.service.startup import open_service
     from fabric.runtime.store import default_store_path
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, _, port = args.listen.rpartition(":")
+    host = host.strip("[]")
     if not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError("--listen", "<value>", f"{args.listen!r} is not HOST:PORT", "e.g. 127.0.0.1:8700")
-    if args.gate_min_observations is not None and args.gate_min_observations < 1:
-        raise ConfigError("--gate-min-observations", "<value>", f"{args.gate_min_observations} is below 1",
-                          "an integer >= 1")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert/--tls-key", "<value>", "only one of the two is given", "both, or neither")
+    if args.tls_ca is not None and args.tls_cert is None:
+        raise ConfigError("--tls-ca", "<value>", "client certificates need HTTPS", "also give --tls-cert and --tls-key")
+    for option, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-ca", args.tls_ca)):
+        _check_file(option, path)
     tokens = load_operator_tokens(args.tokens)
     if not tokens:
         tokens = [secrets.token_urlsafe(24)]
         print(f"operator token (generated; pass --tokens to fix one): {tokens[0]}", flush=True)
     state = args.state or str(default_store_path())
-    service = open_service(args.topology, args.devices, state, tokens, args.gate_min_observations)
+    service = open_service(args.topology, args.devices, state, tokens, args.gate_min_observations,
+                           audit_period_s=args.audit_period, drift_policy=args.drift_policy)
     try:
-        report = service.recover()
-        print(f"reconciled {len(service.devices)} devices to the journal in {state}: {report['changes']} "
+        mode = "adopt" if args.adopt else "reset" if args.reset else "check"
+        report = service.start(mode)
+        adopted = report.get("adopted")
+        print(f"reconciled {len(service.devices)} devices to the journal in {state} ({mode}): {report['changes']} "
               f"cross-connect changes, {len(report['failed_ports'])} failed ports masked, "
-              f"{'ok' if report['ok'] else 'INCOMPLETE'}", flush=True)
+              f"{len(report['unreachable'])} unreachable, {'ok' if report['ok'] else 'INCOMPLETE'}"
+              + (f"; adopted {adopted['circuits']} circuits" + (f" ({len(adopted['half_circuits'])} one-way "
+                 "cross-connects left as drift)" if adopted['half_circuits'] else "") if adopted else ""), flush=True)
         try:
-            server = make_server(service, host, int(port))
+            server = HttpServer(create_app(service, body_timeout_s=args.request_timeout), host, int(port),
+                                tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
+                                max_connections=args.max_connections, head_timeout_s=args.request_timeout)
         except OSError as exc:
             raise ConfigError("--listen", "<value>", f"cannot listen on {args.listen}: {exc.strerror}",
                               "a free port on a local address") from None
     except BaseException:
         service.close()
         raise
-
-    def shutdown(signum: int, frame: Any) -> None:
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, shutdown)
-    signal.signal(signal.SIGINT, shutdown)
     # What start-up built (topology, templates, plans, parsed configs) lives as long as the process: move it
     # out of the collector's generations, so that a full collection during a commit does not walk it
     # (bench/commit.py saw a ~24 ms gen-2 pass about once per 600 commits without this).
@@ -84,8 +162,7 @@ def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     print(f"listening on {server.url}", flush=True)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve_forever()  # uvicorn handles SIGTERM and SIGINT: stop accepting, finish requests, return
     finally:
-        server.server_close()
         service.close()
     return 0

@@ -32,7 +32,7 @@ import time
 import typing
 from typing import Any, Callable, Optional
 
-from fastapi import Body, FastAPI, Query, Request
+from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -330,8 +330,11 @@ def _install_error_handlers(app: FastAPI) -> None:
         headers = dict(exc.headers or {})
         if exc.status_code == 404:
             return _error(404, f"no route {request.url.path}; see /openapi.json for the API", None, headers)
-        if exc.status_code == 405:
-            allow = headers.get("Allow", headers.get("allow", ""))
+        if exc.status_code == 405:  # every method of every route on this path, not only the first route's
+            methods = {mth for r in request.app.routes if hasattr(r, "methods") and r.methods
+                       and r.matches(request.scope)[0] is not Match.NONE for mth in r.methods}
+            allow = ", ".join(sorted(methods)) or headers.get("Allow", "")
+            headers["Allow"] = allow
             return _error(405, f"{request.method} is not allowed on {request.url.path}; use {allow}", None, headers)
         return _error(exc.status_code, str(exc.detail), None, headers)
 
@@ -353,6 +356,11 @@ _WHY = {400: "The body is not a JSON object (or nests too deep).", 401: "No bear
 
 def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: {"model": m.Error, "description": _WHY[c]} for c in codes}
+
+
+JobPath = typing.Annotated[str, Path(pattern=JOB_ID_PATTERN, description="Job id.")]
+JobQuery = typing.Annotated[Optional[str], Query(pattern=JOB_ID_PATTERN, description="Only this job.")]
+Limit = typing.Annotated[int, Query(ge=1, le=1000, description="Most rows to return.")]
 
 
 def _role(role: str, optional_body: bool = False) -> Callable[[Callable], Callable]:
@@ -386,8 +394,6 @@ def create_app(service: Any, *, max_body_bytes: int = MAX_BODY_BYTES, body_timeo
     metrics = service.metrics
     metrics.counter("orchestrl_http_requests_total", "HTTP requests by route and status.", ["route", "code"])
     metrics.histogram("orchestrl_http_request_seconds", "HTTP request handling time.", ["route"])
-    job_path = typing.Annotated[str, m.Field(pattern=JOB_ID_PATTERN, description="Job id.")]
-    job_query = typing.Annotated[Optional[str], Query(pattern=JOB_ID_PATTERN, description="Only this job.")]
     public = {"security": []}
 
     @app.get("/healthz", response_model=m.Health, openapi_extra=public, operation_id="health",
@@ -430,42 +436,42 @@ def create_app(service: Any, *, max_body_bytes: int = MAX_BODY_BYTES, body_timeo
 
     @app.get("/v1/jobs/{job}", response_model=m.Job, operation_id="getJob", responses=_responses(401, 403, 404, 422))
     @_role("job")
-    def get_job(job: job_path) -> Any:
+    def get_job(job: JobPath) -> Any:
         """One job (operator or the job itself)."""
         return service.job_doc(job)
 
     @app.delete("/v1/jobs/{job}", response_model=m.JobRemoval, operation_id="removeJob",
                 responses=_responses(401, 403, 404, 422, 503, 507))
     @_role("operator")
-    def remove_job(job: job_path) -> Any:
+    def remove_job(job: JobPath) -> Any:
         """Remove a job (operator): its token stops working and its circuits are freed in the next safe window."""
         return service.remove_job(job)
 
     @app.post("/v1/jobs/{job}/intents", response_model=m.Decision, operation_id="announceIntent",
               responses=_responses(*_COMMON, 404))
     @_role("job")
-    def announce_intent(job: job_path, body: m.Intent) -> Any:
+    def announce_intent(job: JobPath, body: m.Intent) -> Any:
         """Announce the intent of the job's next communication period."""
         return service.announce_intent(job, body.model_dump(exclude_unset=True)).to_json()
 
     @app.post("/v1/jobs/{job}/events", response_model=m.EventResult, operation_id="reportEvents",
               responses=_responses(*_COMMON, 404))
     @_role("job")
-    def report_events(job: job_path, body: m.EventBatch) -> Any:
+    def report_events(job: JobPath, body: m.EventBatch) -> Any:
         """Report a batch of collective boundary events; decisions of plans whose window opened come back."""
         return service.report_events(job, [e.model_dump(exclude_none=True) for e in body.events])
 
     @app.get("/v1/plan", response_model=m.Plans, operation_id="getPlan", responses=_responses(401, 403, 404, 422))
     @_role("any")
-    def plan(request: Request, job: job_query = None) -> Any:
+    def plan(request: Request, job: JobQuery = None) -> Any:
         """Active plans (a job token sees its own)."""
         return service.plan_doc(_scope(request, job))
 
     @app.get("/v1/decisions", response_model=m.Decisions, operation_id="getDecisions",
              responses=_responses(401, 403, 404, 422))
     @_role("any")
-    def decisions(request: Request, job: job_query = None,
-                  limit: typing.Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
+    def decisions(request: Request, job: JobQuery = None,
+                  limit: Limit = 100) -> Any:
         """Decision log, newest first (a job token sees its own)."""
         return {"decisions": service.decisions(_scope(request, job), limit)}
 

@@ -24,7 +24,7 @@ from fabric.templates.stages import TEMPLATES
 
 __all__ = ["Error", "JobRegistration", "Job", "JobToken", "JobList", "JobRemoval", "Intent", "Decision", "Event",
            "EventBatch", "EventResult", "PortRef", "MaskRequest", "MaskResult", "UnmaskRequest", "UnmaskResult",
-           "JobPlan", "Plans", "Decisions", "WhoAmI", "Health", "DeviceHealth", "ReconcileRequest",
+           "JobPlan", "Plans", "Decisions", "LogRecord", "WhoAmI", "Health", "DeviceHealth", "ReconcileRequest",
            "ReconcileResult", "Topology", "FiniteNumber"]
 
 # A JSON number that is a number: finite, not a boolean, not a string.
@@ -199,8 +199,18 @@ class Plans(_Answer):
     jobs: dict[str, JobPlan]
 
 
+class LogRecord(_Answer):
+    """A record of the decision log that is not a plan's: a device's audit outcome, the state file recovering."""
+
+    kind: Literal["audit", "storage"]
+    decision: str = Field(description="drift, repaired, unreachable, recovered, in-sync, reconciled, ...")
+    reason: str
+    at: float
+    device: Optional[str] = None
+
+
 class Decisions(_Answer):
-    decisions: list[Decision]
+    decisions: list[Union[Decision, LogRecord]]
 
 
 class WhoAmI(_Answer):
@@ -221,7 +231,8 @@ class Health(_Answer):
     status: Literal["ok", "degraded"]
     reasons: list[str] = Field(description="Why not ok, one line per device or store problem (empty when ok).")
     fabric: str
-    devices: list[DeviceHealth]
+    devices: int = Field(description="Devices the proxy drives.")
+    device_health: list[DeviceHealth] = Field(description="Each device as its last audit found it.")
     storage: dict[str, Any]
     jobs: int
     uptime_s: float

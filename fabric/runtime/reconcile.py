@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the controller imports nothing of the device layer; keep it
 # Journalled commits (CommitReport, JournaledCommitter, apply_plan_diff, ...) are in fabric.runtime.commit, which
 # imports this module; nothing here imports it back.
 __all__ = ["UNUSABLE_PORT_STATES", "DeviceChanges", "DeviceReconcile", "ReconcileReport", "device_changes", "reconcile",
+           "reconcile_devices_to", "wanted_by_device",
            "reconcile_store", "replan_after_failures", "restore_controller", "bulk_errors", "unusable_ports"]
 
 
@@ -252,6 +253,22 @@ def reconcile(source: FabricStore | CircuitPlan | None, devices: Mapping[str, Oc
         results = _reconcile_devices(devices, wanted)
         return ReconcileReport(results, missing_devices=tuple(sorted(set(wanted) - set(devices))))
     return reconcile_store(source, devices, scope)
+
+
+def wanted_by_device(plans: Iterable[CircuitPlan]) -> dict[str, list[CrossConnect]]:
+    """Return each device's circuits over ``plans`` (the union of every scope's plan on that device)."""
+    return _wanted_by_device(plans)
+
+
+def reconcile_devices_to(plans: Iterable[CircuitPlan], devices: Mapping[str, OcsDeviceClient]) -> ReconcileReport:
+    """Bring ``devices`` to the union of ``plans`` without writing any journal (e.g. when the journal cannot be written).
+
+    Used to undo what devices were told when the journal refused to record it: the devices then
+    hold exactly what the journal says, whatever the disk does. Per device as :func:`reconcile`.
+    """
+    wanted = _wanted_by_device(plans)
+    results = _reconcile_devices(devices, wanted)
+    return ReconcileReport(results, missing_devices=tuple(sorted(set(wanted) - set(devices))))
 
 
 def _reconcile_devices(devices: Mapping[str, OcsDeviceClient],

@@ -15,7 +15,7 @@ from fabric.errors import OrchestrlError
 from fabric.plan import CircuitPlan
 
 __all__ = [
-    "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
+    "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError", "StoreWriteError",
     "CommitRecord", "ScopeHead", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "default_store_path",
 ]
 
@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS decisions (
 );
 """
 
+_TABLES = ("commits", "commit_steps", "template_cache", "masked_ports", "decisions")  # every table _SCHEMA makes
+
 SimplexPairs = Sequence[tuple[int, int]]  # (ingress, egress) cross-connects in device numbering
 
 
@@ -87,6 +89,17 @@ class StoreError(OrchestrlError):
         self.problem = problem
         self.fix = fix
         super().__init__(f"fabric store {path}: {problem}" + (f"; fix: {fix}" if fix else ""))
+
+
+class StoreWriteError(StoreError):
+    """A write was refused by the file system or SQLite (``kind``: full, read-only, io, locked, other).
+
+    Nothing of the refused transaction is in the file; the caller decides what the devices must hold.
+    """
+
+    def __init__(self, path: str, problem: str, fix: str = "", *, kind: str = "other") -> None:
+        self.kind = kind
+        super().__init__(path, problem, fix)
 
 
 class StoreVersionError(StoreError):
