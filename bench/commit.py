@@ -71,7 +71,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import yaml  # noqa: E402  (path set up above)
 
 from agents.lab import EmulatedFabric  # noqa: E402
-from agents.http.proxy import open_service  # noqa: E402
+from agents.service.factory import open_service  # noqa: E402
 from fabric.config import parse_yaml  # noqa: E402
 from fabric.ocs.fanout import SendCollect, each_device  # noqa: E402
 from fabric.plan import plan_to_json  # noqa: E402
@@ -117,13 +117,15 @@ def _gate_events() -> list[dict]:
 def run_wide(lab: EmulatedFabric, state_path: Path, rounds: int, t_s: float = 5.011) -> list[dict]:
     """One job on the whole cluster alternating two intents; one row per commit (8 PoD plans each).
 
-    A fresh service on its own journal (its start-up reconciliation clears what the per-PoD jobs
-    left on the devices), so the per-PoD jobs' placements do not overlap this one's.
+    A fresh service on its own journal, started with ``reset`` (its start-up reconciliation clears
+    what the per-PoD jobs left on the devices, which a plain start would refuse to touch), so the
+    per-PoD jobs' placements do not overlap this one's.
     """
-    service = open_service(lab.topology_path, str(lab.devices_path), str(state_path), [lab.operator_token])
+    service = open_service(lab.topology_path, str(lab.devices_path), str(state_path), [lab.operator_token],
+                           audit_period_s=None)
     rows = []
     try:
-        service.recover()
+        service.recover("reset")
         service.register_job("wide", "0-2047")
         service.report_events("wide", _gate_events())
         for r in range(WARMUP_ROUNDS + rounds):  # the warm-up fills the template cache and the memo tables
@@ -338,7 +340,9 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="orchestrl-bench-commit-") as work, \
             EmulatedFabric(mems_topology(Path(work) / "topology.yaml"), Path(work) / "lab", switch_delay_ms=0) as lab:
         lab.start_switches()
-        service = open_service(lab.topology_path, str(lab.devices_path), str(lab.state_path), [lab.operator_token])
+        # no audit thread: this benchmark times commits alone (bench/proxy.py measures the device audit)
+        service = open_service(lab.topology_path, str(lab.devices_path), str(lab.state_path), [lab.operator_token],
+                               audit_period_s=None)
         try:
             service.recover()
             timers = _Timers(service.store, _JOURNAL_IN_COMMIT + _JOURNAL_OTHER)

@@ -55,6 +55,7 @@ from fabric.topology import Topology
 
 __all__ = [
     "MAX_GPUS",
+    "MAX_BYTES_PER_RANK",
     "STAGES",
     "GROUPED_PRIMITIVES",
     "BIPARTITE_PRIMITIVES",
@@ -330,6 +331,7 @@ class Intent:
 # -- loading ---------------------------------------------------------------------------------
 
 
+MAX_BYTES_PER_RANK = 1e18  # one exabyte per rank and period: past any model (1e300 would only overflow the demand sums)
 MAX_GPUS = 1 << 22  # GPU indices a set may name without a topology to bound it (4 Mi: far past any cluster)
 
 
@@ -522,8 +524,8 @@ def _bytes(c: Reader, key: str) -> float:
             value = float(value.strip())
         except ValueError:
             raise c.error(key, f"expected a number of bytes, got {value!r}", "a number >= 0, e.g. 2.0e9") from None
-        return Reader({key: value}, c.source, c.path).float(key, minimum=0.0)
-    return c.float(key, minimum=0.0)
+        return Reader({key: value}, c.source, c.path).float(key, minimum=0.0, maximum=MAX_BYTES_PER_RANK)
+    return c.float(key, minimum=0.0, maximum=MAX_BYTES_PER_RANK)
 
 
 def _build(c: Reader, blame: str, cls: type, primitive: str, **kwargs: Any) -> Collective:

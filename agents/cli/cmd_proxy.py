@@ -16,35 +16,11 @@ import argparse
 import gc
 import json
 import logging
-import math
 import os
+from agents.cli.argtypes import bounded_float, bounded_int
 from fabric.errors import ConfigError
 
 __all__ = ["register"]
-
-
-def _seconds(option: str, low: float, high: float):  # noqa: ANN202 - an argparse type
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{option}: {text!r} is not a number of seconds") from None
-        if not math.isfinite(value) or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{option}: {text} is outside {low:g}..{high:g} seconds")
-        return value
-    return parse
-
-
-def _count(option: str, low: int, high: int):  # noqa: ANN202 - an argparse type
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{option}: {text!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{option}: {value} is outside {low}..{high}")
-        return value
-    return parse
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -62,14 +38,14 @@ def register(groups: argparse._SubParsersAction) -> None:
     serve.add_argument("--tokens", default=None, metavar="tokens.yaml",
                        help="file with 'operator_tokens: [...]' (default: $ORCHESTRL_OPERATOR_TOKEN, else a random "
                             "token printed at start)")
-    serve.add_argument("--gate-min-observations", type=_count("--gate-min-observations", 1, 10_000), default=None,
+    serve.add_argument("--gate-min-observations", type=bounded_int("--gate-min-observations", 1, 10_000), default=None,
                        metavar="N", help="windows a boundary kind needs before its slack is trusted (default 5)")
     start = serve.add_mutually_exclusive_group()
     start.add_argument("--adopt", action="store_true",
                        help="take the circuits the devices hold as the committed plan (nothing on a device changes)")
     start.add_argument("--reset", action="store_true",
                        help="make the devices match the journal, removing circuits it does not explain")
-    serve.add_argument("--audit-period", type=_seconds("--audit-period", 0.05, 3600), default=1.0, metavar="S",
+    serve.add_argument("--audit-period", type=bounded_float("--audit-period", 0.05, 3600, "seconds"), default=1.0, metavar="S",
                        help="seconds between read-backs of every device (default 1)")
     serve.add_argument("--drift-policy", choices=("repair", "alert"), default="repair",
                        help="repair drift in the next safe window (default), or only report it")
@@ -77,9 +53,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     serve.add_argument("--tls-key", default=None, metavar="key.pem", help="private key of --tls-cert")
     serve.add_argument("--tls-ca", default=None, metavar="ca.pem",
                        help="require client certificates signed by this CA (mutual TLS)")
-    serve.add_argument("--max-connections", type=_count("--max-connections", 1, 65_535), default=256, metavar="N",
+    serve.add_argument("--max-connections", type=bounded_int("--max-connections", 1, 65_535), default=256, metavar="N",
                        help="open connections at most; more get 503 (default 256)")
-    serve.add_argument("--request-timeout", type=_seconds("--request-timeout", 0.5, 600), default=10.0, metavar="S",
+    serve.add_argument("--request-timeout", type=bounded_float("--request-timeout", 0.5, 600, "seconds"), default=10.0, metavar="S",
                        help="seconds a client may take to send a request's head, or its body (default 10)")
     serve.set_defaults(func=_serve)
     backup = sub.add_parser("backup", help="copy the state file with SQLite's online backup (safe while serving)",
@@ -115,7 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     from agents.http.app import create_app
     from agents.http.server import HttpServer
     from agents.service.jobs import load_operator_tokens
-    from agents.service.startup import open_service
+    from agents.service.factory import open_service
     from fabric.runtime.store import default_store_path
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -37,7 +36,7 @@ from fabric.runtime.store import StoreError
 from fabric.topology import PortRef, Topology
 
 __all__ = ["StateLock", "StartupRefused", "StartupDiff", "STARTUP_MODES", "ADOPTED_SCOPE", "startup_diff",
-           "adopted_plan", "open_service"]
+           "adopted_plan"]
 
 STARTUP_MODES = ("check", "adopt", "reset")
 ADOPTED_SCOPE = "fabric/adopted"  # journal scope of circuits taken over from the devices (--adopt)
@@ -169,47 +168,3 @@ def adopted_plan(topology: Topology, tables: Mapping[str, dict[int, int]], kept:
     plan = CircuitPlan(topology.name, "adopted", "adopted", topology.spec.link_bps, circuits_from(circuits),
                        notes=("circuits found on the devices and adopted at start-up (--adopt)",))
     return plan, halves
-
-
-def open_service(topology_path: str, devices_path: str, state_path: str, operator_tokens: list[str],
-                 gate_min_observations: int | None = None, *, audit_period_s: float = 1.0,
-                 drift_policy: str = "repair") -> Any:
-    """Build a service from files: lock the state file, load the topology, one TL1 driver per device, the journal.
-
-    Raises
-    ------
-    StoreError
-        When another proxy holds the state file, or the file is corrupt (naming the table or row).
-    ConfigError
-        For a malformed topology or devices file.
-    """
-    from agents.service.core import ControlService
-    from agents.service.jobs import JobRegistry
-    from fabric.ocs.devices import load_devices, open_device
-    from fabric.runtime.store import FabricStore
-    from fabric.safe_window import GateConfig
-    from fabric.topology import load_topology
-
-    topology = load_topology(topology_path)
-    configs = load_devices(devices_path, topology)
-    lock = StateLock(state_path)
-    store = registry = None
-    try:
-        store = FabricStore(state_path)
-        registry = JobRegistry(topology, operator_tokens, state_path)
-        gate = GateConfig(min_observations=gate_min_observations) if gate_min_observations else None
-        drivers = {name: open_device(cfg) for name, cfg in configs.items()}
-        readers = {name: open_device(cfg) for name, cfg in configs.items()}  # the audit's own sessions
-        service = ControlService(topology, drivers, store, registry, gate_config=gate,
-                                 switch_delay_s={n: c.switch_delay_s for n, c in configs.items()})
-    except BaseException:
-        if registry is not None:
-            registry.close()
-        if store is not None:
-            store.close()
-        lock.release()
-        raise
-    service.state_lock = lock
-    service.audit_setup = {"clients": readers, "period_s": audit_period_s, "policy": drift_policy}
-    service.opened_at = time.time()
-    return service
