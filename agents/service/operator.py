@@ -236,9 +236,8 @@ class OperatorMixin:
             jobs = self._owners(st.device, (*st.missing, *st.unexpected))
             waiting = sorted(j for j in jobs if not self._safe_now(j, st.device))
             if waiting:
-                if st.state != "repairing":
-                    self.auditor.mark(st.device, "repairing", st.reason + f"; repair waits for the next safe window "
-                                                                         f"of job(s) {', '.join(waiting)}")
+                self.auditor.mark(st.device, "repairing", st.reason.split("; repair waits")[0] + "; repair waits for "
+                                  f"the next safe window of job(s) {', '.join(waiting)}")
                 continue
             try:
                 report = reconcile_store(self.store, {st.device: self.devices[st.device]}, None)
