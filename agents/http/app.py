@@ -45,6 +45,7 @@ from agents.http import models as m
 from agents.service.checks import BadRequest, Forbidden, ServiceError, Unauthorized
 from agents.service.jobs import JOB_ID_PATTERN
 from agents.service.metrics import CONTENT_TYPE
+from fabric.config import json_without_duplicates
 
 __all__ = ["create_app", "Gate", "MAX_BODY_BYTES", "MAX_JSON_DEPTH", "API_VERSION", "ERROR_NAMES"]
 
@@ -94,7 +95,7 @@ class FiniteJSONResponse(JSONResponse):
 
 
 def check_json_body(body: bytes, *, optional: bool = False) -> None:
-    """Refuse (400, field ``body``) anything but one JSON object nested at most :data:`MAX_JSON_DEPTH` deep.
+    """Refuse (400, field ``body``) anything but one JSON object, nested at most :data:`MAX_JSON_DEPTH` deep, each key once.
 
     The nesting is measured on the bytes with strings blanked out, before a recursive parser sees
     them; so 2,000 nested arrays cost one linear scan, not a ``RecursionError``.
@@ -122,7 +123,7 @@ def check_json_body(body: bytes, *, optional: bool = False) -> None:
     if deepest > MAX_JSON_DEPTH:
         raise BadRequest(f"body nests {deepest} levels deep; the API takes at most {MAX_JSON_DEPTH}", "body")
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, object_pairs_hook=json_without_duplicates)  # a key given twice would keep the last
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BadRequest(f"body is not valid JSON ({exc}); send a JSON object", "body") from None
     if not isinstance(doc, dict):
