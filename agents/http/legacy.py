@@ -284,3 +284,34 @@ class ProxyServer(ThreadingHTTPServer):
 def make_server(service: ControlService, host: str = "127.0.0.1", port: int = 8700) -> ProxyServer:
     """Return a server for ``service`` listening on ``host:port`` (port 0: any free port); not started."""
     return ProxyServer((host, port), service)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agents.http.legacy``: serve like ``orchestrl proxy serve --reset``, on the stdlib server (bench only)."""
+    import argparse
+    import sys
+
+    from agents.service.factory import open_service
+    from agents.service.jobs import load_operator_tokens
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    for name in ("--topology", "--devices", "--state", "--tokens"):
+        ap.add_argument(name, required=True)
+    ap.add_argument("--listen", default="127.0.0.1:0")
+    args = ap.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    service = open_service(args.topology, args.devices, args.state, load_operator_tokens(args.tokens),
+                           audit_period_s=None)
+    try:
+        service.start("reset")
+        server = make_server(service, host, int(port))
+        print(f"listening on {server.url}", flush=True)
+        sys.stdout.flush()
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
