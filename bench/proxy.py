@@ -41,7 +41,6 @@ import os
 import platform
 import random
 import re
-import statistics
 import subprocess
 import sys
 import tempfile

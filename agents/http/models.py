@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from agents.service.checks import MAX_EVENTS_PER_BATCH, MAX_JOB_ID_CHARS
 from agents.service.jobs import JOB_ID_PATTERN

@@ -34,21 +34,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from agents.service.checks import (Conflict, DeviceUnavailable, NotFound, ServiceError, StorageUnavailable,
-                                   Unprocessable, integral, parse_events)
+from agents.service.checks import (Conflict, DeviceUnavailable, NotFound, ServiceError, Unprocessable, integral, parse_events)
 from agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
-from agents.service.fairness import POLICY, cap_ports, core_fibres_by_pod, fair_shares
 from agents.service.jobs import JobConflict, JobRegistry
 from agents.service.metrics import MetricsRegistry, declare_service_metrics
 from agents.service.operator import OperatorMixin
+from agents.service.sharing import SharingMixin
 from agents.service.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
 from agents.service.planner import JobPlanner
-from agents.service.startup import ADOPTED_SCOPE
 from fabric.controller import FabricController, MaterializeResult
 from fabric.errors import ConfigError
 from fabric.intent import Intent, parse_gpu_set
 from fabric.ocs.errors import OcsError
-from fabric.plan import CircuitPlan, plan_to_json, same_cross_connects, validate_plan
+from fabric.plan import CircuitPlan, same_cross_connects, validate_plan
 from fabric.runtime.commit import CommitError, CommitInFlightError
 from fabric.runtime.reconcile import reconcile, reconcile_devices_to
 from fabric.runtime.store import FabricStore, StoreWriteError
@@ -93,7 +91,7 @@ class _Tenant:
     clock: dict[str, tuple[int, float]] | None = None  # sender -> (last seq, offset added to its t_s)
 
 
-class ControlService(OperatorMixin):
+class ControlService(SharingMixin, OperatorMixin):
     """Serve jobs' intents on one fabric: plan, gate, journal, drive the devices, audit them.
 
     Parameters
@@ -250,81 +248,6 @@ class ControlService(OperatorMixin):
         """Forget remembered parses, plans and orders (as after a restart; e.g. to time a first iteration)."""
         with self._lock:
             self.planner.clear()
-
-    def _others(self, job_id: str) -> dict[str, CircuitPlan]:
-        """Plans of the other tenants (and adopted circuits) that hold ports this job could reach."""
-        pods = self._job(job_id).placement.pods
-        out = {j: t.active for j, t in self._tenants.items() if j != job_id and t.active is not None
-               and not t.job.startswith("fabric/") and self._job(j).placement.pods & pods}
-        adopted = self._tenants.get(ADOPTED_SCOPE)
-        if adopted is not None and adopted.active is not None:
-            out[ADOPTED_SCOPE] = adopted.active
-        return out
-
-    def _view(self, job_id: str, shares: dict[int, int] | None = None) -> Topology:
-        """The topology as ``job_id`` may use it: other jobs' circuits reserved, OCS-Core capped at its fair share."""
-        pods = self._job(job_id).placement.pods
-        others = self._others(job_id)
-        adopted = others.get(ADOPTED_SCOPE)
-        everywhere = frozenset(r for c in adopted.circuits for r in c.xc.ports()) if adopted else frozenset()
-        if shares:
-            mine = self._tenants[job_id].active
-            keep = {r for c in mine.circuits for r in c.xc.ports()} if mine else set()
-            taken = {r for j, p in others.items() for c in p.circuits for r in c.xc.ports()}
-            everywhere |= frozenset(cap_ports(self.controller.topology, shares, keep, taken))
-        return self.planner.view(pods, others, everywhere)
-
-    def _shares(self, tenant: _Tenant, intent: Intent) -> dict[int, int] | None:
-        """The job's fair share of each PoD's boundary fibres, when another job shares one of its PoDs (else None)."""
-        pods = self._job(tenant.job).placement.pods
-        rivals = [j for j in self._tenants if j != tenant.job and not j.startswith("fabric/")
-                  and self.registry.get(j) is not None and self._job(j).placement.pods & pods]
-        if not rivals:
-            tenant.core_asked = None
-            return None
-        alone = self.planner.materialize(intent, self.planner.view(pods, {}), tenant.active)
-        tenant.core_asked = core_fibres_by_pod(alone.candidate, self.controller.topology) if alone.candidate else {}
-        tenant.core_asked_circuits = sum(1 for c in alone.candidate.circuits if c.tier == "core") \
-            if alone.candidate else 0
-        asks = {j: self._tenants[j].core_asked if self._tenants[j].core_asked is not None else
-                core_fibres_by_pod(self._tenants[j].active, self.controller.topology) for j in [tenant.job, *rivals]}
-        pods_of = {j: self._job(j).placement.pods for j in asks}
-        return fair_shares(self.controller.topology, asks, pods_of)[tenant.job]
-
-    def _materialize(self, tenant: _Tenant, intent: Intent) -> MaterializeResult:
-        shares = self._shares(tenant, intent)
-        result = self.planner.materialize(intent, self._view(tenant.job, shares), tenant.active)
-        self._fairness_note(tenant, result, shares)
-        return result
-
-    def _fairness_note(self, tenant: _Tenant, result: MaterializeResult, shares: dict[int, int] | None) -> None:
-        """Record what the plan got of OCS-Core; a job short of its fair share is starved, and over-share rivals shrink."""
-        topo = self.controller.topology
-        got_by_pod = core_fibres_by_pod(result.candidate, topo) if result.candidate else {}
-        tenant.starved = False
-        self.metrics.set("orchestrl_core_circuits_asked", tenant.core_asked_circuits, job=tenant.job)
-        self.metrics.set("orchestrl_core_circuits_granted", sum(1 for c in result.candidate.circuits if c.tier == "core")
-                         if result.candidate else 0, job=tenant.job)
-        if not shares or tenant.core_asked is None:
-            return
-        short = {p: min(tenant.core_asked.get(p, 0), s) - got_by_pod.get(p, 0) for p, s in shares.items()}
-        if any(v > 0 for v in short.values()):
-            tenant.starved = True
-            self._shrink_over_share(tenant.job, {p for p, v in short.items() if v > 0})
-
-    def _shrink_over_share(self, starved_job: str, pods: set[int]) -> None:
-        """Re-plan the jobs that hold more than their fair share of boundary fibres in ``pods``."""
-        for j, t in list(self._tenants.items()):
-            if j == starved_job or j.startswith("fabric/") or t.active is None or t.removing:
-                continue
-            job = self.registry.get(j)
-            if job is None or job.intent_doc is None or not (job.placement.pods & pods):
-                continue
-            held = core_fibres_by_pod(t.active, self.controller.topology)
-            intent = self.planner.parse(job.intent_doc)
-            shares = self._shares(t, intent) or {}
-            if any(held.get(p, 0) > shares.get(p, held.get(p, 0)) for p in pods):
-                self._replan_later.add(j)
 
     def _offer(self, tenant: _Tenant, intent: Intent, family: str, now_s: float) -> PeriodDecision:
         result = self._materialize(tenant, intent)
@@ -583,36 +506,3 @@ class ControlService(OperatorMixin):
             decisions += self._after_events(tenant)
             return {"accepted": len(parsed) - len(rejected), "rejected": rejected, "decisions": decisions,
                     "clock_steps": steps}
-
-    # ------------------------------------------------------------------ reads
-    def plan_doc(self, job_id: str | None = None) -> dict[str, Any]:
-        """Return the active plan and pending plan id of one job, or of every job."""
-        with self._lock:
-            ids = [job_id] if job_id is not None else [j.id for j in self.registry.jobs()]
-            out = {}
-            for j in ids:
-                self._job(j)
-                t = self._tenant(j)
-                out[j] = {"circuits": len(t.active.circuits) if t.active else 0,
-                          "pending": t.pending.plan_id if t.pending else None,
-                          "plan": plan_to_json(t.active) if t.active else None}
-            return {"fabric": self.controller.topology.name, "jobs": out}
-
-    def decisions(self, job_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Return the newest decisions (of one job, or all, device audit records included), newest first."""
-        if job_id is not None:
-            self._job(job_id)
-        rows = self.store.decisions(scope_of(job_id) if job_id is not None else None, limit)
-        return [dict(r.detail) for r in rows]
-
-    def topology_doc(self) -> dict[str, Any]:
-        """Return the fabric summary, devices, masked ports and job placements (operator view)."""
-        topo = self.controller.topology
-        return {"summary": topo.summary(),
-                "devices": [{"id": d.id, "tier": d.tier, "pod": d.pod, "technology": d.technology.name,
-                             "radix_ports": d.radix_ports, "switch_delay_s": self.switch_delay_s[d.id]}
-                            for d in topo.devices.values()],
-                "masked_ports": [{"device": r.device, "port": r.port, "reason": why}
-                                 for r, why in sorted(topo.masked.items())],
-                "jobs": [self.job_doc(j.id) for j in self.registry.jobs()],
-                "core_sharing": POLICY}

@@ -15,9 +15,10 @@ from agents.service.audit import DeviceAuditor, DeviceState
 from agents.service.checks import (Conflict, DeviceUnavailable, NotFound, StorageUnavailable, Unprocessable,
                                    parse_mask_ports)
 from agents.service.decisions import GATE_FAMILY, scope_of
+from agents.service.fairness import POLICY
 from agents.service.startup import ADOPTED_SCOPE, STARTUP_MODES, StartupRefused, adopted_plan, startup_diff
 from fabric.ocs.errors import OcsError
-from fabric.plan import CircuitPlan, CrossConnect
+from fabric.plan import CircuitPlan, CrossConnect, plan_to_json
 from fabric.runtime.reconcile import reconcile_store, unusable_ports, wanted_by_device
 from fabric.runtime.store import StoreWriteError
 from fabric.templates.cache import TemplateCache
@@ -426,6 +427,39 @@ class OperatorMixin:
                     self._finish_removal(job)
                 except (DeviceUnavailable, StorageUnavailable, Conflict, Unprocessable):
                     pass  # retried at the next audit; health names the job
+
+    # ------------------------------------------------------------------ reads
+    def plan_doc(self, job_id: str | None = None) -> dict[str, Any]:
+        """Return the active plan and pending plan id of one job, or of every job."""
+        with self._lock:
+            ids = [job_id] if job_id is not None else [j.id for j in self.registry.jobs()]
+            out = {}
+            for j in ids:
+                self._job(j)
+                t = self._tenant(j)
+                out[j] = {"circuits": len(t.active.circuits) if t.active else 0,
+                          "pending": t.pending.plan_id if t.pending else None,
+                          "plan": plan_to_json(t.active) if t.active else None}
+            return {"fabric": self.controller.topology.name, "jobs": out}
+
+    def decisions(self, job_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Return the newest decisions (of one job, or all, device audit records included), newest first."""
+        if job_id is not None:
+            self._job(job_id)
+        rows = self.store.decisions(scope_of(job_id) if job_id is not None else None, limit)
+        return [dict(r.detail) for r in rows]
+
+    def topology_doc(self) -> dict[str, Any]:
+        """Return the fabric summary, devices, masked ports and job placements (operator view)."""
+        topo = self.controller.topology
+        return {"summary": topo.summary(),
+                "devices": [{"id": d.id, "tier": d.tier, "pod": d.pod, "technology": d.technology.name,
+                             "radix_ports": d.radix_ports, "switch_delay_s": self.switch_delay_s[d.id]}
+                            for d in topo.devices.values()],
+                "masked_ports": [{"device": r.device, "port": r.port, "reason": why}
+                                 for r, why in sorted(topo.masked.items())],
+                "jobs": [self.job_doc(j.id) for j in self.registry.jobs()],
+                "core_sharing": POLICY}
 
     def close(self) -> None:
         if self.auditor is not None:
