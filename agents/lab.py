@@ -31,7 +31,7 @@ from fabric.topology import Topology, load_topology
 __all__ = ["EmulatedFabric", "ProxyProcess", "start_proxy_process"]
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-_LISTENING = re.compile(r"listening on (http://\S+)")
+_LISTENING = re.compile(r"listening on (https?://\S+)")
 
 
 class ProxyProcess:
