@@ -55,6 +55,7 @@ from fabric.topology import Topology
 
 __all__ = [
     "MAX_GPUS",
+    "MAX_NAME_CHARS",
     "MAX_BYTES_PER_RANK",
     "STAGES",
     "GROUPED_PRIMITIVES",
@@ -332,6 +333,7 @@ class Intent:
 
 
 MAX_BYTES_PER_RANK = 1e18  # one exabyte per rank and period: past any model (1e300 would only overflow the demand sums)
+MAX_NAME_CHARS = 256  # a job or period name: it is logged, journalled and shown in every decision
 MAX_GPUS = 1 << 22  # GPU indices a set may name without a topology to bound it (4 Mi: far past any cluster)
 
 
@@ -448,10 +450,14 @@ _FIELDS_BY_PRIMITIVE = {
 def _intent_from_reader(r: Reader, topology: Topology) -> Intent:
     r.reject_unknown({"job", "stage", "period", "template", "layout", "collectives"})
     job = r.str("job")
-    if not job:
-        raise r.error("job", "is empty", "the job's name")
+    if not job.strip() or len(job) > MAX_NAME_CHARS:
+        raise r.error("job", "is empty" if not job.strip() else f"is {len(job)} characters long",
+                      f"the job's name, 1..{MAX_NAME_CHARS} characters")
     stage = r.str("stage", choices=STAGES)
     period = r.str("period", default=stage)
+    if not period.strip() or len(period) > MAX_NAME_CHARS:
+        raise r.error("period", "is empty" if not period.strip() else f"is {len(period)} characters long",
+                      f"a name of 1..{MAX_NAME_CHARS} characters")
     template = r.str("template") if r.raw("template", None) is not None else None
     groups_by_kind = _layout_groups(r, topology) if r.raw("layout", None) is not None else None
     items = r.sections("collectives")
