@@ -98,9 +98,11 @@ def windows(t: float, n: int = 6, gap_s: float = 0.05) -> tuple[list[dict], floa
 
 
 def train_intent(job: str, gpus: str, variant: int) -> dict:
-    layout = [{"tp": 4, "ep": 4, "dp": 2, "pp": 1}, {"tp": 2, "ep": 8, "dp": 4, "pp": 1}][variant % 2]
+    """One of two train periods on a job's 32 GPUs whose plans differ (EP 4 x TP 4 and EP 8 x TP 2)."""
+    layout = [{"tp": 4, "ep": 4, "dp": 4, "pp": 2}, {"tp": 2, "ep": 8, "dp": 8, "pp": 2}][variant % 2]
     return {"job": job, "stage": "train", "period": "fwd-bwd", "layout": {**layout, "gpus": gpus},
-            "collectives": [{"primitive": "all-to-all", "over": "ep", "bytes_per_rank": 2e9}]}
+            "collectives": [{"primitive": "all-to-all", "over": "ep", "bytes_per_rank": 2e9},
+                            {"primitive": "p2p", "over": "pp", "bytes_per_rank": 5e8}]}
 
 
 def journal_tables(op: Client, topology) -> dict[str, dict[int, int]]:
@@ -187,7 +189,8 @@ FAULTS = ("clear-table", "restart-lose-table", "partial-bulk", "drop-replies", "
 
 def bench_chaos(lab: EmulatedFabric, rounds: int, seed: int) -> dict:
     rng = random.Random(seed)
-    lab.start_proxy("--reset", "--audit-period", "0.2")
+    period_s = 0.2
+    lab.start_proxy("--reset", "--audit-period", str(period_s))
     op = Client(lab.proxy.url, lab.operator_token)
     jobs = {"p0": "0-31", "p1": "32-63"}
     tokens = {}
@@ -198,12 +201,14 @@ def bench_chaos(lab: EmulatedFabric, rounds: int, seed: int) -> dict:
     checks = {"after_restart": 0, "while_running": 0}
     mismatches = {"after_restart": 0, "while_running": 0}
     statuses: dict[int, int] = {}
+    decisions: dict[str, int] = {}
     faults: dict[str, int] = {}
     kills = 0
 
     def check(kind: str) -> None:
         checks[kind] += 1
         c = Client(lab.proxy.url, lab.operator_token)
+        time.sleep(2 * period_s)  # health may lag a fault by one audit; after that, "ok" must mean consistent
         ok = wait_until(lambda: c.call("GET", "/healthz")[0] == 200, 15.0, 0.05)
         if not ok or lab.tables() != journal_tables(c, lab.topology):
             mismatches[kind] += 1
@@ -212,10 +217,14 @@ def bench_chaos(lab: EmulatedFabric, rounds: int, seed: int) -> dict:
     def announce(j: str, variant: int, t_s: float) -> int:
         c = Client(lab.proxy.url, tokens[j])
         c.call("POST", f"/v1/jobs/{j}/events", {"events": windows(t_s)[0]})
-        status, _ = c.call("POST", f"/v1/jobs/{j}/intents", {**train_intent(j, jobs[j], variant),
-                                                             "t_s": windows(t_s)[1]})
+        status, doc = c.call("POST", f"/v1/jobs/{j}/intents", {**train_intent(j, jobs[j], variant),
+                                                               "t_s": windows(t_s)[1]})
         c.close()
         statuses[status] = statuses.get(status, 0) + 1
+        if status == 200:
+            decisions[doc["decision"]] = decisions.get(doc["decision"], 0) + 1
+        elif status not in (0, 503, 507):  # 0: the proxy was killed under the request
+            raise RuntimeError(f"chaos: intent of {j} answered {status}: {doc}")
         return status
 
     for r in range(rounds):
@@ -251,7 +260,7 @@ def bench_chaos(lab: EmulatedFabric, rounds: int, seed: int) -> dict:
             lab.control(name).drop_replies(0.0)
         if fault.startswith("kill"):
             kills += 1
-            lab.start_proxy("--audit-period", "0.2")  # plain start: the journal must explain the devices
+            lab.start_proxy("--audit-period", str(period_s))  # plain start: the journal must explain the devices
             op.close()
             op = Client(lab.proxy.url, lab.operator_token)
             check("after_restart")
@@ -259,7 +268,10 @@ def bench_chaos(lab: EmulatedFabric, rounds: int, seed: int) -> dict:
     op.close()
     lab.proxy.stop()
     errors_5xx = sum(n for s, n in statuses.items() if s >= 500 and s not in (503, 507))
+    if not decisions.get("commit"):
+        raise RuntimeError(f"chaos: no intent committed ({decisions}, statuses {statuses}): the run tested nothing")
     return {"rounds": rounds, "faults": faults, "kills": kills, "checks": checks, "mismatches": mismatches,
+            "decisions": decisions,
             "statuses": {str(k): v for k, v in sorted(statuses.items())}, "server_errors": errors_5xx}
 
 
@@ -440,7 +452,8 @@ def _print(doc: dict) -> None:
     row("busy job: repairs before its collective ended", str(d["busy_repaired_early"]), "0", None)
     row("busy job: repair after the window opened (s)", f"{d['busy_repair_after_window_s']:.2f}", f"{p:.2f}",
         d["busy_repair_after_window_s"] / p)
-    row(f"chaos: {c['rounds']} rounds, {c['kills']} SIGKILLs; mismatches after restart",
+    row(f"chaos: {c['rounds']} rounds ({c['decisions'].get('commit', 0)} commits, {c['kills']} SIGKILLs); "
+        "mismatches after restart",
         f"{c['mismatches']['after_restart']}/{c['checks']['after_restart']}", "0", None)
     row("chaos: mismatches while running (health ok, tables vs journal)",
         f"{c['mismatches']['while_running']}/{c['checks']['while_running']}", "0", None)

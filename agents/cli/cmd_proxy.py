@@ -17,6 +17,7 @@ import gc
 import json
 import logging
 import os
+import signal
 from agents.cli.argtypes import bounded_float, bounded_int
 from fabric.errors import ConfigError
 
@@ -136,9 +137,13 @@ def _serve(args: argparse.Namespace) -> int:
     # (bench/commit.py saw a ~24 ms gen-2 pass about once per 600 commits without this).
     gc.collect()
     gc.freeze()
+    # uvicorn handles SIGTERM and SIGINT (stop accepting, finish requests), then restores the handlers it found and
+    # raises the signal again: with the default SIGTERM action that would end the process before the state file is
+    # closed and the switch sessions logged out, so the handler it restores does nothing.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     print(f"listening on {server.url}", flush=True)
     try:
-        server.serve_forever()  # uvicorn handles SIGTERM and SIGINT: stop accepting, finish requests, return
+        server.serve_forever()
     finally:
         service.close()
     return 0

@@ -119,11 +119,14 @@ class DeviceAuditor:
         self._wake.set()
 
     def _run(self) -> None:
+        # Fixed rate, start to start: a table lost at any moment is read back within one period plus one read.
+        due = time.monotonic() + self.period_s
         while not self._stop.is_set():
-            self._wake.wait(self.period_s)
+            self._wake.wait(max(0.0, due - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
                 return
+            due = max(due + self.period_s, time.monotonic())  # never more than one round behind
             try:
                 self.run_once()
             except Exception:  # noqa: BLE001 - the audit must outlive any one failure; say why

@@ -75,14 +75,16 @@ def test_a_new_empty_or_copied_state_file_never_wipes_switches_that_hold_circuit
         assert not any(lab.tables().values())
 
 
-def test_a_second_proxy_on_the_same_state_file_is_refused_naming_the_first_ones_pid(tmp_path):
+def test_a_second_proxy_on_the_same_state_file_is_refused_naming_the_first_ones_pid_until_it_stops(tmp_path):
     with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test") as lab:
         lab.start_switches()
         first = lab.start_proxy()
         text = _refused(lab)
         assert f"in use by another orchestrl proxy (pid {first.process.pid})" in text, text
         assert first.process.poll() is None
-        lab.proxy = first
+        first.stop()  # SIGTERM: a clean exit that closes the state file and releases the lock
+        assert first.process.returncode == 0, "\n".join(first.output)
+        lab.start_proxy()
 
 
 def test_an_online_backup_taken_while_serving_restores_the_fabric_exactly(tmp_path):
