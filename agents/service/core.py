@@ -22,6 +22,15 @@ every job's last committed circuits (a job's rollback never touches another job'
 failed port and re-plans once under the remaining port budget (§5.4). Every outcome becomes a
 :class:`PeriodDecision`, journalled in the store's decision log and counted in the metrics.
 
+Faults outside the service's control are answered as such: a device that does not answer, or
+refuses in a way no re-plan avoids, is a :class:`~agents.service.checks.DeviceUnavailable` (503)
+naming it, after the devices were reconciled back to the journal (a failed or half-applied commit
+leaves the service usable); a journal write the disk refuses is a
+:class:`~agents.service.checks.StorageUnavailable` (507), after whatever the devices were told
+beyond the journal was undone, so the journal never disagrees with the devices. OCS-Core is shared
+max-min fair between tenants (:mod:`agents.service.sharing`); start-up, health, the device audit's
+repairs and the operator's routes are in :mod:`agents.service.operator`.
+
 All state changes take one lock, so decisions and device commands are totally ordered; the HTTP
 layer only translates.
 """
@@ -34,7 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from agents.service.checks import (Conflict, DeviceUnavailable, NotFound, ServiceError, Unprocessable, integral, parse_events)
+from agents.service.checks import (Conflict, DeviceUnavailable, NotFound, ServiceError, Unprocessable, integral,
+                                   parse_events)
 from agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
 from agents.service.jobs import JobConflict, JobRegistry
 from agents.service.metrics import MetricsRegistry, declare_service_metrics
@@ -132,6 +142,8 @@ class ControlService(SharingMixin, OperatorMixin):
         self._wanted: tuple[int, dict] | None = None  # (epoch, wanted circuits by device)
         self.state_lock: Any = None  # startup.StateLock, when opened from files
         self.audit_setup: dict[str, Any] | None = None
+        self._depth = 0  # nesting of service calls (see _top_level)
+        self._replan_later: set[str] = set()  # jobs to re-plan once the outermost call is done (fair shares)
 
     @property
     def lock(self) -> threading.RLock:
@@ -428,7 +440,7 @@ class ControlService(SharingMixin, OperatorMixin):
     @contextmanager
     def _top_level(self):  # noqa: ANN202 - a context manager
         """Run re-plans that fairness asked for once the outermost service call is done (each job once)."""
-        self._depth = getattr(self, "_depth", 0) + 1
+        self._depth += 1
         if self._depth == 1:
             self._replan_later = set()
         try:
