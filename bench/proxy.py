@@ -301,13 +301,14 @@ def bench_hostile(lab: EmulatedFabric, examples: int, work: Path) -> dict:
     generated = re.search(r"(\d+) generated", text)
     server_errors = re.search(r"Server error: (\d+)", text)
     traceback = "Traceback" in "\n".join(lab.proxy.output)
+    failures = text[text.find("FAILURES"):text.find("SUMMARY")] if "FAILURES" in text else ""
     op.close()
     a.close()
     lab.proxy.stop()
     return {"bad_inputs": len(codes), "bad_input_5xx": sum(c >= 500 for c in codes), "bad_input_codes": codes,
             "fuzz_cases": int(generated.group(1)) if generated else 0,
             "fuzz_server_errors": int(server_errors.group(1)) if server_errors else 0,
-            "fuzz_exit": fuzz.returncode, "proxy_traceback": traceback}
+            "fuzz_exit": fuzz.returncode, "fuzz_failures": failures[:4000], "proxy_traceback": traceback}
 
 
 # ------------------------------------------------------------------ latency and throughput
@@ -460,6 +461,8 @@ def _print(doc: dict) -> None:
     row("chaos: server errors (5xx other than 503/507)", str(c["server_errors"]), "0", None)
     row(f"fuzz: server errors over {h['fuzz_cases']} generated requests", str(h["fuzz_server_errors"]), "0", None)
     row(f"bad inputs of issue 17: 5xx answers of {h['bad_inputs']}", str(h["bad_input_5xx"]), "0", None)
+    if h["fuzz_exit"] != 0:
+        print(f"fuzz run exited {h['fuzz_exit']} (a check other than server errors failed):\n{h['fuzz_failures']}")
     for name in ("fastapi", "stdlib"):
         x = w[name]
         row(f"{name}: kept-alive p50 / fresh p50 (ms)", f"{x['kept_p50_ms']:.2f}/{x['fresh_p50_ms']:.2f}", "<= 2x",
