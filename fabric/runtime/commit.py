@@ -9,11 +9,11 @@ devices at once, since they are independent (:func:`fabric.ocs.fanout.each_devic
 each device confirmed and the outcome are journalled in one transaction, the commit's only fsync'd
 one: the intent is in the WAL (the OS page cache) before the first command, which survives a crash
 of the process; a power cut may lose it, and then restart reconciliation, which reads every
-device, restores the last committed plan all the same (:mod:`fabric.store` gives the argument).
+device, restores the last committed plan all the same (:mod:`fabric.runtime.store` gives the argument).
 
-A change made of several ordered steps (§5.4, :mod:`agents.ordered_commit`) is a chain of such
+A change made of several ordered steps (§5.4, :mod:`agents.service.ordered_commit`) is a chain of such
 commits in which closing one step and journalling the next step's intent is a single transaction
-(:meth:`fabric.store.FabricStore.advance_commit`): S steps cost S + 1 journal writes, one fsync
+(:meth:`fabric.runtime.store.FabricStore.advance_commit`): S steps cost S + 1 journal writes, one fsync
 (the last), and S device round trips, each as long as the slowest device of its step. After a
 crash of the process anywhere in the chain the journal names the step in flight and its committed
 predecessor, which reconciliation restores; after a power cut, the chain's last durable commit.
@@ -46,8 +46,8 @@ from fabric.ocs.errors import OcsError
 from fabric.ocs.fanout import SendCollect, each_device
 from fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
 from fabric.plan import CircuitPlan, PlanDiff, diff_plans
-from fabric.reconcile import ReconcileReport, SimplexPair, bulk_errors, reconcile, reconcile_store, unusable_ports
-from fabric.store import DeviceStep, FabricStore
+from fabric.runtime.reconcile import ReconcileReport, SimplexPair, bulk_errors, reconcile, reconcile_store, unusable_ports
+from fabric.runtime.store import DeviceStep, FabricStore
 
 __all__ = ["CommitReport", "CommitError", "CommitInFlightError", "apply_plan_diff", "apply_plan_steps",
            "JournaledCommitter"]
@@ -264,7 +264,7 @@ def apply_plan_steps(store: FabricStore, plans: Sequence[CircuitPlan], devices: 
     Raises
     ------
     CommitInFlightError
-        An earlier commit of the scope was interrupted: call :func:`fabric.reconcile.reconcile` first.
+        An earlier commit of the scope was interrupted: call :func:`fabric.runtime.reconcile.reconcile` first.
     CommitError
         A device refused: the step's devices were reconciled back to every scope's last committed
         plan (earlier steps stay committed), the step is marked failed, ``failed_ports`` lists ports

@@ -1,6 +1,6 @@
 """The rows of the durable store as dataclasses, its SQLite schema and its errors.
 
-:mod:`fabric.store` reads and writes these; they are plain frozen dataclasses so that callers
+:mod:`fabric.runtime.store` reads and writes these; they are plain frozen dataclasses so that callers
 (reconciliation, the control service, reports) never see SQL.
 """
 
@@ -15,7 +15,7 @@ from fabric.errors import OrchestrlError
 from fabric.plan import CircuitPlan
 
 __all__ = [
-    "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
+    "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError", "StoreWriteError",
     "CommitRecord", "ScopeHead", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "default_store_path",
 ]
 
@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS decisions (
 );
 """
 
+_TABLES = ("commits", "commit_steps", "template_cache", "masked_ports", "decisions")  # every table _SCHEMA makes
+
 SimplexPairs = Sequence[tuple[int, int]]  # (ingress, egress) cross-connects in device numbering
 
 
@@ -87,6 +89,17 @@ class StoreError(OrchestrlError):
         self.problem = problem
         self.fix = fix
         super().__init__(f"fabric store {path}: {problem}" + (f"; fix: {fix}" if fix else ""))
+
+
+class StoreWriteError(StoreError):
+    """A write was refused by the file system or SQLite (``kind``: full, read-only, io, locked, other).
+
+    Nothing of the refused transaction is in the file; the caller decides what the devices must hold.
+    """
+
+    def __init__(self, path: str, problem: str, fix: str = "", *, kind: str = "other") -> None:
+        self.kind = kind
+        super().__init__(path, problem, fix)
 
 
 class StoreVersionError(StoreError):
@@ -160,9 +173,9 @@ class DeviceStep:
     """What one device confirmed after one bulk command, ready to journal (:class:`StepRecord` less ids).
 
     A commit's confirmations are journalled together, in one transaction with the commit's outcome
-    (:meth:`fabric.store.FabricStore.finish_commit`, :meth:`~fabric.store.FabricStore.advance_commit`):
+    (:meth:`fabric.runtime.store.FabricStore.finish_commit`, :meth:`~fabric.runtime.store.FabricStore.advance_commit`):
     reconciliation reads the devices, not these rows, so they need not be durable before the next
-    command (see :mod:`fabric.store` on why only a commit's final write is fsync'd).
+    command (see :mod:`fabric.runtime.store` on why only a commit's final write is fsync'd).
     """
 
     device: str

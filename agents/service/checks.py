@@ -18,10 +18,12 @@ from fabric.topology import PortRef, Topology
 
 __all__ = ["ServiceError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict", "Unprocessable",
            "check_intent_inside", "plan_outside_placement", "foreign_ports", "reserved_ports", "parse_events",
-           "parse_mask_ports", "format_gpus", "integral", "MAX_EVENTS_PER_BATCH"]
+           "parse_mask_ports", "format_gpus", "integral", "MAX_EVENTS_PER_BATCH", "MAX_JOB_ID_CHARS",
+           "DeviceUnavailable", "StorageUnavailable"]
 
 MAX_EVENTS_PER_BATCH = 10_000
-_EVENT_FIELDS = ("kind", "t_s", "stage", "primitive", "communicator", "window_hint_s")
+MAX_JOB_ID_CHARS = 64  # a job id is one URL path segment (agents.service.jobs.JOB_ID_PATTERN)
+_EVENT_FIELDS = ("kind", "t_s", "stage", "primitive", "communicator", "window_hint_s", "seq", "source")
 
 
 class ServiceError(OrchestrlError):
@@ -53,6 +55,18 @@ class NotFound(ServiceError):
 
 class Conflict(ServiceError):
     status = 409
+
+
+class DeviceUnavailable(ServiceError):
+    """A device did not answer or refused in a way no re-plan avoids (HTTP 503); ``reason`` names it."""
+
+    status = 503
+
+
+class StorageUnavailable(ServiceError):
+    """The state file refused a write: disk full, read-only, I/O error (HTTP 507); nothing was changed."""
+
+    status = 507
 
 
 class Unprocessable(ServiceError):
@@ -178,6 +192,11 @@ def parse_events(events: Any) -> list[CollectiveEvent]:
             for key in ("primitive", "communicator"):
                 if not ev.get(key):
                     raise Unprocessable(f"{where}.{key}", "is required for start/end events")
+        seq = ev.get("seq")
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 0):
+            raise Unprocessable(f"{where}.seq", f"expected the sender's sequence number (an integer >= 0), got {seq!r}")
+        if ev.get("source") is not None and not isinstance(ev["source"], str):
+            raise Unprocessable(f"{where}.source", f"expected a string naming the sender, got {ev['source']!r}")
         hint = ev.get("window_hint_s")
         if hint is not None and not (_number(hint) and hint >= 0):
             raise Unprocessable(f"{where}.window_hint_s", f"expected a number >= 0 or null, got {hint!r}")

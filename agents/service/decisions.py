@@ -31,7 +31,7 @@ class PeriodDecision:
     period: str
     template: str
     cache_hit: bool  # template found in the cache (Phase 2) or filled now (Phase 1)
-    decision: str  # commit | defer | reject | refused (invalid plan) | failed (devices) | unchanged
+    decision: str  # commit | defer | reject | refused (invalid plan) | failed (devices) | unchanged | starved
     reason: str  # why, in words
     circuits: int  # circuits of the plan
     window_s: float | None  # predicted safe window left when decided; None when unknown
@@ -46,6 +46,8 @@ class PeriodDecision:
     attempt: int = 1  # 1 on announcement; counts retries of a deferred plan
     t_s: float = 0.0  # job clock of the decision
     at: float = field(default_factory=time.time)  # unix time of the decision
+    core_asked: int | None = None  # OCS-Core circuits the intent's demand asked for (None: no tenant shares its PoDs)
+    core_granted: int | None = None  # OCS-Core circuits the plan got
 
     def to_json(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "devices": list(self.devices)}

@@ -7,7 +7,7 @@ The journal is write-ahead at the level of plans: a commit row with the *desired
 ``failed`` or ``aborted``, together with what each device confirmed, only after the devices hold
 the outcome. So after a crash at any point, ``last_committed_plan`` is the plan the fabric is
 known to have reached, and ``in_flight`` names the commit that may have left devices
-half-changed; :mod:`fabric.reconcile` reads the devices and restores the former.
+half-changed; :mod:`fabric.runtime.reconcile` reads the devices and restores the former.
 
 Each journal write is one SQLite transaction in WAL mode: one interrupted by a crash is absent as
 a whole. A transaction written with ``synchronous=FULL`` is on disk when it returns, at the price of
@@ -28,7 +28,7 @@ it cost no statement to switch. Why that keeps the guarantee:
   a chain, so what survives is a prefix of the transactions, at least up to the last durable one:
   at worst the in-flight commit's intent and step records are gone, and the journal says the scope
   is at its last committed plan while the devices may hold part of the change. That is still
-  consistent, because restart reconciliation (:func:`fabric.reconcile.reconcile`, which every
+  consistent, because restart reconciliation (:func:`fabric.runtime.reconcile.reconcile`, which every
   controller runs at start-up: ``ControlService.recover``, ``JournaledCommitter.recover``) does not
   take the in-flight records' word for what the devices hold: it reads every device's
   cross-connect table and drives it back to the last committed (durable) plans, removing anything
@@ -53,7 +53,7 @@ committed record and any unfinished one), then per transaction only its inserts 
 commit id's scope never changes, so closing a commit this store opened needs no read of it (its
 state is checked by the ``UPDATE`` itself), and a committed close knows it is the scope's newest
 committed record when it prunes. The WAL is copied back into the database file by a background
-thread (:mod:`fabric.store_checkpoint`), not inside whichever commit fills it.
+thread (:mod:`fabric.runtime.store_checkpoint`), not inside whichever commit fills it.
 """
 
 from __future__ import annotations
@@ -69,10 +69,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
-from fabric.store_checkpoint import WalCheckpointer, guard_wal
-from fabric.store_records import (_COMMIT_KINDS, _FINAL_STATES, _SCHEMA, COMMIT_STATES, SCHEMA_VERSION, CommitRecord,
-                                  DecisionRecord, DeviceStep, MaskedPort, ScopeHead, SimplexPairs, StepRecord,
-                                  StoreCorruptError, StoreError, StoreVersionError, default_store_path)
+from fabric.runtime.store_checkpoint import WalCheckpointer, guard_wal
+from fabric.runtime.store_records import (_COMMIT_KINDS, _FINAL_STATES, _SCHEMA, _TABLES, COMMIT_STATES, SCHEMA_VERSION,
+                                          CommitRecord, DecisionRecord, DeviceStep, MaskedPort, ScopeHead, SimplexPairs,
+                                          StepRecord, StoreCorruptError, StoreError, StoreVersionError, StoreWriteError,
+                                          default_store_path)
 from fabric.templates.cache import CacheEntry, TemplateCache
 
 # The newest committed id of scope ?1: one seek per kind of the index commits_by_scope (scope, kind, state,
@@ -82,9 +83,9 @@ _LAST_COMMITTED_ID = "SELECT max(m) FROM (" + " UNION ALL ".join(
     for kind in _COMMIT_KINDS) + ")"  # every kind the schema allows
 
 __all__ = [
-    "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError",
+    "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError", "StoreWriteError",
     "CommitRecord", "ScopeHead", "StepRecord", "DeviceStep", "MaskedPort", "DecisionRecord", "FabricStore",
-    "default_store_path",
+    "default_store_path", "backup_state_file", "store_write_error",
 ]
 
 
@@ -141,6 +142,8 @@ class FabricStore:
             raise StoreError(self.path, f"cannot open ({e})", "check that the path is a writable file") from e
         try:
             self._prepare(conn, memory)
+            if not memory:
+                self._check_readable(conn)
         except StoreError:
             conn.close()
             raise
@@ -179,9 +182,24 @@ class FabricStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        elif version < SCHEMA_VERSION:
-            # 1 -> 2: plans are written compressed from now on; the JSON text of older rows is read as it is
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        else:
+            have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            missing = [t for t in _TABLES if t not in have]
+            if missing:
+                raise StoreCorruptError(self.path, f"table {missing[0]} is missing (schema version {version})",
+                                        "restore the file from a backup (orchestrl proxy backup), or move it aside "
+                                        "and start with --adopt to take the devices' circuits as they are")
+            if version < SCHEMA_VERSION:
+                # 1 -> 2: plans are written compressed from now on; the JSON text of older rows is read as it is
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _check_readable(self, conn: sqlite3.Connection) -> None:
+        """Read every scope's newest committed plan once: a garbled one is refused at start-up, not mid-commit."""
+        rows = conn.execute("SELECT c.id, c.scope, c.plan_json FROM commits c JOIN (SELECT scope, max(id) AS id FROM "
+                            "commits WHERE state = 'committed' GROUP BY scope) last ON c.id = last.id").fetchall()
+        rows += conn.execute("SELECT id, scope, plan_json FROM commits WHERE state = 'intent'").fetchall()
+        for cid, scope, doc in rows:
+            self._decode(cid, scope, doc)
 
     @contextmanager
     def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
@@ -193,19 +211,28 @@ class FabricStore:
         the next durable one, whose fsync covers the WAL.
         """
         with self._lock:
-            if durable:
-                self._conn.execute("PRAGMA synchronous=FULL")
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield self._conn
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-            finally:
                 if durable:
-                    self._conn.execute("PRAGMA synchronous=NORMAL")
+                    self._conn.execute("PRAGMA synchronous=FULL")
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield self._conn
+                    except BaseException:
+                        if self._conn.in_transaction:
+                            self._conn.execute("ROLLBACK")
+                        raise
+                    self._conn.execute("COMMIT")
+                finally:
+                    if durable:
+                        self._conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.OperationalError as e:
+                if self._conn.in_transaction:  # a failed COMMIT leaves the transaction open: nothing of it stays
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise store_write_error(self.path, e) from e
             if durable:
                 self.durable_writes += 1
                 if self._checkpointer is not None:
@@ -368,8 +395,18 @@ class FabricStore:
 
     _COMMIT_COLS = "id, scope, kind, state, plan_json, base_id, started_at, finished_at, note"
 
+    def _decode(self, commit_id: int, scope: str, doc: bytes | str) -> CircuitPlan:
+        """The plan of a commit row; a garbled one is refused naming the row, never guessed at."""
+        try:
+            return _load_plan(doc)
+        except (zlib.error, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+            raise StoreCorruptError(self.path, f"commit {commit_id} of scope {scope!r} holds an unreadable plan "
+                                    f"({type(e).__name__}: {e})",
+                                    "restore the file from a backup (orchestrl proxy backup), or move it aside and "
+                                    "start with --adopt to take the devices' circuits as they are") from None
+
     def _commit_row(self, row: tuple) -> CommitRecord:
-        plan = self._plans.get(row[0]) or self._remember(row[0], _load_plan(row[4]))
+        plan = self._plans.get(row[0]) or self._remember(row[0], self._decode(row[0], row[1], row[4]))
         return CommitRecord(row[0], row[1], row[2], row[3], plan, row[5], row[6], row[7], row[8])
 
     def _records(self, where: str, args: Sequence[Any]) -> list[CommitRecord]:
@@ -381,7 +418,7 @@ class FabricStore:
                 plan = self._plans.get(row[0])
                 if plan is None:
                     text = self._conn.execute("SELECT plan_json FROM commits WHERE id = ?", (row[0],)).fetchone()[0]
-                    plan = self._remember(row[0], _load_plan(text))
+                    plan = self._remember(row[0], self._decode(row[0], row[1], text))
                 out.append(CommitRecord(row[0], row[1], row[2], row[3], plan, *row[4:]))
             return out
 
@@ -405,7 +442,7 @@ class FabricStore:
         """Return the last committed record of ``scope`` and its unfinished commits, in one read.
 
         What a commit needs to know before it starts: the plan the devices hold, and whether an
-        earlier commit was interrupted (:func:`fabric.commit.apply_plan_steps`).
+        earlier commit was interrupted (:func:`fabric.runtime.commit.apply_plan_steps`).
         """
         rows = self._records(f"WHERE scope = ?1 AND (state = 'intent' OR id = ({_LAST_COMMITTED_ID})) ORDER BY id",
                              (scope,))
@@ -500,6 +537,59 @@ class FabricStore:
         rows = self._query(f"SELECT id, at, scope, outcome, detail_json FROM decisions {where} "
                            "ORDER BY id DESC LIMIT ?", (*args, limit))
         return [DecisionRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+
+def store_write_error(path: str, e: sqlite3.OperationalError) -> StoreError:
+    """The store error for a refused write: a full disk, a read-only file, an I/O error, a lock held too long."""
+    text = str(e)
+    kind = ("full" if "full" in text else "read-only" if "readonly" in text else "locked" if "locked" in text
+            else "io" if "I/O" in text else "other")
+    fix = {"full": "free space on the state file's filesystem; the proxy retries by itself",
+           "read-only": "make the state file and its directory writable",
+           "locked": "another process holds the state file; stop it",
+           "io": "check the disk holding the state file"}.get(kind, "check the state file")
+    return StoreWriteError(path, f"a write was refused ({text})", fix, kind=kind)
+
+
+def backup_state_file(state: str | os.PathLike, out: str | os.PathLike) -> dict[str, Any]:
+    """Copy a state file to ``out`` with SQLite's online backup (safe while a proxy writes it); return a summary.
+
+    Copying ``fabric.db`` with ``cp`` while the proxy runs misses what is still in its WAL (most
+    recent commits, or all of them); the online backup reads the database as one consistent
+    snapshot, WAL included, and writes a self-contained file (no ``-wal`` beside it).
+
+    Raises
+    ------
+    StoreError
+        If the state file cannot be read, or ``out`` exists or cannot be written.
+    """
+    state, out = os.fspath(state), os.fspath(out)
+    if not os.path.exists(state) or os.path.getsize(state) == 0:
+        raise StoreError(state, "does not exist or is empty", "give the --state file the proxy runs with")
+    if os.path.exists(out):
+        raise StoreError(out, "already exists", "choose a new file name for the backup")
+    try:
+        src = sqlite3.connect(f"file:{state}?mode=ro", uri=True, timeout=30.0)
+    except sqlite3.Error as e:
+        raise StoreError(state, f"cannot be opened ({e})", "check the path") from e
+    try:
+        dst = sqlite3.connect(out)
+        try:
+            src.backup(dst)
+            dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+            check = dst.execute("PRAGMA quick_check").fetchone()[0]
+            commits = dst.execute("SELECT count(*) FROM commits WHERE state = 'committed'").fetchone()[0]
+            scopes = dst.execute("SELECT count(DISTINCT scope) FROM commits WHERE state = 'committed'").fetchone()[0]
+        finally:
+            dst.close()
+    except sqlite3.Error as e:
+        if os.path.exists(out):
+            os.unlink(out)
+        raise StoreError(state, f"backup to {out} failed ({e})", "check both paths and free space") from e
+    finally:
+        src.close()
+    return {"state": state, "backup": out, "integrity": check, "committed_records": commits, "scopes": scopes,
+            "bytes": os.path.getsize(out)}
 
 
 def _put_bounded(cache: dict, key: Any, value: Any, limit: int) -> None:

@@ -13,7 +13,7 @@ pure functions of such recurring inputs are remembered here:
   view the job may use (a :class:`~fabric.topology.Topology`, immutable, replaced on every mask or
   reservation change) and the cached template entry: :class:`PlanMemo`;
 * the non-blocking order of a change and its intermediate plans
-  (:func:`agents.ordered_commit.plan_change`) depend only on the two plans, and the placement check
+  (:func:`agents.service.ordered_commit.plan_change`) depend only on the two plans, and the placement check
   only on the plan and the job's placement: :class:`IdentityMemo`.
 
 Inputs are matched by identity (``is``) and the memo holds a reference to each of them, so an id

@@ -1,6 +1,6 @@
 """The ``orchestrl`` command: one subcommand group per area, ``--help`` at every level.
 
-Each area registers its subcommands from its own module (``agents/cli_fabric.py``, ...), so this
+Each area registers its subcommands from its own module (``agents/cli/cmd_fabric.py``, ...), so this
 file only wires groups together and turns orchestrl's own errors into one-line messages with exit
 status 2 (bad input) instead of tracebacks.
 """
@@ -17,18 +17,19 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents import cli_fabric, cli_groups, cli_ocs, cli_proxy, cli_sched, demo
+    from agents import demo
+    from agents.cli import cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
         description="Control plane and comms library for disaggregated RL on hybrid EPS/OCS fabrics.",
     )
     groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
-    cli_fabric.register(groups)
-    cli_ocs.register(groups)
-    cli_proxy.register(groups)
-    cli_sched.register(groups)
-    cli_groups.register(groups)
+    cmd_fabric.register(groups)
+    cmd_ocs.register(groups)
+    cmd_proxy.register(groups)
+    cmd_sched.register(groups)
+    cmd_groups.register(groups)
     demo.register(groups)
     return parser
 
@@ -44,6 +45,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `orchestrl ... | head`
         return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,12 +5,12 @@ Design note
 :func:`fabric.reconfig_order.order_plan_change` splits a change into alternating bulk *add* and
 *remove* steps such that a switch pair both plans connect keeps a circuit throughout
 (make-before-break). Each step's outcome is itself a valid circuit set, so the steps are applied
-as a chain of journalled commits to intermediate plans (:func:`fabric.commit.apply_plan_steps`):
+as a chain of journalled commits to intermediate plans (:func:`fabric.runtime.commit.apply_plan_steps`):
 the journal holds the desired state before each step and what the devices confirmed after it
 (closing one step and opening the next is one journal write), a crash between steps leaves the
 devices at a journalled state that still connects every protected pair, and reconciliation after
 a restart restores exactly that state. A device refusal rolls back only the step it happened in
-(:class:`fabric.commit.CommitError`), leaving the previous step committed.
+(:class:`fabric.runtime.commit.CommitError`), leaving the previous step committed.
 
 A *remove* step followed by an *add* step is one commit, not two. A commit already drives each
 device with its bulk removal before its bulk addition, and ports belong to one device, so every add
@@ -30,10 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from fabric.commit import apply_plan_steps
+from fabric.runtime.commit import apply_plan_steps
 from fabric.plan import CircuitPlan, circuits_from, diff_plans
 from fabric.reconfig_order import ReconfigOrder, order_plan_change
-from fabric.store import FabricStore
+from fabric.runtime.store import FabricStore
 
 __all__ = ["OrderedCommit", "PlannedChange", "plan_order", "plan_change", "switching_time_s", "apply_in_order"]
 
@@ -60,7 +60,7 @@ class PlannedChange:
     """How ``old -> new`` will be applied: its non-blocking order and the plan held after each commit.
 
     Pure in the two plans, so a service that sees the same pair of plans every RL iteration
-    computes it once (:class:`agents.memo.OrderMemo`).
+    computes it once (:class:`agents.service.memo.OrderMemo`).
     """
 
     old: CircuitPlan | None  # what the devices hold before (None: nothing)
@@ -173,8 +173,8 @@ def apply_in_order(store: FabricStore, old: CircuitPlan | None, new: CircuitPlan
 
     Raises
     ------
-    fabric.commit.CommitError, fabric.commit.CommitInFlightError
-        As :func:`~fabric.commit.apply_plan_steps`, for the step that failed; earlier steps stay
+    fabric.runtime.commit.CommitError, fabric.runtime.commit.CommitInFlightError
+        As :func:`~fabric.runtime.commit.apply_plan_steps`, for the step that failed; earlier steps stay
         committed (the journal's last committed plan says which).
 
     Notes

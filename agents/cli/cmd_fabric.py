@@ -67,15 +67,25 @@ def _show(args: argparse.Namespace) -> int:
 
 def _allocate(args: argparse.Namespace) -> int:
     from fabric.allocator import allocate, allocation_to_json, problem_from_json
+    from fabric.config import json_without_duplicates
 
     source = "<stdin>" if args.input == "-" else args.input
     try:
-        text = sys.stdin.read() if args.input == "-" else open(args.input, encoding="utf-8").read()
+        if args.input == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(args.input, "rb") as handle:
+                raw = handle.read()
     except OSError as exc:
         raise ConfigError(source, "<file>", f"cannot be read: {exc.strerror}", "a readable JSON file") from None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, "<file>", f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                          "save the file as UTF-8") from None
+    try:
+        doc = json.loads(text, object_pairs_hook=json_without_duplicates)
+    except ValueError as exc:
         raise ConfigError(source, "<file>", f"is not valid JSON: {exc}") from None
     problem = problem_from_json(doc, source)
     kwargs = {"time_limit_s": args.time_limit} if args.method == "optimal" else {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from agents.cli.argtypes import bounded_float, bounded_int
 from fabric.errors import ConfigError
 
 __all__ = ["register"]
@@ -24,20 +25,20 @@ def register(groups: argparse._SubParsersAction) -> None:
                          description="Prints 'listening on HOST:PORT' once ready (use --listen 127.0.0.1:0 for a "
                                      "free port). Faults can also be changed at run time (docs/ocs.md).")
     emu.add_argument("--listen", default="127.0.0.1:3082", metavar="HOST:PORT", help="address (default 127.0.0.1:3082)")
-    emu.add_argument("--ports", type=int, default=None, metavar="N",
+    emu.add_argument("--ports", type=bounded_int("--ports", 1, 4096), default=None, metavar="N",
                      help="ports per side (ingress 1..N, egress N+1..2N); default: the profile's radix")
     emu.add_argument("--profile", default="mems-3d", metavar="NAME",
                      help="switching technology (OrchestrRL Table 2): rotor, mems-3d, piezo, liquid-crystal, "
                           "robotic, or test (no delay); default mems-3d")
-    emu.add_argument("--switch-delay-ms", type=float, default=None, metavar="MS", help="override the profile's delay")
+    emu.add_argument("--switch-delay-ms", type=bounded_float("--switch-delay-ms", 0, 3.6e6, "ms"), default=None, metavar="MS", help="override the profile's delay")
     emu.add_argument("--user", default="admin", help="TL1 user (default admin)")
     emu.add_argument("--password", default="admin", help="TL1 password (default admin)")
     emu.add_argument("--sid", default="OCS-EMU", help="TL1 source identifier in response headers")
     emu.add_argument("--fail-ports", default="", metavar="P,P", help="ports failed from the start, e.g. 3,7")
-    emu.add_argument("--drop-replies", type=float, default=0.0, metavar="P",
+    emu.add_argument("--drop-replies", type=bounded_float("--drop-replies", 0, 1, "(a probability)"), default=0.0, metavar="P",
                      help="probability that a reply is never sent (the command still runs)")
-    emu.add_argument("--delay-replies-ms", type=float, default=0.0, metavar="MS", help="extra delay before each reply")
-    emu.add_argument("--partial-bulk", type=int, default=None, metavar="K",
+    emu.add_argument("--delay-replies-ms", type=bounded_float("--delay-replies-ms", 0, 3.6e6, "ms"), default=0.0, metavar="MS", help="extra delay before each reply")
+    emu.add_argument("--partial-bulk", type=bounded_int("--partial-bulk", 0, 1 << 20), default=None, metavar="K",
                      help="apply only the first K pairs of larger ENT-PATCH bulks, then DENY SABT")
     emu.add_argument("--seed", type=int, default=None, help="seed of the random reply dropping")
     emu.set_defaults(func=_emulate)
@@ -48,7 +49,7 @@ def register(groups: argparse._SubParsersAction) -> None:
     client.add_argument("--devices", metavar="devices.yaml", help="device file naming host, port and credentials")
     client.add_argument("--user", default=None, help="TL1 user (default: from --devices, else admin)")
     client.add_argument("--password", default=None, help="TL1 password (default: from --devices, else admin)")
-    client.add_argument("--timeout", type=float, default=None, metavar="S", help="reply timeout (default 5 s)")
+    client.add_argument("--timeout", type=bounded_float("--timeout", 0.001, 3600, "seconds"), default=None, metavar="S", help="reply timeout (default 5 s)")
     client.add_argument("--json", action="store_true", help="print JSON")
 
     lst = sub.add_parser("list", parents=[client], help="print the cross-connect table")
@@ -90,7 +91,11 @@ def _emulate(args: argparse.Namespace) -> int:
         drop_probability=args.drop_replies, delay_replies_s=args.delay_replies_ms / 1e3,
         partial_bulk=args.partial_bulk, seed=args.seed,
     )
-    run_emulator(config, announce=lambda line: print(line, flush=True))
+    try:
+        run_emulator(config, announce=lambda line: print(line, flush=True))
+    except OSError as exc:  # binding the listener: address in use, not local, no permission
+        raise ConfigError("--listen", "<value>", f"cannot listen on {args.listen}: {exc.strerror or exc}",
+                          "a free port on a local address (port 0 picks one)") from None
     return 0
 
 

@@ -30,7 +30,9 @@ from typing import Any, Iterable, Mapping
 
 from fabric.config import load_document
 from fabric.errors import ConfigError, OrchestrlError
-from fabric.store_checkpoint import guard_wal
+from fabric.runtime.store import store_write_error
+from fabric.runtime.store_checkpoint import guard_wal
+from fabric.runtime.store_records import StoreCorruptError
 from fabric.topology import Topology
 
 __all__ = ["Placement", "Job", "Principal", "JobConflict", "JobRegistry", "placement_of", "load_operator_tokens",
@@ -44,6 +46,12 @@ _MIN_TOKEN_CHARS = 16
 _SCHEMA = """CREATE TABLE IF NOT EXISTS service_jobs (
     job TEXT PRIMARY KEY, gpus_json TEXT NOT NULL, token_sha256 TEXT NOT NULL, registered_at REAL NOT NULL,
     intent_json TEXT)"""
+
+
+def _gpus_of(value: Any, topology: Topology) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(g, int) and 0 <= g < topology.gpu_count for g in value):
+        raise ValueError(f"GPU list {str(value)[:60]!r} is not GPU indices of fabric {topology.name!r}")
+    return value
 
 
 class JobConflict(OrchestrlError):
@@ -146,15 +154,25 @@ class JobRegistry:
         self._lock = threading.RLock()
         self._jobs: dict[str, Job] = {}
         self._conn: sqlite3.Connection | None = None
+        self.path = path or ":memory:"
         if path not in (None, ":memory:"):
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
-            self._conn.execute(_SCHEMA)
+            try:
+                self._conn.execute(_SCHEMA)
+            except sqlite3.OperationalError as exc:
+                self._conn.close()
+                raise store_write_error(path, exc) from exc
             self._conn.execute("PRAGMA synchronous=NORMAL")  # a durable write raises it to FULL for itself (_write)
             guard_wal(self._conn)  # the fabric store checkpoints this file in the background
-            for job, gpus, digest, at, intent in self._conn.execute(
-                    "SELECT job, gpus_json, token_sha256, registered_at, intent_json FROM service_jobs"):
-                placement = placement_of(topology, json.loads(gpus))
-                self._jobs[job] = Job(job, placement, digest, at, json.loads(intent) if intent else None)
+            try:
+                for job, gpus, digest, at, intent in self._conn.execute(
+                        "SELECT job, gpus_json, token_sha256, registered_at, intent_json FROM service_jobs"):
+                    placement = placement_of(topology, _gpus_of(json.loads(gpus), topology))
+                    self._jobs[job] = Job(job, placement, digest, at, json.loads(intent) if intent else None)
+            except (ValueError, TypeError, KeyError, sqlite3.DatabaseError) as exc:
+                self._conn.close()
+                raise StoreCorruptError(path, f"table service_jobs holds an unreadable job ({type(exc).__name__}: "
+                                        f"{exc})", "restore the file from a backup (orchestrl proxy backup)") from None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -213,6 +231,25 @@ class JobRegistry:
             self._write(job)
         return job, token
 
+    def remove(self, job_id: str) -> None:
+        """Forget ``job_id`` and its token (durably); its circuits must be freed first."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.execute("PRAGMA synchronous=FULL")
+                try:
+                    self._execute("DELETE FROM service_jobs WHERE job = ?", (job_id,))
+                finally:
+                    self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._jobs.pop(job_id, None)
+
+    def _execute(self, sql: str, args: tuple = ()) -> None:
+        """One statement on the state file; a refused write raises StoreWriteError (disk full, read-only, I/O)."""
+        assert self._conn is not None
+        try:
+            self._conn.execute(sql, args)
+        except sqlite3.OperationalError as exc:
+            raise store_write_error(self.path, exc) from exc
+
     def remember_intent(self, job_id: str, doc: Mapping[str, Any]) -> None:
         """Keep ``doc`` as the job's last intent (re-planned after port failures and restarts)."""
         with self._lock:
@@ -222,7 +259,7 @@ class JobRegistry:
             self._jobs[job_id] = Job(job.id, job.placement, job.token_sha256, job.registered_at, dict(doc))
             if self._conn is not None:  # the row exists (written at registration): only its intent changes
                 # no fsync of its own: durable with the fabric journal's next write to the same file (WAL)
-                self._conn.execute("UPDATE service_jobs SET intent_json = ? WHERE job = ?", (json.dumps(doc), job_id))
+                self._execute("UPDATE service_jobs SET intent_json = ? WHERE job = ?", (json.dumps(doc), job_id))
 
     def _write(self, job: Job) -> None:
         if self._conn is None:
@@ -234,8 +271,7 @@ class JobRegistry:
             self._conn.execute("PRAGMA synchronous=NORMAL")
 
     def _upsert(self, job: Job) -> None:
-        assert self._conn is not None
-        self._conn.execute(
+        self._execute(
             "INSERT INTO service_jobs (job, gpus_json, token_sha256, registered_at, intent_json) VALUES (?,?,?,?,?) "
             "ON CONFLICT (job) DO UPDATE SET gpus_json=excluded.gpus_json, token_sha256=excluded.token_sha256, "
             "intent_json=excluded.intent_json",

@@ -6,25 +6,25 @@ Everything here is a pure function of its inputs: parse the document, derive the
 job may use (other jobs' circuits in its reach reserved), run Algorithm 2, check the plan stays
 inside the job's placement, and order the change from the plan in force (§5.4). An RL job repeats
 the same few periods every iteration, so each of these is remembered by its inputs
-(:mod:`agents.memo`): in the steady state a commit costs the journal and the devices, not the
-planning. :class:`agents.service.ControlService` owns one planner and calls it under its lock.
+(:mod:`agents.service.memo`): in the steady state a commit costs the journal and the devices, not the
+planning. :class:`agents.service.core.ControlService` owns one planner and calls it under its lock.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
-from agents.memo import IdentityMemo, IntentMemo, PlanMemo
-from agents.metrics import MetricsRegistry
-from agents.ordered_commit import PlannedChange, plan_change
-from agents.service_checks import check_intent_inside, plan_outside_placement, reserved_ports
+from agents.service.memo import IdentityMemo, IntentMemo, PlanMemo
+from agents.service.metrics import MetricsRegistry
+from agents.service.ordered_commit import PlannedChange, plan_change
+from agents.service.checks import check_intent_inside, plan_outside_placement, reserved_ports
 from fabric.controller import FabricController, FabricState, MaterializeResult, materialize
 from fabric.intent import Intent
 from fabric.plan import CircuitPlan
-from fabric.store import FabricStore
-from fabric.topology import Topology
+from fabric.runtime.store import FabricStore, StoreWriteError
+from fabric.topology import PortRef, Topology
 
 __all__ = ["JobPlanner"]
 
@@ -42,10 +42,12 @@ class JobPlanner:
         Receives ``orchestrl_plan_seconds``.
     """
 
-    def __init__(self, controller: FabricController, store: FabricStore, metrics: MetricsRegistry) -> None:
+    def __init__(self, controller: FabricController, store: FabricStore, metrics: MetricsRegistry,
+                 on_store_error: Callable[[StoreWriteError], object] | None = None) -> None:
         self.controller = controller
         self.store = store
         self.metrics = metrics
+        self.on_store_error = on_store_error  # a template cache that cannot be saved is saved with the next miss
         self._views: dict[tuple[int, frozenset], tuple[Topology, Topology]] = {}  # -> (base, view)
         self.clear()
 
@@ -60,10 +62,14 @@ class JobPlanner:
         """Return the intent of ``doc`` on the current topology (raises :class:`ConfigError` naming the field)."""
         return self._intents.parse(doc, "intent", self.controller.topology)
 
-    def view(self, pods: frozenset[int], others: Mapping[str, CircuitPlan]) -> Topology:
-        """Return the topology as a job on ``pods`` may use it: ``others``' circuits in its reach reserved."""
+    def view(self, pods: frozenset[int], others: Mapping[str, CircuitPlan],
+             everywhere: frozenset[PortRef] = frozenset()) -> Topology:
+        """Return the topology as a job on ``pods`` may use it: ``others``' circuits in its reach reserved.
+
+        ``everywhere``: ports reserved wherever they are (adopted circuits, ports beyond a fair share).
+        """
         base = self.controller.topology
-        foreign = reserved_ports(base, pods, others) if others else frozenset()
+        foreign = (reserved_ports(base, pods, others) if others else frozenset()) | everywhere
         if not foreign:
             return base
         got = self._views.get((id(base), foreign))
@@ -92,7 +98,12 @@ class JobPlanner:
             result = replace(result, solve_s=time.perf_counter() - started)
         self.metrics.observe("orchestrl_plan_seconds", result.solve_s)
         if ctl.cache.misses != misses:
-            self.store.save_template_cache(ctl.cache)
+            try:
+                self.store.save_template_cache(ctl.cache)
+            except StoreWriteError as exc:
+                if self.on_store_error is None:
+                    raise
+                self.on_store_error(exc)
         return result
 
     def change(self, old: CircuitPlan | None, new: CircuitPlan) -> PlannedChange:

@@ -2,7 +2,7 @@
 
 Design note
 -----------
-Devices are the truth about what is connected; the journal (:mod:`fabric.store`) about what
+Devices are the truth about what is connected; the journal (:mod:`fabric.runtime.store`) about what
 *should* be. A full-duplex circuit ``a<->b`` on an N-port device is two simplex cross-connects,
 ``a -> N+b`` and ``b -> N+a`` (:func:`fabric.ocs.model.duplex_to_cross_connects`), so the wanted
 ingress -> egress table follows from the plan alone and reconciliation is a set difference:
@@ -19,7 +19,7 @@ store and listed in the report, and the caller re-plans under the remaining port
 (:func:`replan_after_failures`, OrchestrRL §5.4).
 
 Only the :class:`fabric.ocs.model.OcsDeviceClient` protocol is used (TL1 driver, emulator, fakes).
-Journalled commits themselves live in :mod:`fabric.commit` (also importable from here, as before).
+Journalled commits themselves live in :mod:`fabric.runtime.commit` (also importable from here, as before).
 """
 
 from __future__ import annotations
@@ -33,15 +33,16 @@ from fabric.ocs.errors import OcsDenied, OcsError, OcsPortBlocked, OcsPortFailed
 from fabric.ocs.fanout import each_device
 from fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
 from fabric.plan import CircuitPlan, CrossConnect, diff_plans
-from fabric.store import CommitRecord, DeviceStep, FabricStore
+from fabric.runtime.store import CommitRecord, DeviceStep, FabricStore
 
 if TYPE_CHECKING:  # the controller imports nothing of the device layer; keep it that way
     from fabric.controller import FabricController, MaterializeResult
     from fabric.intent import Intent
 
-# Journalled commits (CommitReport, JournaledCommitter, apply_plan_diff, ...) are in fabric.commit, which
+# Journalled commits (CommitReport, JournaledCommitter, apply_plan_diff, ...) are in fabric.runtime.commit, which
 # imports this module; nothing here imports it back.
 __all__ = ["UNUSABLE_PORT_STATES", "DeviceChanges", "DeviceReconcile", "ReconcileReport", "device_changes", "reconcile",
+           "reconcile_devices_to", "wanted_by_device",
            "reconcile_store", "replan_after_failures", "restore_controller", "bulk_errors", "unusable_ports"]
 
 
@@ -252,6 +253,22 @@ def reconcile(source: FabricStore | CircuitPlan | None, devices: Mapping[str, Oc
         results = _reconcile_devices(devices, wanted)
         return ReconcileReport(results, missing_devices=tuple(sorted(set(wanted) - set(devices))))
     return reconcile_store(source, devices, scope)
+
+
+def wanted_by_device(plans: Iterable[CircuitPlan]) -> dict[str, list[CrossConnect]]:
+    """Return each device's circuits over ``plans`` (the union of every scope's plan on that device)."""
+    return _wanted_by_device(plans)
+
+
+def reconcile_devices_to(plans: Iterable[CircuitPlan], devices: Mapping[str, OcsDeviceClient]) -> ReconcileReport:
+    """Bring ``devices`` to the union of ``plans`` without writing any journal (e.g. when the journal cannot be written).
+
+    Used to undo what devices were told when the journal refused to record it: the devices then
+    hold exactly what the journal says, whatever the disk does. Per device as :func:`reconcile`.
+    """
+    wanted = _wanted_by_device(plans)
+    results = _reconcile_devices(devices, wanted)
+    return ReconcileReport(results, missing_devices=tuple(sorted(set(wanted) - set(devices))))
 
 
 def _reconcile_devices(devices: Mapping[str, OcsDeviceClient],
