@@ -146,11 +146,13 @@ def test_a_device_down_at_start_up_is_named_and_health_returns_to_ok_when_it_com
     with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test") as lab:
         lab.start_switches()
         try:
-            lab.control("core0").restart(keep_table=True, down_ms=2500, wait_s=0)  # down while the proxy starts
+            # down while the proxy starts: 8 s, since a loaded CI runner can take over 2.5 s to start it
+            lab.control("core0").restart(keep_table=True, down_ms=8000, wait_s=0)
         except OcsTimeout:
             pass  # not back yet: that is the point
         lab.start_proxy("--audit-period", str(PERIOD_S))
         status, health = Api(lab.proxy.url).call("GET", "/healthz")
         assert status == 503 and health["status"] == "degraded", health
         assert any("core0" in r and "unreachable" in r for r in health["reasons"]), health
-        _until(lambda: Api(lab.proxy.url).call("GET", "/healthz")[0] == 200, what="health ok once core0 is up")
+        _until(lambda: Api(lab.proxy.url).call("GET", "/healthz")[0] == 200, timeout_s=25.0,
+               what="health ok once core0 is up")
