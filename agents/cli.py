@@ -17,7 +17,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents import cli_fabric, cli_groups, cli_ocs, cli_proxy, cli_sched, demo
+    from agents import cli_fabric, cli_groups, cli_ocs, cli_proxy, cli_sched, cli_sim, demo
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_proxy.register(groups)
     cli_sched.register(groups)
     cli_groups.register(groups)
+    cli_sim.register(groups)
     demo.register(groups)
     return parser
 
