@@ -55,6 +55,8 @@ class FlowSet:
         src = np.asarray(self.src, dtype=np.int64).ravel()
         dst = np.asarray(self.dst, dtype=np.int64).ravel()
         size = np.asarray(self.size_bytes, dtype=np.float64).ravel()
+        if size.size == 1 and len(src) != 1:  # one size for every flow
+            size = np.full(len(src), size[0] if size.size else 0.0)
         start = np.broadcast_to(np.asarray(self.start_s, dtype=np.float64), src.shape).copy()
         if not (len(src) == len(dst) == len(size)):
             raise ConfigError("flows", "flows", f"src/dst/bytes have lengths {len(src)}/{len(dst)}/{len(size)}",

@@ -228,10 +228,15 @@ class RFabricDriver:
         return change
 
     def install(self, plan: CircuitPlan | MaterializeResult, at_s: float = 0.0) -> PlanChange:
-        """Put a plan in force at ``at_s`` without a gate (e.g. the fabric as it stands at time 0)."""
+        """Put a plan in force at ``at_s`` at once, without gate or switching (the fabric as it stands)."""
         result = plan if isinstance(plan, MaterializeResult) else MaterializeResult(plan, True, False, plan.template,
                                                                                       plan.signature)
-        return self._commit(result, at_s, None)
+        self.controller.apply(result)
+        change = PlanChange(result.plan, at_s, at_s, at_s, ((at_s, tuple(result.plan.circuits)),), ())
+        self._snapshots = [s for s in self._snapshots if s[0] < at_s] + list(change.snapshots)
+        self._busy_until = max(self._busy_until, at_s)
+        self.changes.append(change)
+        return change
 
     # ------------------------------------------------------------------ failures
     def fail_ports(self, ports: Iterable[PortRef], now_s: float, replan: bool = True) -> DriverDecision | None:
