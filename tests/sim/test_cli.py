@@ -1,0 +1,73 @@
+"""``orchestrl sim net`` and ``orchestrl sim collective``: the contract of the issue, and refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+FLOWS = REPO / "examples" / "sim" / "flows-shift-64.json"
+
+
+def test_sim_net_prints_one_line_by_default(capsys):
+    assert main(["sim", "net", "--fabric", "ft", "--gpus", "64", "--flows", str(FLOWS)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and "makespan 1.004 ms" in out[0] and "64 flows" in out[0]
+
+
+def test_sim_net_json_follows_the_contract(capsys):
+    assert main(["sim", "net", "--fabric", "rfabric", "--gpus", "64", "--flows", str(FLOWS), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc) == {"fabric", "gpus", "flows", "makespan_s", "solve_s", "events"}
+    assert doc["fabric"] == "rfabric" and doc["gpus"] == 64 and doc["events"] >= 1
+    assert set(doc["flows"][0]) == {"src", "dst", "bytes", "start_s", "finish_s"}
+    assert max(f["finish_s"] for f in doc["flows"]) == pytest.approx(doc["makespan_s"])
+
+
+def test_sim_collective_reports_nccl_tests_bus_bandwidth(capsys):
+    assert main(["sim", "collective", "--fabric", "ft", "--gpus", "64", "--primitive", "all-reduce",
+                 "--group-size", "8", "--stride", "8", "--bytes-per-rank", "1e9", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["busbw_bytes_per_s"] == pytest.approx(25e9, rel=0.01)
+    assert doc["algbw_bytes_per_s"] * 2 * 7 / 8 == pytest.approx(doc["busbw_bytes_per_s"])
+    assert main(["sim", "collective", "--fabric", "mixnet", "--gpus", "64", "--primitive", "m2n",
+                 "--group-size", "16", "--bytes-per-rank", "1e8"]) == 0
+    assert "busbw" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("doc,field", [
+    ({"flows": [{"src": 0, "dst": 64, "bytes": 1, "start_s": 0}]}, "flows[0].dst"),
+    ({"flows": [{"src": 0, "dst": 1, "bytes": -1, "start_s": 0}]}, "flows[0].bytes"),
+    ({"flows": [{"src": 0, "dst": 1, "bytes": 1, "start": 0}]}, "flows[0].start"),
+    ({"flows": [{"src": 0, "dst": 1, "bytes": 1, "start_s": "now"}]}, "flows[0].start_s"),
+    ({"flow": []}, "flow"),
+])
+def test_bad_flow_files_name_the_field(tmp_path, capsys, doc, field):
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(doc))
+    assert main(["sim", "net", "--fabric", "ft", "--gpus", "64", "--flows", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"field '{field}'" in err and str(path) in err and "Traceback" not in err
+
+
+def test_bad_command_line_values_are_refused_without_a_traceback(capsys):
+    assert main(["sim", "collective", "--fabric", "ft", "--gpus", "64", "--primitive", "all-to-all",
+                 "--group-size", "7", "--bytes-per-rank", "1e6"]) == 2
+    assert "--group-size" in capsys.readouterr().err
+    assert main(["sim", "net", "--fabric", "ft", "--gpus", "60", "--flows", str(FLOWS)]) == 2
+    assert "gpus" in capsys.readouterr().err
+
+
+def test_long_runs_show_progress_on_stderr():
+    proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "collective", "--fabric", "topoopt", "--gpus",
+                           "1024", "--primitive", "all-to-all", "--group-size", "1024", "--bytes-per-rank", "1e8"],
+                          cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.strip().splitlines()) == 1
+    assert "[sim" in proc.stderr  # took over a second: the phases were reported
