@@ -118,12 +118,15 @@ def _lookup(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, row_of: n
     -----
     O(nnz) once (row-major keys are sorted by construction), O(log nnz) per query.
     """
-    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    keys = rows * np.int64(n_cols) + indices
-    order = np.argsort(keys, kind="stable")
-    keys, vals = keys[order], np.asarray(data)[order]
+    built: list[tuple[np.ndarray, np.ndarray]] = []
 
     def on_bundle(i: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if not built:  # most fabrics never ask: build the sorted keys on first use
+            rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+            k = rows * np.int64(n_cols) + indices
+            order = np.argsort(k, kind="stable")
+            built.append((k[order], np.asarray(data)[order]))
+        keys, vals = built[0]
         q = row_of[i] * np.int64(n_cols) + b
         pos = np.minimum(np.searchsorted(keys, q), max(len(keys) - 1, 0))
         hit = (keys[pos] == q) if len(keys) else np.zeros(len(q), bool)
@@ -197,17 +200,21 @@ class NetState:
 
     # ---------------------------------------------------------------- classes
     def _classes(self, nodes: np.ndarray, keys: np.ndarray, sinks: dict) -> np.ndarray:
-        """Return the route class of each (source node, sink key), routing the new ones."""
-        pairs = list(zip(nodes.tolist(), keys.tolist()))
-        out = np.empty(len(pairs), dtype=np.int64)
-        missing: dict[object, list[int]] = {}
-        for i, p in enumerate(pairs):
-            c = self._class_key.get(p)
-            if c is None:
+        """Return the route class of each (source node, sink key), routing the new ones.
+
+        Notes
+        -----
+        O(F log F) to find the distinct pairs; routing only for pairs not seen before in this state.
+        """
+        nodes = np.asarray(nodes, dtype=np.int64)
+        keys = np.asarray(keys, dtype=np.int64)
+        width = int(keys.max()) + 1 if len(keys) else 1
+        uniq, inv = np.unique(nodes * width + keys, return_inverse=True)
+        pairs = list(zip((uniq // width).tolist(), (uniq % width).tolist()))
+        missing: dict[int, list[int]] = {}
+        for p in pairs:
+            if p not in self._class_key:
                 missing.setdefault(p[1], []).append(p[0])
-                out[i] = -2
-            else:
-                out[i] = c
         for key, srcs in missing.items():
             srcs = sorted(set(srcs))
             if self.config.ecmp == "hash":  # hashed flows keep no class profile; only reachability
@@ -215,11 +222,8 @@ class NetState:
             else:
                 block = self.graph.route(np.asarray(srcs), sinks[key])
             self._add_block(key, srcs, block, sinks[key])
-        if missing:
-            for i, p in enumerate(pairs):
-                if out[i] == -2:
-                    out[i] = self._class_key[p]
-        return out
+        ids = np.fromiter((self._class_key[p] for p in pairs), dtype=np.int64, count=len(pairs))
+        return ids[inv.ravel()]
 
     def _add_block(self, key, srcs: list[int], block: RouteBlock | None, sink: Sink) -> None:
         k0 = self._n_classes
@@ -292,7 +296,6 @@ class NetState:
         vals += [np.ones(len(li)), np.ones(len(li))]
         latency[li] = self.config.nvlink_latency_s
         routable = np.ones(f, bool)
-        prof = self.profiles()
         if len(cross):
             nodes, skeys, sinks, ctx = self._endpoints(src[cross], dst[cross])
             c = self._classes(nodes, skeys, sinks)
@@ -323,6 +326,8 @@ class NetState:
             cols.append(b)
             vals.append(v)
             latency[cross] += extra
+        else:
+            prof = self.profiles()
         own = sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                             shape=(f, self.n_bundles))
         own.sum_duplicates()
