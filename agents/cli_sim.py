@@ -82,6 +82,25 @@ def register(groups: argparse._SubParsersAction) -> None:
     col.add_argument("--algorithm", choices=("ring", "tree"), default="ring", help="all-reduce algorithm")
     col.set_defaults(func=_collective)
 
+    fig = sub.add_parser("figure", help="run a paper experiment: paper value, ours and their ratio",
+                         description="fig21: link failures per RL stage (Appendix H); fig23: traffic-aware vs "
+                                     "uniform circuit allocation (Appendix I).")
+    fig.add_argument("name", choices=tuple(_FIGURES), help="experiment")
+    fig.add_argument("--quick", action="store_true", help="reduced run (seconds)")
+    fig.add_argument("--json", action="store_true",
+                     help='print {"figure", "rows": [{"label", "paper", "ours", "ratio", ...}], "notes"}')
+    fig.set_defaults(func=_figure)
+
+
+_FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23"}
+
+
+def _figure(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = importlib.import_module(_FIGURES[args.name])
+    return int(module.main((["--quick"] if args.quick else []) + (["--json"] if args.json else [])) or 0)
+
 
 def _sim(args: argparse.Namespace, ticker: Ticker):
     from fabric.topology import load_topology

@@ -131,7 +131,9 @@ class _ClosWiring:
     """Switches of a cost-model Clos as integer nodes, with their parallel-link counts."""
 
     def __init__(self, graph, first_node: int) -> None:
-        eps = sorted((n for n, d in graph.nodes(data=True) if d["kind"] == "eps"), key=_label)
+        # role, then the numbers in the name: leaf 2 before leaf 10, so leaf order follows host order
+        eps = sorted((n for n, d in graph.nodes(data=True) if d["kind"] == "eps"),
+                     key=lambda n: (str(n[1]), n[2:]) if isinstance(n, tuple) else (str(n), ()))
         self.index = {n: first_node + i for i, n in enumerate(eps)}
         self.labels = [_label(n) for n in eps]
         self.roles = [graph.nodes[n].get("role", "") for n in eps]

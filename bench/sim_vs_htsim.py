@@ -1,0 +1,216 @@
+"""Validate the flow-level simulator against htsim, a packet-level simulator, and compare their speed.
+
+Run from the repository root with an htsim binary built outside the repository (Broadcom/csg-htsim,
+BSD-2; ``cd sim && make && cd datacenter && make htsim_ndp``)::
+
+    python bench/sim_vs_htsim.py --htsim /path/to/htsim_ndp            # full comparison (minutes)
+    python bench/sim_vs_htsim.py --htsim /path/to/htsim_ndp --quick    # two small cases
+    python bench/sim_vs_htsim.py --quick                               # no binary: says so, exits 0
+
+Both simulators get the same network: the cost model's FT or FT-OS wiring for N hosts
+(:func:`fabric.cost.build_design_graph`), written out as an htsim ``.topo`` file -- leaves of 32
+hosts with 32 uplinks (FT) or 48 with 16 (FT-OS, 3:1), spines joined to every leaf by equal bundles,
+1 us per link, 0.8 us per switch, 200 Gb/s, 9000-byte packets. Host ``i`` of htsim is GPU ``i`` here,
+with same-server traffic forced through the NICs (htsim hosts have one NIC each). Host counts are
+those where the two wirings are identical (FT: 128, 256, 1024; FT-OS: 192, 384, 768; a 3:1 leaf of
+a 64-port switch holds 48 hosts, so 128/256/1024 hosts would leave a partial leaf htsim cannot build).
+
+htsim runs NDP with per-packet spraying over all paths (``-strat perm``), the packet-level behaviour
+closest to fluid ECMP with fair sharing; queue 50 packets and an initial window of 60 packets
+(above the ~33-packet bandwidth-delay product: NDP's default of 15 halves the rate of every flow).
+For every case the table gives the makespan error of the fluid model against htsim, the median
+per-flow completion-time error, and the wall time of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from sim.network.build import build_fabric  # noqa: E402  (path set up above)
+from sim.network.config import SimConfig  # noqa: E402
+from sim.network.events import FlowSet, simulate  # noqa: E402
+
+LINK_GBPS = 200
+MTU = 9000
+HTSIM_ARGS = ["-strat", "perm", "-q", "50", "-cwnd", "60", "-mtu", str(MTU)]
+TARGET_MAKESPAN_ERR = 0.10
+TARGET_SPEEDUP = 1000.0
+_FINISH = re.compile(r"flow_id (\d+) finished at ([0-9.e+-]+)")
+
+
+def htsim_topology(fabric) -> str:
+    """Return the htsim ``.topo`` text for a 2-tier Clos fabric, refusing wirings htsim cannot express."""
+    w = fabric.wiring
+    leaves = sorted(set(fabric.leaf_of_gpu.tolist()))
+    per_leaf = Counter(fabric.leaf_of_gpu.tolist())
+    down = set(per_leaf.values())
+    hosts = fabric.gpus
+    if len(down) != 1:
+        raise ValueError(f"leaves hold {sorted(down)} hosts; htsim needs equal leaves")
+    d0 = next(iter(down))
+    blocks = fabric.leaf_of_gpu.reshape(-1, d0)
+    if np.any(blocks != blocks[:, :1]) or len(set(blocks[:, 0].tolist())) != len(blocks):
+        raise ValueError("hosts are not numbered leaf by leaf")
+    bundles = Counter()
+    for u, v, c in zip(w.u, w.v, w.count):
+        bundles[(min(u, v), max(u, v))] = int(c)
+    spines = sorted({x for pair in bundles for x in pair} - set(leaves))
+    sizes = set(bundles.values())
+    if not spines:
+        raise ValueError("a single switch; nothing for htsim to compare")
+    if len(sizes) != 1 or len(bundles) != len(leaves) * len(spines):
+        raise ValueError("leaves reach spines with unequal bundles (round-robin remainder); htsim cannot express it")
+    d = next(iter(down))
+    bundle = next(iter(sizes))
+    up = bundle * len(spines)
+    over = d // up
+    if over * up != d:
+        raise ValueError(f"{d} down / {up} up is not an integer oversubscription")
+    return (f"Nodes {hosts}\nTiers 2\nPodsize {hosts}\n\nTier 0\nDownlink_speed_Gbps {LINK_GBPS}\nRadix_Down {d}\n"
+            f"Radix_Up {up}\nDownlink_Latency_ns 1000\nSwitch_Latency_ns 800\n"
+            + (f"Oversubscribed {over}\n" if over > 1 else "")
+            + f"\nTier 1\nDownlink_speed_Gbps {LINK_GBPS}\nRadix_Down {len(leaves) * bundle}\n"
+              f"Downlink_Latency_ns 1000\nSwitch_Latency_ns 800\nBundle {bundle}\n")
+
+
+def patterns(hosts: int, per_leaf: int, quick: bool, rng: np.random.Generator) -> list[tuple[str, FlowSet]]:
+    """The four workload families (plus short flows), sized so htsim finishes in seconds to a minute."""
+    big = 8e6 if quick else 32e6
+    out = []
+    perm = rng.permutation(hosts)
+    src = np.arange(hosts)
+    same = perm == src
+    perm[same] = (perm[same] + 1) % hosts
+    out.append(("permutation", FlowSet(src, perm, big, 0.0)))
+    if quick:
+        return out
+    out.append(("permutation-256KB", FlowSet(src, perm, 256e3, 0.0)))
+    g = min(hosts, 64)
+    grp = np.arange(hosts).reshape(-1, g)
+    i, j = np.nonzero(~np.eye(g, dtype=bool))
+    out.append((f"all-to-all/{g}", FlowSet(grp[:, i].ravel(), grp[:, j].ravel(), 1e6, 0.0)))
+    receivers = rng.choice(hosts, 4, replace=False)
+    inc_src, inc_dst = [], []
+    for r in receivers:
+        senders = rng.choice(np.setdiff1d(np.arange(hosts), receivers), 31, replace=False)
+        inc_src += senders.tolist()
+        inc_dst += [int(r)] * 31
+    out.append(("incast 4x31:1", FlowSet(inc_src, inc_dst, 2e6, 0.0)))
+    out.append(("ring", FlowSet(src, (src + 1) % hosts, big, 0.0)))
+    out.append(("ring stride leaf", FlowSet(src, (src + per_leaf) % hosts, big, 0.0)))
+    return out
+
+
+def run_htsim(binary: str, topo: str, flows: FlowSet, hosts: int, workdir: str, end_us: float) -> tuple[np.ndarray, float]:
+    """Run htsim on the flows; return each flow's completion time (s, nan if it did not finish) and wall time."""
+    tp, cm = os.path.join(workdir, "net.topo"), os.path.join(workdir, "flows.cm")
+    with open(tp, "w") as f:
+        f.write(topo)
+    with open(cm, "w") as f:
+        f.write(f"Nodes {hosts}\nConnections {len(flows)}\n")
+        for k, (a, b, s) in enumerate(zip(flows.src, flows.dst, flows.size_bytes), 1):
+            f.write(f"{a}->{b} id {k} start 0 size {int(s)}\n")
+    cmd = [binary, "-topo", tp, "-nodes", str(hosts), "-tm", cm, "-linkspeed", str(LINK_GBPS * 1000),
+           "-end", str(int(end_us)), "-o", os.path.join(workdir, "log.dat")] + HTSIM_ARGS
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=3600)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"htsim failed ({proc.returncode}): {proc.stderr[-500:] or proc.stdout[-500:]}")
+    fct = np.full(len(flows), np.nan)
+    for m in _FINISH.finditer(proc.stdout):
+        fct[int(m.group(1)) - 1] = float(m.group(2)) * 1e-6
+    return fct, wall
+
+
+def ours(name: str, hosts: int, flows: FlowSet) -> tuple[np.ndarray, float, object]:
+    t0 = time.perf_counter()
+    fab = build_fabric(name, hosts, SimConfig(intra_server="network", mtu_bytes=MTU))
+    res = simulate(flows, fab.state())
+    return res.finish_s, time.perf_counter() - t0, fab
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--htsim", metavar="PATH", help="htsim_ndp binary (built outside the repository)")
+    ap.add_argument("--quick", action="store_true", help="two small cases")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--speed-bytes", type=float, default=64e6,
+                    help="flow size of the 1,024-host permutation timed for the speed ratio (default 64 MB)")
+    args = ap.parse_args(argv)
+    binary = args.htsim
+    if not binary or not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        why = "no --htsim given" if not binary else f"{binary} is not an executable file"
+        print(f"htsim comparison skipped: {why}. Build htsim outside the repository "
+              "(github.com/Broadcom/csg-htsim: cd sim && make && cd datacenter && make htsim_ndp) and pass "
+              "--htsim path/to/htsim_ndp.")
+        if args.json:
+            print(json.dumps({"skipped": why}))
+        return 0
+    topologies = [("ft", 128), ("ft-os", 192)] if args.quick else [("ft", 128), ("ft", 256), ("ft", 1024),
+                                                                   ("ft-os", 192), ("ft-os", 384), ("ft-os", 768)]
+    rng = np.random.default_rng(2026)
+    rows = []
+    workdir = tempfile.mkdtemp(prefix="htsim-cmp-")
+    try:
+        print(f"{'fabric':<7}{'hosts':>6} {'pattern':<19}{'flows':>7}{'htsim ms':>10}{'fluid ms':>10}{'makespan err':>13}"
+              f"{'med |FCT err|':>14}{'med FCT err':>12}{'htsim s':>9}{'ours s':>8}{'speedup':>9}")
+        for name, hosts in topologies:
+            fab = build_fabric(name, hosts, SimConfig(intra_server="network", mtu_bytes=MTU))
+            topo = htsim_topology(fab)
+            per_leaf = int(np.bincount(fab.leaf_of_gpu).max())
+            cases = patterns(hosts, per_leaf, args.quick, rng)
+            if name == "ft" and hosts == 1024 and not args.quick:
+                perm = rng.permutation(hosts)
+                perm[perm == np.arange(hosts)] = (perm[perm == np.arange(hosts)] + 1) % hosts
+                cases.append(("permutation (speed)", FlowSet(np.arange(hosts), perm, args.speed_bytes, 0.0)))
+            for label, flows in cases:
+                fluid, our_s, _ = ours(name, hosts, flows)
+                end_us = max(1000.0, float(np.nanmax(fluid)) * 1e6 * 4)
+                ht, ht_s = run_htsim(binary, topo, flows, hosts, workdir, end_us)
+                done = np.isfinite(ht)
+                mk_ht, mk_ours = float(np.nanmax(ht)), float(np.max(fluid))
+                err = (fluid[done] - ht[done]) / ht[done]
+                row = {"fabric": name, "hosts": hosts, "pattern": label, "flows": len(flows),
+                       "htsim_finished": int(done.sum()), "htsim_makespan_s": mk_ht, "fluid_makespan_s": mk_ours,
+                       "makespan_err": mk_ours / mk_ht - 1, "median_abs_fct_err": float(np.median(np.abs(err))),
+                       "median_fct_err": float(np.median(err)), "htsim_wall_s": ht_s, "ours_wall_s": our_s,
+                       "speedup": ht_s / our_s}
+                rows.append(row)
+                print(f"{name:<7}{hosts:>6} {label:<19}{len(flows):>7}{mk_ht * 1e3:>10.3f}{mk_ours * 1e3:>10.3f}"
+                      f"{row['makespan_err']:>+13.1%}{row['median_abs_fct_err']:>14.1%}{row['median_fct_err']:>+12.1%}"
+                      f"{ht_s:>9.2f}{our_s:>8.3f}{row['speedup']:>9.0f}"
+                      + ("" if done.all() else f"  ({len(flows) - int(done.sum())} htsim flows unfinished)"))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    mean_abs = statistics.mean(abs(r["makespan_err"]) for r in rows)
+    long = [r for r in rows if "256KB" not in r["pattern"]]
+    print(f"\nmean |makespan error| over {len(rows)} cases: {mean_abs:.1%} (target within {TARGET_MAKESPAN_ERR:.0%}; "
+          f"ratio {mean_abs / TARGET_MAKESPAN_ERR:.2f}); without the short-flow case: "
+          f"{statistics.mean(abs(r['makespan_err']) for r in long):.1%}")
+    speed = [r for r in rows if r["pattern"] == "permutation (speed)"] or [rows[0]]
+    print(f"speed on the {speed[0]['hosts']}-host {speed[0]['pattern']}: {speed[0]['speedup']:.0f}x faster than htsim "
+          f"(target >= {TARGET_SPEEDUP:.0f}x; ratio {speed[0]['speedup'] / TARGET_SPEEDUP:.2f})")
+    if args.json:
+        print(json.dumps({"machine": f"{platform.machine()} {os.cpu_count()} cores", "htsim_args": HTSIM_ARGS,
+                          "rows": rows, "mean_abs_makespan_err": mean_abs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
