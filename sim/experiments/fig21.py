@@ -13,8 +13,9 @@ Train on PoD 0 with TP4 x EP16 x DP64 -- an EP all-to-all (fwd/bwd period) and a
 mode, six instances of 3x8 attention and 2x8 FFN GPUs exchanging M2N traffic; Weight Sync from the
 256 train GPUs to the 256 gen GPUs (the shard-scatter of :mod:`fabric.traffic`).
 
-* NIC-EPS failure: the GPU's NIC link is down; its traffic crosses NVLink to the next NIC of its
-  server (§5.4 (iii)); the controller re-plans for the relayed demand.
+* NIC-EPS failure: the NIC link of the GPU that receives the most network bytes in the stage (and,
+  for two failures, of the next such GPU on another server) is down; its traffic crosses NVLink to
+  the next NIC of its server (§5.4 (iii)); the controller re-plans for the relayed demand.
 * OCS-layer failure: a port of a circuit carrying the stage's traffic fails; the circuit goes dark
   and the controller masks the port and re-allocates under the remaining budget (§5.4 (ii)). Both
   the time before the re-plan (ECMP around the dark circuit) and after it are reported.
@@ -95,6 +96,23 @@ def _period_time(fab, intent: Intent, failures: Failures, masked_ports=(), repla
     return res.makespan_s, plan
 
 
+def _busiest_receivers(periods, fab, count: int = 2) -> list[int]:
+    """GPUs (on distinct servers) that receive the most bytes over their NIC in the stage: where a NIC
+    failure hurts the stage most, and where Appendix H's "oversubscribing the remaining NICs" bites."""
+    got = np.zeros(fab.gpus)
+    for intent in periods:
+        src, dst, vol = intent_pair_arrays(intent, fab.topology)
+        net = src // 8 != dst // 8
+        got += np.bincount(dst[net], weights=vol[net], minlength=fab.gpus)
+    out: list[int] = []
+    for g in np.argsort(-got, kind="stable").tolist():
+        if all(g // 8 != h // 8 for h in out):
+            out.append(int(g))
+        if len(out) == count:
+            break
+    return out
+
+
 def _victims(plan, stage: str, k: int):
     """Ports of ``k`` circuits that carry the stage's traffic (core circuits for weight sync)."""
     tier = "core" if stage == "weight-sync" else "agg"
@@ -113,9 +131,9 @@ def run(quick: bool = False) -> list[Row]:
             t, plan = _period_time(fab, intent, Failures())
             base += t
             plans.append(plan)
-        members = sorted(set().union(*(i.members for i in periods)))
+        victims = _busiest_receivers(periods, fab)
         for k in (1, 2):
-            nics = frozenset(members[i * 9 * 8] for i in range(k))  # GPUs in different servers
+            nics = frozenset(victims[:k])
             t = sum(_period_time(fab, i, Failures(nics=nics))[0] for i in periods)
             rows.append(Row(f"nic-eps x{k} / {stage}", PAPER[("nic-eps", k, stage)], t / base,
                             {"baseline_s": base, "failed_gpus": sorted(nics)}))
