@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -17,9 +18,11 @@ _COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p
 class Ticker:
     """Progress on stderr for anything that runs over a second: phases, then event-loop progress."""
 
-    def __init__(self, stream=None, after_s: float = 1.0, every_s: float = 0.5) -> None:
+    def __init__(self, stream=None, after_s: float | None = None, every_s: float = 0.5) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.t0 = time.perf_counter()
+        if after_s is None:  # the environment may lower the 1 s threshold (the tests do)
+            after_s = float(os.environ.get("ORCHESTRL_PROGRESS_AFTER_S", "1.0"))
         self.after_s, self.every_s = after_s, every_s
         self.last = -1.0
         self.phase = ""

@@ -83,13 +83,12 @@ def merged_bundles(graph: SwitchGraph, sources: np.ndarray, sinks: list[Sink], l
     rng = np.random.default_rng(seed)
     sig = np.zeros((n_edges, 3))
     cap = np.maximum(graph.mult, 1e-300) * link_bps
-    step_cache = {}
     for sink in sinks:
         dist, e, split, _, _ = g._dag(sink)
         if not len(e):
             continue
         n = graph.n_nodes
-        step = step_cache.get(sink) or sp.csr_matrix((split, (g.head[e], g.tail[e])), shape=(n, n))
+        step = sp.csr_matrix((split, (g.head[e], g.tail[e])), shape=(n, n))
         cur = np.zeros((n, 3))
         ok = sources[np.isfinite(dist[sources])]
         cur[ok] = rng.random((len(ok), 3)) + 0.5
@@ -107,7 +106,6 @@ def merged_bundles(graph: SwitchGraph, sources: np.ndarray, sinks: list[Sink], l
     _, inv = np.unique(key[keep], axis=0, return_inverse=True)
     ids[keep] = inv.ravel()
     ids[~keep] = inv.max(initial=-1) + 1 + np.arange(int((~keep).sum()))
-    # Dead edges (failed) keep their own ids; they never enter a route.
     return ids
 
 
