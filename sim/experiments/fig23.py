@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from fabric.intent import Collective, Intent
 from fabric.layout import ParallelLayout, parallel_groups
@@ -27,7 +28,7 @@ from sim.network.reconfig import RFabricDriver
 
 __all__ = ["CONFIGS", "Config", "run"]
 
-DEFAULT_TOPOLOGY = "examples/topology-2048gpu.yaml"
+DEFAULT_TOPOLOGY = str(Path(__file__).resolve().parents[2] / "examples" / "topology-2048gpu.yaml")
 
 
 @dataclass(frozen=True)

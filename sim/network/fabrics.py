@@ -107,6 +107,12 @@ class Fabric:
 
     def state(self, failures: Failures = NO_FAILURES) -> NetState:
         """Return the fabric's state under ``failures`` (built once, then cached)."""
+        if failures.links and not hasattr(self, "wiring"):
+            raise ConfigError("failures", "links", f"{self.name} has no switch links to fail",
+                              "links on ft, ft-os, ro or mixnet; for rfabric fail OCS ports (Failures.ports)")
+        if failures.ports and self.name != "rfabric":
+            raise ConfigError("failures", "ports", f"{self.name} has no OCS ports the simulator models",
+                              "ports on rfabric; on other fabrics fail NICs or links")
         got = self._states.get(failures.key)
         if got is None:
             got = self._states[failures.key] = self._build_state(failures)

@@ -154,7 +154,8 @@ class NetworkSim:
         key = ("plan", flows.signature, self.failures.key, self.method)
         if key in self._cache:
             return self._cache[key]
-        demand = aggregate_pair_arrays(flows.src, flows.dst, flows.size_bytes, self.fabric.topology)
+        relay = self.fabric.relay(self.failures)  # a GPU behind a failed NIC enters at its relay's ToR
+        demand = aggregate_pair_arrays(relay[flows.src], relay[flows.dst], flows.size_bytes, self._controller.topology)
         res = self._controller.materialize(pattern_intent(np.concatenate([flows.src, flows.dst])), demand)
         plan = res.plan if res.accepted else None
         self.last_plan = plan

@@ -115,6 +115,9 @@ class RFabricFabric(Fabric):
         if isinstance(circuits, CircuitPlan):
             circuits = circuits.circuits
         circuits = tuple(sorted(circuits or (), key=lambda c: (c.xc.device, c.xc.a_port, c.xc.b_port)))
+        if failures.links:
+            raise ConfigError("failures", "links", "rfabric has no switch links to fail",
+                              "OCS ports (Failures.ports) or NICs (Failures.nics)")
         key = failures.key + "|" + hashlib.sha256(repr([(c.xc, c.a, c.b) for c in circuits]).encode()).hexdigest()
         got = self._states.get(key)
         if got is None:

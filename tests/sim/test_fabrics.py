@@ -157,3 +157,13 @@ def test_bad_sizes_are_refused_with_the_field():
         build_fabric("ft", 12)
     with pytest.raises(ConfigError, match="unknown fabric"):
         build_fabric("torus", 64)
+
+
+def test_failures_a_fabric_does_not_have_are_refused():
+    with pytest.raises(ConfigError, match="no switch links"):
+        build_fabric("topoopt", 64).state(Failures(links=(("a", "b"),)))
+    with pytest.raises(ConfigError, match="no switch links"):
+        build_fabric("rfabric", 64).with_circuits((), Failures(links=(("a", "b"),)))
+    from fabric.topology import PortRef
+    with pytest.raises(ConfigError, match="OCS ports"):
+        build_fabric("ft", 64).state(Failures(ports=frozenset({PortRef("x", 1)})))
