@@ -16,12 +16,11 @@ Job time is simulated (events carry explicit timestamps), so the demo takes seco
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+import httpx
 import yaml
 
 __all__ = ["register", "run_demo", "EXAMPLES_DIR", "DEMO_PERIODS"]
@@ -43,16 +42,15 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def _get(url: str, path: str, token: str) -> dict:
-    req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+    resp = httpx.get(url + path, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    resp.raise_for_status()
+    return resp.json()
 
 
 def _post(url: str, path: str, token: str, body: dict) -> dict:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
+    resp = httpx.post(url + path, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    resp.raise_for_status()
+    return resp.json()
 
 
 # ------------------------------------------------------------------ the job's collectives (job clock)

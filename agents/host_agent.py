@@ -10,24 +10,30 @@ intent on its own (``/v1/jobs/{job}/intents``), in the order they were made, so 
 intent after the boundaries that preceded it. When the queue is full the *oldest* item is dropped
 (stale boundaries are worth least to the safe-window gate) and counted. When the proxy cannot be
 reached, the batch in hand is dropped and counted, and the sender backs off exponentially; no
-exception ever reaches the trainer. ``flush`` and ``close`` are the only calls that wait, and only
-for as long as they are told.
+exception ever reaches the trainer. ``flush`` and ``close`` are the only calls that wait, only for
+as long as they are told, and not at all while the proxy is known to be down.
 
-Events carry wall-clock time (``time.time()``) so that boundaries reported by several hosts of one
-job land on one timeline.
+Events carry the job's time, by default wall-clock time read off a monotonic clock anchored once
+(so several hosts of one job land on one timeline, and a wall clock stepped by NTP does not move
+them), and a sequence number (``seq``) of this agent (``source``): the proxy orders an agent's
+events by that number, so a trainer clock that steps back is taken as a clock step rather than as
+events "older than the previous" that the proxy would skip. Requests reuse one HTTP connection
+(httpx), so each batch costs a request, not a TCP handshake.
 """
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
+import os
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
+
+import httpx
 
 __all__ = ["HostAgent", "AgentStats"]
 
@@ -96,7 +102,12 @@ class HostAgent:
         self.flush_interval_s = flush_interval_s
         self.on_decision = on_decision
         self.decisions: deque[dict] = deque(maxlen=256)  # newest decision records the proxy returned
-        self._headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self._http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
+                                  timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 1.0)))
+        self.source = f"{socket.gethostname()}:{os.getpid()}:{id(self) & 0xFFFF:04x}"  # whose seq numbers these are
+        self._seq = itertools.count()
+        self._anchor = (time.time(), time.monotonic())  # job time = wall clock at start + monotonic time since
+        self._down = threading.Event()  # the last request failed: flush() does not wait for a proxy that is down
         self._queue: deque[tuple[str, Any]] = deque()
         self._queue_size = queue_size
         self._lock = threading.Lock()
@@ -111,19 +122,23 @@ class HostAgent:
         self._thread.start()
 
     # ------------------------------------------------------------------ trainer-facing, non-blocking
+    def now(self) -> float:
+        """Job time in seconds: the wall clock at start plus monotonic time since (never steps back)."""
+        return self._anchor[0] + (time.monotonic() - self._anchor[1])
+
     def collective_start(self, comm: str, stage: str, primitive: str, t_s: float | None = None) -> None:
         """Record that a collective ``primitive`` of ``stage`` started on communicator ``comm``."""
-        self._put(_EVENT, {"kind": "start", "t_s": time.time() if t_s is None else t_s, "stage": stage,
+        self._put(_EVENT, {"kind": "start", "t_s": self.now() if t_s is None else t_s, "stage": stage,
                            "primitive": primitive, "communicator": comm})
 
     def collective_end(self, comm: str, stage: str, primitive: str, t_s: float | None = None) -> None:
         """Record that the oldest open ``primitive`` collective on communicator ``comm`` ended."""
-        self._put(_EVENT, {"kind": "end", "t_s": time.time() if t_s is None else t_s, "stage": stage,
+        self._put(_EVENT, {"kind": "end", "t_s": self.now() if t_s is None else t_s, "stage": stage,
                            "primitive": primitive, "communicator": comm})
 
     def marker(self, kind: str, window_hint_s: float | None = None, t_s: float | None = None) -> None:
         """Record a stage marker: ``"deployment-boundary"`` (gen) or ``"weight-sync-begin"``."""
-        ev: dict[str, Any] = {"kind": kind, "t_s": time.time() if t_s is None else t_s}
+        ev: dict[str, Any] = {"kind": kind, "t_s": self.now() if t_s is None else t_s}
         if window_hint_s is not None:
             ev["window_hint_s"] = window_hint_s
         self._put(_EVENT, ev)
@@ -137,6 +152,8 @@ class HostAgent:
 
     def _put(self, kind: str, item: Any) -> None:
         with self._lock:
+            if kind == _EVENT:
+                item["seq"], item["source"] = next(self._seq), self.source
             if len(self._queue) >= self._queue_size:
                 self._queue.popleft()
                 self._counts["dropped_full"] += 1
@@ -147,15 +164,29 @@ class HostAgent:
 
     # ------------------------------------------------------------------ waiting calls
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Wait until every queued item was sent or dropped; return False on timeout."""
+        """Wait until every queued item was sent or dropped; return False on timeout or while the proxy is down.
+
+        While the last request failed (the proxy is down or refused) it returns False at once: the
+        sender keeps retrying in the background, but a trainer must not wait for it.
+        """
         self._wake.set()
-        return self._idle.wait(timeout_s)
+        if self._down.is_set():
+            return self._idle.is_set()
+        deadline = time.monotonic() + timeout_s
+        while not self._idle.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self._down.is_set():
+                return self._idle.is_set()
+            self._idle.wait(min(left, 0.05))
+        return True
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Send what is queued (for at most ``timeout_s``) and stop the sender thread."""
         self._closing = True
         self._wake.set()
         self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self._http.close()
 
     def stats(self) -> AgentStats:
         """Return the agent's counters."""
@@ -174,7 +205,8 @@ class HostAgent:
             self._wake.wait(self.flush_interval_s)
             self._wake.clear()
             if self._backoff_s and not self._closing:
-                time.sleep(self._backoff_s)
+                self._wake.wait(self._backoff_s)  # close() cuts the back-off short
+                self._wake.clear()
             while self._send_some():
                 pass  # each call sends one batch; keep going until the queue is drained or a send fails
             with self._lock:
@@ -229,8 +261,10 @@ class HostAgent:
                 self._counts["errors"] += 1
                 self._last_error = f"{type(exc).__name__}: {exc}"
             self._backoff_s = min(2.0, max(0.05, 2 * self._backoff_s))
+            self._down.set()
             return False
         self._backoff_s = 0.0
+        self._down.clear()
         return True
 
     def _count(self, key: str, n: int) -> None:
@@ -238,11 +272,7 @@ class HostAgent:
             self._counts[key] += n
 
     def _request(self, method: str, path: str, body: Any) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=self._headers)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", "replace")
-            raise RuntimeError(f"{method} {path} answered {exc.code}: {detail}") from None
+        resp = self._http.request(method, path, json=body)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"{method} {path} answered {resp.status_code}: {resp.text[:300]}")
+        return resp.json() if resp.content else None

@@ -31,7 +31,7 @@ from fabric.topology import Topology, load_topology
 __all__ = ["EmulatedFabric", "ProxyProcess", "start_proxy_process"]
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-_LISTENING = re.compile(r"listening on (http://\S+)")
+_LISTENING = re.compile(r"listening on (https?://\S+)")
 
 
 class ProxyProcess:
@@ -56,15 +56,19 @@ class ProxyProcess:
                 self.kill()
 
 
-def start_proxy_process(args: Sequence[str], timeout_s: float = 60.0) -> ProxyProcess:
+def start_proxy_process(args: Sequence[str], timeout_s: float = 60.0,
+                        command: Sequence[str] = ("agents.cli", "proxy", "serve")) -> ProxyProcess:
     """Run ``python -m agents.cli proxy serve ARGS``; return once it prints ``listening on URL``.
+
+    ``command`` names another module to run instead (``("agents.http.legacy",)``: the stdlib server
+    that ``bench/proxy.py`` compares with).
 
     Raises
     ------
     RuntimeError
         If the proxy exits or does not listen within ``timeout_s`` (its output is in the message).
     """
-    cmd = [sys.executable, "-u", "-m", "agents.cli", "proxy", "serve", *args]
+    cmd = [sys.executable, "-u", "-m", *command, *args]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             text=True, cwd=_REPO_ROOT, env=env)
@@ -179,11 +183,16 @@ class EmulatedFabric:
         return out
 
     # -- proxy -----------------------------------------------------------------------------------
-    def start_proxy(self, *extra: str, timeout_s: float = 60.0) -> ProxyProcess:
-        """Start the proxy on a free loopback port over the switches and the state file."""
+    def start_proxy(self, *extra: str, timeout_s: float = 60.0, legacy: bool = False) -> ProxyProcess:
+        """Start the proxy on a free loopback port over the switches and the state file.
+
+        ``legacy``: the stdlib server of before FastAPI (``agents.http.legacy``, for bench/proxy.py),
+        started like ``--reset``.
+        """
         args = ["--topology", self.topology_path, "--devices", str(self.devices_path), "--listen", "127.0.0.1:0",
                 "--state", str(self.state_path), "--tokens", str(self.tokens_path), *extra]
-        self.proxy = start_proxy_process(args, timeout_s)
+        command = ("agents.http.legacy",) if legacy else ("agents.cli", "proxy", "serve")
+        self.proxy = start_proxy_process(args, timeout_s, command)
         return self.proxy
 
     # -- lifetime --------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ copies the updated state back, releases the permit and returns; between phases t
 waits, so its communicators and handles stay alive. A cold start, by contrast, reads the state from
 disk (:func:`measure_warm_vs_cold` compares the two).
 
-Scheduler and jobs talk JSON over HTTP on a local socket (:class:`PhaseServer`). Every wait is
+Scheduler and jobs talk JSON over HTTP on a local socket (:class:`PhaseServer`, a FastAPI app on
+the same uvicorn server as the control proxy, :mod:`agents.http.server`; :class:`PhaseClient`
+keeps one httpx connection open). Every wait is
 bounded: a job's long-poll for a permit returns every few seconds, and a permit expires
 ``permit_timeout_s`` after it was granted, so a job that crashes or hangs inside a phase loses its
 permit and the rest of its group continues. torch is imported only where tensors are handled.
@@ -22,16 +24,17 @@ enqueued, and :meth:`PhaseRuntime.warm_start` synchronises the device before it 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping, Sequence
 
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from agents.http.server import HttpServer
 from compute_sched.groups.permits import PermitRevoked, PermitTable
 from fabric.errors import ConfigError, OrchestrlError
 
@@ -53,55 +56,48 @@ class PhaseServer:
                                  tail_threshold=tail_threshold, now=time.monotonic())
         self.cond = threading.Condition()
         self._stop = threading.Event()
+        self.app = self._make_app()
+        self.http = HttpServer(self.app, host, port, max_connections=1024, head_timeout_s=60.0, idle_timeout_s=60.0,
+                               name="phase-server")
+        self._ticker_thread = threading.Thread(target=self._ticker, daemon=True)
+
+    def _make_app(self) -> FastAPI:
+        app = FastAPI(title="orchestrl phase scheduler", docs_url=None, redoc_url=None, openapi_url=None)
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:  # quiet: the scheduler keeps its own audit (grants)
-                pass
+        @app.get("/state")
+        def state() -> dict:
+            return server.state()
 
-            def do_GET(self) -> None:
-                if self.path != "/state":
-                    return self._send(404, {"error": f"no resource {self.path}"})
-                self._send(200, server.state())
+        @app.post("/{endpoint}")
+        def call(endpoint: str, body: dict) -> Any:  # long-polls run on the worker threads, never on the loop
+            try:
+                return server.handle("/" + endpoint, body)
+            except PermitRevoked as exc:
+                return JSONResponse({"error": str(exc)}, status_code=409)
+            except (ConfigError, KeyError, ValueError, TypeError) as exc:
+                return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=400)
 
-            def do_POST(self) -> None:
-                try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                    self._send(200, server.handle(self.path, body))
-                except PermitRevoked as exc:
-                    self._send(409, {"error": str(exc)})
-                except (ConfigError, KeyError, ValueError, TypeError) as exc:
-                    self._send(400, {"error": f"{type(exc).__name__}: {exc}"})
+        @app.exception_handler(404)
+        async def missing(request: Request, exc: Exception) -> JSONResponse:
+            return JSONResponse({"error": f"no resource {request.url.path}"}, status_code=404)
 
-            def _send(self, code: int, doc: dict) -> None:
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self._threads = [threading.Thread(target=self.httpd.serve_forever, daemon=True),
-                         threading.Thread(target=self._ticker, daemon=True)]
+        return app
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.http.url
 
     def start(self) -> "PhaseServer":
-        for t in self._threads:
-            t.start()
+        self._ticker_thread.start()
+        self.http.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
         with self.cond:
-            self.cond.notify_all()
+            self.cond.notify_all()  # long-polls return at once
+        self.http.shutdown()
 
     def __enter__(self) -> "PhaseServer":
         return self.start()
@@ -162,20 +158,25 @@ class PhaseClient:
         self.url = url.rstrip("/")
         self.job_id = job_id
         self.timeout_s = timeout_s
+        self._http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0)))
 
     def call(self, path: str, body: dict) -> dict:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            msg = json.loads(exc.read() or b"{}").get("error", str(exc))
-            if exc.code == 409:
-                raise PermitRevoked(msg) from None
-            raise ConfigError(self.url + path, "request", msg) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            resp = self._http.post(path, json=body)
+        except (httpx.TransportError, OSError) as exc:
             raise PhaseTimeout(f"phase scheduler at {self.url} did not answer {path}: {exc}") from None
+        if resp.status_code == 409:
+            raise PermitRevoked(resp.json().get("error", resp.text))
+        if resp.status_code >= 400:
+            try:
+                msg = resp.json().get("error", resp.text)
+            except ValueError:
+                msg = resp.text
+            raise ConfigError(self.url + path, "request", msg)
+        return resp.json()
+
+    def close(self) -> None:
+        self._http.close()
 
     def acquire(self, phase: str, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s

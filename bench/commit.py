@@ -12,7 +12,7 @@ ToRs x 32 uplinks per PoD, 128 boundary fibres per PoD) with its optical switche
 speak TL1 on loopback. Eight jobs, one per PoD, alternate two train intents (EP 4 x TP 4 and
 EP 8 x TP 2), so every commit re-plans one PoD and moves its circuits on its two OCS-Agg devices.
 
-What is timed is :meth:`agents.service.ControlService.announce_intent` in process (no HTTP) with
+What is timed is :meth:`agents.service.core.ControlService.announce_intent` in process (no HTTP) with
 real TL1 drivers, from the intent document to the devices' confirmation: parse and authorise,
 plan (Algorithm 2: aggregate, allocate, place, validate), re-check and order the change, the
 safe-window decision, the journal (SQLite WAL: S + 1 transactions for S steps, only the last one
@@ -23,7 +23,7 @@ by a *zero-delay measurement mode*: the emulators run the 3D-MEMS profile with t
 delay set to 0. Rows:
 
 * steady state: an RL job announces the same periods every iteration, so the service's memo
-  tables (:mod:`agents.memo`) answer parsing, planning and ordering; the journal and the devices
+  tables (:mod:`agents.service.memo`) answer parsing, planning and ordering; the journal and the devices
   are driven for real every time. It is measured after ``WARMUP_ROUNDS`` (3) untimed rounds, in
   which every job has gone from nothing to one intent and then both ways between its two intents,
   so each direction's non-blocking order has been computed once (as in any later RL iteration);
@@ -71,7 +71,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import yaml  # noqa: E402  (path set up above)
 
 from agents.lab import EmulatedFabric  # noqa: E402
-from agents.proxy import open_service  # noqa: E402
+from agents.service.factory import open_service  # noqa: E402
 from fabric.config import parse_yaml  # noqa: E402
 from fabric.ocs.fanout import SendCollect, each_device  # noqa: E402
 from fabric.plan import plan_to_json  # noqa: E402
@@ -117,13 +117,15 @@ def _gate_events() -> list[dict]:
 def run_wide(lab: EmulatedFabric, state_path: Path, rounds: int, t_s: float = 5.011) -> list[dict]:
     """One job on the whole cluster alternating two intents; one row per commit (8 PoD plans each).
 
-    A fresh service on its own journal (its start-up reconciliation clears what the per-PoD jobs
-    left on the devices), so the per-PoD jobs' placements do not overlap this one's.
+    A fresh service on its own journal, started with ``reset`` (its start-up reconciliation clears
+    what the per-PoD jobs left on the devices, which a plain start would refuse to touch), so the
+    per-PoD jobs' placements do not overlap this one's.
     """
-    service = open_service(lab.topology_path, str(lab.devices_path), str(state_path), [lab.operator_token])
+    service = open_service(lab.topology_path, str(lab.devices_path), str(state_path), [lab.operator_token],
+                           audit_period_s=None)
     rows = []
     try:
-        service.recover()
+        service.recover("reset")
         service.register_job("wide", "0-2047")
         service.report_events("wide", _gate_events())
         for r in range(WARMUP_ROUNDS + rounds):  # the warm-up fills the template cache and the memo tables
@@ -338,7 +340,9 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="orchestrl-bench-commit-") as work, \
             EmulatedFabric(mems_topology(Path(work) / "topology.yaml"), Path(work) / "lab", switch_delay_ms=0) as lab:
         lab.start_switches()
-        service = open_service(lab.topology_path, str(lab.devices_path), str(lab.state_path), [lab.operator_token])
+        # no audit thread: this benchmark times commits alone (bench/proxy.py measures the device audit)
+        service = open_service(lab.topology_path, str(lab.devices_path), str(lab.state_path), [lab.operator_token],
+                               audit_period_s=None)
         try:
             service.recover()
             timers = _Timers(service.store, _JOURNAL_IN_COMMIT + _JOURNAL_OTHER)

@@ -52,7 +52,7 @@ from compute_sched.groups.config import GroupConfig  # noqa: E402
 from compute_sched.groups.inter import RollMuxScheduler  # noqa: E402
 from compute_sched.groups.intra import GroupJob, round_robin  # noqa: E402
 from compute_sched.groups.optimal import optimal_groups  # noqa: E402
-from compute_sched.groups.replay import MISS_OVER_PLAN, MISS_UNEVEN  # noqa: E402
+from compute_sched.groups.replay import MISS_UNEVEN  # noqa: E402
 from compute_sched.groups.scenario import ReplaySetup, run_replay  # noqa: E402
 from compute_sched.groups.slo import DEFAULT_MARGIN, RealisedSloCheck  # noqa: E402
 from compute_sched.groups.workload import ResponseModel, TraceStats, synthesize_jobs  # noqa: E402

@@ -20,6 +20,7 @@ keeps that reading). Waiting requests move first (no KV to ship); running ones p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping
 
 from compute_sched.engine import ClusterSnapshot, Migration, WorkerState
 from compute_sched.workload import RequestState
@@ -41,6 +42,10 @@ class BalancerConfig:
     rate_basis: str = "sequence"  # R_w of Eq. 5: "sequence" (per-request decode rate) or "aggregate"
     same_config_only: bool = True  # balance among instances of one configuration: the planner chose
     # deliberately which requests go to which configuration of a mixed layout
+    moved_cooldown_s: float = 300.0  # a running request placed (by the planner or a move) this recently stays
+    # put, in practice once per step: with recompute-only migration (what vLLM offers) each move re-prefills the
+    # whole context; without it a per-tick index read on noisy rates moved the same tail requests back and forth
+    # up to 122 times in one step, and undid the planner's placement right after a switch
 
 
 @dataclass
@@ -110,8 +115,13 @@ def load_index(worker: WorkerState, growth_reserve_tokens: int = 256, fallback_r
     return ld.index(growth_reserve_tokens, fallback_rate_tps, _rate_basis(rate_basis))
 
 
-def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None) -> list[Migration]:
+def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None,
+                    last_moved_s: Mapping[str, float] | None = None) -> list[Migration]:
     """Return the migrations one monitoring tick should perform (possibly none).
+
+    ``last_moved_s`` maps request ids to when they last moved; running requests moved within
+    ``cfg.moved_cooldown_s`` of ``snap.time_s`` are not moved again (waiting ones may be: they
+    hold no KV, so moving them costs nothing).
 
     Notes
     -----
@@ -119,15 +129,16 @@ def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None) ->
     """
     cfg = cfg or BalancerConfig()
     workers = [w for w in snap.workers if w.available]
+    recent = {r for r, t in (last_moved_s or {}).items() if snap.time_s - t < cfg.moved_cooldown_s}
     if not cfg.same_config_only:
-        return _balance(workers, cfg)
+        return _balance(workers, cfg, recent)
     groups: dict[object, list[WorkerState]] = {}
     for w in workers:
         groups.setdefault(w.config, []).append(w)
-    return [m for g in groups.values() for m in _balance(g, cfg)]
+    return [m for g in groups.values() for m in _balance(g, cfg, recent)]
 
 
-def _balance(workers: list[WorkerState], cfg: BalancerConfig) -> list[Migration]:
+def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent: set[str] = frozenset()) -> list[Migration]:
     loads = [_Load(w, len(w.running), sorted(w.waiting, key=lambda r: r.context_tokens),
                    sorted(w.running, key=lambda r: r.context_tokens), float(w.kv_free_tokens))
              for w in workers]
@@ -148,7 +159,7 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig) -> list[Migration]
         pick = _first_fitting(src.waiting, dst, reserve)
         from_running = False
         if pick is None and cfg.move_running and src.running > 1:
-            pick = _first_fitting(src.running_reqs, dst, reserve)
+            pick = _first_fitting([r for r in src.running_reqs if r.request_id not in recent], dst, reserve)
             from_running = pick is not None
         if pick is None:
             break

@@ -1,43 +1,35 @@
-"""Fit the performance model's engine constants to measured times; store, find and load the result.
+"""Fit the performance model's engine constants to measured times; validate out of sample; store, find, load.
 
 Design note
 -----------
 :class:`compute_sched.perf.Calibration` holds what datasheets do not give (achieved bandwidths,
-host overheads). :func:`fit_case_study` chooses a few of them, each inside a physically plausible
-box, so that the simulated §2.1 case study (:mod:`compute_sched.case_study`) reproduces the
-paper's six measured times: a bounded least-squares fit on log times (relative errors), solved by
-Nelder-Mead on box-to-real-line transformed coordinates from a few starts (no SciPy needed; the
-objective is a dozen short simulations, smooth enough for a simplex method, and has at most a
-handful of unknowns). The result is a YAML document under ``specs/calibrations/`` that records the
-source points, the fixed and fitted constants with their bounds and the reason for each bound,
-and the residuals, so a reader can check the fit without re-running it.
+host overheads, how much host time the engine hides under the GPU's). :func:`fit_case_study`
+chooses a few of them, each inside a physically plausible box, so that the simulated §2.1 case
+study (:mod:`compute_sched.case_study`) reproduces the paper's six measured times: bounded least
+squares (:func:`scipy.optimize.least_squares`, trust-region reflective) on the log error of every
+point plus the log error of every within-phase ratio, because §2.1's content is its orderings
+(TP=2 fastest early, TP=8 fastest in the tail). :func:`leave_one_out` refits without each point
+and predicts it, the fit's out-of-sample error. The result is a YAML document under
+``specs/calibrations/`` recording the assumptions, the fixed and fitted constants with their boxes,
+the reason for each and whether it ended on a bound, the residuals, the leave-one-out predictions,
+the assumption sweep and the checks the fit never saw, so a reader can audit it without rerunning.
+:mod:`compute_sched.calibration_h800` is the recipe of the bundled H800 file.
 
 The constants describe the GPU and the serving engine, not the model, so :func:`perf_model` applies
 the bundled file of a GPU to every model on that GPU (the 32B runs use the 14B-fitted H800 file).
-
-What the six points can and cannot pin down (H800 file, 2026-11-23): with four free constants the
-fit reproduces every point within 12% (rms of log errors 0.075, against 0.33 for the roofline),
-but two constants end on their bounds (``mem_efficiency`` 0.9, ``step_overhead_s`` 8 ms) and the
-solution moves with the snapshot boundary the paper does not give: ``W`` = 3,072 tokens fits
-better (rms 0.057) with a different story (``mem_efficiency`` 0.57, ``step_overhead_s`` 1.3 ms,
-``seq_overhead_s`` 59 us), ``W`` = 5,120 worse (rms 0.16). Read the file as "a model that
-reproduces §2.1", not as measured constants. Two orderings of the paper are not reproduced at any
-plausible setting: TP=2 beats TP=4 in the early phase by 18% (model: within 3%) and TP=8 beats
-TP=4 in the tail by 14% (model: within 1%).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import sys
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import yaml
+from scipy.optimize import least_squares
 
 from compute_sched.case_study import PAPER_POINTS, CaseStudySetup, PaperPoint, case_study_times
 from compute_sched.hardware import SPECS_DIR, GpuSpec, ModelSpec, load_gpu, load_model
@@ -45,8 +37,9 @@ from compute_sched.perf import Calibration, PerfModel
 from fabric.config import Reader, load_document
 from fabric.errors import ConfigError
 
-__all__ = ["FitParameter", "CaseStudyFit", "fit_case_study", "save_calibration", "load_calibration",
-           "bundled_calibration", "perf_model", "CALIBRATIONS_DIR"]
+__all__ = ["FitParameter", "CaseStudyFit", "HeldOutPoint", "fit_case_study", "leave_one_out", "orderings_ok",
+           "save_calibration", "load_calibration", "calibration_setup", "bundled_calibration", "perf_model",
+           "CALIBRATIONS_DIR"]
 
 CALIBRATIONS_DIR = SPECS_DIR / "calibrations"
 _FIELDS = {f.name: f.type for f in fields(Calibration)}
@@ -87,68 +80,55 @@ class CaseStudyFit:
         return tuple(m / p.seconds - 1.0 for m, p in zip(self.model_s, self.points))
 
     @property
+    def on_bound(self) -> tuple[str, ...]:
+        """Fitted parameters that ended within 1% of the box width of a bound (the data push past it)."""
+        out = []
+        for p in self.parameters:
+            v, tol = float(getattr(self.calibration, p.name)), 0.01 * (p.upper - p.lower)
+            if v <= p.lower + tol or v >= p.upper - tol:
+                out.append(p.name)
+        return tuple(out)
+
+    @property
     def rms_log_error(self) -> float:
         """Root-mean-square of log(model / paper): the quantity the fit minimises."""
         return float(np.sqrt(np.mean([math.log(m / p.seconds) ** 2 for m, p in zip(self.model_s, self.points)])))
 
 
-def _to_box(z: np.ndarray, params: Sequence[FitParameter]) -> dict[str, float]:
-    return {p.name: p.lower + (p.upper - p.lower) / (1.0 + math.exp(-float(v))) for p, v in zip(params, z)}
+_CONTRASTS = ((0, 1), (0, 2), (1, 2))  # point pairs within one phase (indices into that phase's points)
 
 
-def _from_box(values: dict[str, float], params: Sequence[FitParameter]) -> np.ndarray:
-    out = []
-    for p in params:
-        u = min(max((values[p.name] - p.lower) / (p.upper - p.lower), 1e-4), 1 - 1e-4)
-        out.append(math.log(u / (1.0 - u)))
-    return np.array(out)
+def _contrast_pairs(points: Sequence[PaperPoint]) -> list[tuple[int, int]]:
+    """Index pairs of points measured in the same phase: their log ratio is what the orderings are."""
+    by_phase: dict[str, list[int]] = {}
+    for i, p in enumerate(points):
+        by_phase.setdefault(p.phase, []).append(i)
+    return [(idx[a], idx[b]) for idx in by_phase.values() for a, b in _CONTRASTS if b < len(idx)]
 
 
-def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, *, step: float, max_evals: int,
-                 tol: float = 1e-6) -> tuple[np.ndarray, float, int]:
-    """Minimise ``f`` from ``x0`` (standard reflection/expansion/contraction/shrink); return (x, f(x), evals)."""
-    n = len(x0)
-    simplex = [x0.astype(float)] + [x0 + step * np.eye(n)[i] for i in range(n)]
-    values = [f(x) for x in simplex]
-    evals = n + 1
-    while evals < max_evals:
-        order = np.argsort(values)
-        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
-        if values[-1] - values[0] < tol:
-            break
-        centre = np.mean(simplex[:-1], axis=0)
-        reflected = centre + (centre - simplex[-1])
-        fr = f(reflected)
-        evals += 1
-        if fr < values[0]:
-            expanded = centre + 2.0 * (centre - simplex[-1])
-            fe = f(expanded)
-            evals += 1
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-        else:
-            contracted = centre + 0.5 * (simplex[-1] - centre)
-            fc = f(contracted)
-            evals += 1
-            if fc < values[-1]:
-                simplex[-1], values[-1] = contracted, fc
-            else:  # shrink towards the best vertex
-                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
-                values = [values[0]] + [f(x) for x in simplex[1:]]
-                evals += n
-    best = int(np.argmin(values))
-    return simplex[best], values[best], evals
+def orderings_ok(times: dict[tuple[str, int], float]) -> bool:
+    """Whether ``times`` keep §2.1's orderings: early TP=2 < 4 < 8, tail TP=8 < 4 < 2.
+
+    >>> orderings_ok({("early", 2): 79.2, ("early", 4): 96.3, ("early", 8): 138.7,
+    ...               ("tail", 2): 208.4, ("tail", 4): 188.3, ("tail", 8): 165.1})
+    True
+    """
+    return (times["early", 2] < times["early", 4] < times["early", 8]
+            and times["tail", 8] < times["tail", 4] < times["tail", 2])
 
 
 def fit_case_study(perf: PerfModel, parameters: Sequence[FitParameter], *, setup: CaseStudySetup | None = None,
-                   points: Sequence[PaperPoint] = PAPER_POINTS, starts: int = 3, max_evals: int = 400,
-                   seed: int = 0) -> CaseStudyFit:
+                   points: Sequence[PaperPoint] = PAPER_POINTS, starts: int = 3, max_nfev: int = 40,
+                   seed: int = 0, start: Calibration | None = None) -> CaseStudyFit:
     """Return the calibration that best reproduces ``points`` with ``parameters`` inside their boxes.
 
-    Every other field keeps its value in ``perf.cal``. The objective is the sum over points of
-    ``log(model / measured)^2``; the first start is ``perf.cal`` itself (clipped into the boxes),
-    the others are drawn uniformly inside the boxes, and the best run is polished once more.
+    Every other field keeps its value in ``perf.cal``. The residuals are ``log(model / measured)``
+    of every point plus, for every two points of the same phase, the difference of their log
+    errors (the error of their ratio), so that a fit which misses a level evenly is preferred to
+    one that swaps an ordering (§2.1's point is the orderings). Solved by
+    :func:`scipy.optimize.least_squares` (trust-region reflective, so the boxes are honoured
+    exactly) from ``start`` (default ``perf.cal`` clipped into the boxes) and ``starts - 1``
+    uniform draws inside them; the best run wins.
 
     Raises
     ------
@@ -157,8 +137,9 @@ def fit_case_study(perf: PerfModel, parameters: Sequence[FitParameter], *, setup
 
     Notes
     -----
-    About ``(starts + 1) * max_evals`` objective evaluations (the last run polishes the best start),
-    each :func:`case_study_times` (12 simulations per trace seed, about 0.1 s per seed).
+    About ``starts * max_nfev * (len(parameters) + 1)`` evaluations of
+    :func:`compute_sched.case_study.case_study_times` (12 simulations per trace seed, about 0.03 s
+    per seed), the Jacobian by forward differences of 2% of each box.
 
     Examples
     --------
@@ -168,7 +149,7 @@ def fit_case_study(perf: PerfModel, parameters: Sequence[FitParameter], *, setup
     >>> truth = case_study_times(pm.with_calibration(replace(pm.cal, step_overhead_s=4e-3)), setup)
     >>> pts = [PaperPoint(ph, tp, s) for (ph, tp), s in truth.items()]
     >>> fit = fit_case_study(pm, [FitParameter("step_overhead_s", 1e-4, 1e-2, "host")], setup=setup,
-    ...                      points=pts, starts=1, max_evals=40)
+    ...                      points=pts, starts=1)
     >>> round(fit.calibration.step_overhead_s * 1e3, 1)
     4.0
     """
@@ -180,57 +161,122 @@ def fit_case_study(perf: PerfModel, parameters: Sequence[FitParameter], *, setup
     setup = setup or CaseStudySetup()
     tps = tuple(sorted({p.tp for p in pts}))
     target = np.log([p.seconds for p in pts])
+    pairs = _contrast_pairs(pts)
+    lo = np.array([p.lower for p in params])
+    hi = np.array([p.upper for p in params])
+    evals = 0
 
     def times(cal: Calibration) -> np.ndarray:
         t = case_study_times(perf.with_calibration(cal), setup, tps)
         return np.array([t[p.phase, p.tp] for p in pts])
 
-    def objective(z: np.ndarray) -> float:
-        r = np.log(times(replace(perf.cal, **_to_box(z, params)))) - target
-        return float(r @ r)
+    def calibration_at(x: np.ndarray) -> Calibration:
+        return replace(perf.cal, **{p.name: float(v) for p, v in zip(params, x)})
 
+    def residuals(x: np.ndarray) -> np.ndarray:
+        nonlocal evals
+        evals += 1
+        r = np.log(times(calibration_at(x))) - target
+        return np.concatenate([r, [r[a] - r[b] for a, b in pairs]])
+
+    base = start or perf.cal
     rng = np.random.default_rng(seed)
-    first = _from_box({p.name: float(getattr(perf.cal, p.name)) for p in params}, params)
-    inits = [first] + [rng.uniform(-2.0, 2.0, len(params)) for _ in range(starts - 1)]
-    runs = [_nelder_mead(objective, z, step=1.0, max_evals=max_evals) for z in inits]
-    best = min(runs, key=lambda r: r[1])
-    polished = _nelder_mead(objective, best[0], step=0.25, max_evals=max_evals)
-    z = polished[0] if polished[1] <= best[1] else best[0]
-    cal = replace(perf.cal, **_to_box(z, params))
-    return CaseStudyFit(cal, params, pts, tuple(float(v) for v in times(cal)), setup,
-                        sum(r[2] for r in runs) + polished[2])
+    inits = [np.clip([float(getattr(base, p.name)) for p in params], lo, hi)]
+    inits += [lo + (hi - lo) * rng.random(len(params)) for _ in range(starts - 1)]
+    best = None
+    for x0 in inits:
+        run = least_squares(residuals, x0, bounds=(lo, hi), diff_step=0.02, max_nfev=max_nfev)
+        if best is None or run.cost < best.cost:
+            best = run
+    cal = calibration_at(best.x)
+    return CaseStudyFit(cal, params, pts, tuple(float(v) for v in times(cal)), setup, evals)
+
+
+@dataclass(frozen=True)
+class HeldOutPoint:
+    """One point predicted by a fit to the others (leave-one-out)."""
+
+    point: PaperPoint
+    predicted_s: float
+    fitted: dict[str, float]  # the parameters of the fit that did not see this point
+
+    @property
+    def rel_error(self) -> float:
+        return self.predicted_s / self.point.seconds - 1.0
+
+
+def leave_one_out(perf: PerfModel, fit: CaseStudyFit, *, max_nfev: int = 25) -> tuple[HeldOutPoint, ...]:
+    """Refit without each point in turn and predict it: the fit's out-of-sample error per point.
+
+    Each refit starts from ``fit``'s calibration (one start) and keeps the same boxes; with ``k``
+    parameters a refit needs at least ``k`` remaining points.
+
+    Notes
+    -----
+    ``len(points)`` refits, each up to ``max_nfev * (k + 1)`` case-study evaluations.
+    """
+    out = []
+    for i, held in enumerate(fit.points):
+        rest = fit.points[:i] + fit.points[i + 1:]
+        sub = fit_case_study(perf, fit.parameters, setup=fit.setup, points=rest, starts=1, max_nfev=max_nfev,
+                             start=fit.calibration)
+        t = case_study_times(perf.with_calibration(sub.calibration), fit.setup, (held.tp,))
+        out.append(HeldOutPoint(held, t[held.phase, held.tp],
+                                {p.name: float(getattr(sub.calibration, p.name)) for p in fit.parameters}))
+    return tuple(out)
 
 
 # -- files --------------------------------------------------------------------------------------
-_TOP = {"name", "gpu", "source", "engine", "applies_to", "case_study", "fixed", "fitted", "points", "rms_log_error"}
+_TOP = {"name", "gpu", "source", "engine", "applies_to", "case_study", "objective", "fixed", "fitted", "points",
+        "rms_log_error", "orderings_ok", "leave_one_out", "assumption_sweep", "checks"}
+_SETUP_KEYS = {f.name for f in fields(CaseStudySetup)}
 
 
 def save_calibration(fit: CaseStudyFit, path: str | os.PathLike[str], *, name: str, gpu: str, source: str,
-                     engine: str, fixed: dict[str, tuple[object, str]], uncalibrated_s: Sequence[float]) -> None:
+                     engine: str, fixed: dict[str, tuple[object, str]], uncalibrated_s: Sequence[float],
+                     held_out: Sequence[HeldOutPoint] = (), sweep: Sequence[dict] = (),
+                     checks: dict[str, object] | None = None) -> None:
     """Write ``fit`` as a calibration document (see the bundled files for the layout).
 
     ``fixed`` maps Calibration fields set from outside the fit to ``(value, why)``;
-    ``uncalibrated_s`` are the points' times under the plain roofline, kept for comparison.
+    ``uncalibrated_s`` are the points' times under the plain roofline, kept for comparison;
+    ``held_out`` the leave-one-out predictions, ``sweep`` one row per assumption set tried, and
+    ``checks`` out-of-sample checks the fit never saw (name -> result).
     """
     cal = fit.calibration
+    times = {(p.phase, p.tp): m for p, m in zip(fit.points, fit.model_s)}
     doc = {
         "name": name, "gpu": gpu, "source": source, "engine": engine,
         "applies_to": f"every model on {gpu}: the constants describe the GPU and the serving engine",
-        "case_study": {"max_tokens": fit.setup.max_tokens, "window_tokens": fit.setup.window_tokens,
-                       "prompts": fit.setup.prompts, "responses_per_prompt": fit.setup.responses_per_prompt,
-                       "seeds": list(fit.setup.seeds), "gpus": fit.setup.gpus, "max_num_seqs": fit.setup.max_num_seqs},
+        "case_study": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(fit.setup).items()},
+        "objective": "least squares of log(model/paper) per point plus the log ratio error of every two points "
+                     "of one phase (the orderings), scipy.optimize.least_squares inside the boxes",
         "fixed": {k: {"value": v, "why": why} for k, (v, why) in fixed.items()},
         "fitted": {p.name: {"value": float(f"{getattr(cal, p.name):.4g}"), "lower": p.lower, "upper": p.upper,
-                            "why": p.why} for p in fit.parameters},
+                            "on_bound": p.name in fit.on_bound, "why": p.why} for p in fit.parameters},
         "points": [{"phase": p.phase, "tp": p.tp, "paper_s": p.seconds, "model_s": round(m, 1),
                     "rel_err": round(e, 3), "roofline_s": round(s0, 1)}
                    for p, m, e, s0 in zip(fit.points, fit.model_s, fit.rel_errors, uncalibrated_s)],
         "rms_log_error": round(fit.rms_log_error, 4),
+        "orderings_ok": bool(orderings_ok(times)) if len(times) == 6 else None,
+        "leave_one_out": [{"phase": h.point.phase, "tp": h.point.tp, "paper_s": h.point.seconds,
+                           "predicted_s": round(h.predicted_s, 1), "rel_err": round(h.rel_error, 3),
+                           "fitted": {k: float(f"{v:.4g}") for k, v in h.fitted.items()}} for h in held_out],
+        "assumption_sweep": list(sweep),
+        "checks": dict(checks or {}),
     }
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(f"# Calibration of compute_sched.perf for {gpu}; written by `python -m compute_sched.calibration`.\n"
+        fh.write(f"# Calibration of compute_sched.perf for {gpu}; written by `python -m compute_sched.calibration_h800`.\n"
                  "# Fitted to measured times only (OrchestrRL §2.1), never to the benchmark's traces.\n")
         yaml.safe_dump(doc, fh, sort_keys=False, width=110, allow_unicode=True)
+
+
+def calibration_setup(path: str | os.PathLike[str]) -> CaseStudySetup:
+    """Return the case-study assumptions a calibration file was fitted under (its ``case_study`` section)."""
+    r = load_document(path)
+    sec = r.section("case_study", default={})
+    kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in sec.data.items() if k in _SETUP_KEYS}
+    return CaseStudySetup(**kw)
 
 
 def _value(r: Reader, key: str) -> object:
@@ -260,7 +306,7 @@ def load_calibration(path: str | os.PathLike[str], base: Calibration | None = No
             if key not in _FIELDS:
                 raise sec.error(str(key), "is not a Calibration field", ", ".join(_FIELDS))
             item = sec.section(key)
-            item.reject_unknown({"value", "why", "lower", "upper"})
+            item.reject_unknown({"value", "why", "lower", "upper", "on_bound"})
             values[key] = _value(item, key)
             if section == "fitted":
                 lo, hi = item.float("lower"), item.float("upper")
@@ -293,57 +339,3 @@ def perf_model(model: ModelSpec | str, gpu: GpuSpec | str,
         return PerfModel(m, g)
     path = bundled_calibration(g) if calibration == "bundled" else Path(calibration)
     return PerfModel(m, g, load_calibration(path) if path is not None else None)
-
-
-# -- the bundled H800 file ----------------------------------------------------------------------
-H800_PARAMETERS = (
-    FitParameter("mem_efficiency", 0.5, 0.9,
-                 "achieved / peak (3.35 TB/s) HBM3 bandwidth of decode GEMMs and paged attention; measured decode "
-                 "kernels reach 60-90%"),
-    FitParameter("link_efficiency", 0.3, 0.9,
-                 "achieved / per-direction NVLink bandwidth (200 GB/s on H800) of NCCL ring all-reduces of "
-                 "0.1-5 MB: bus bandwidth of 60-180 GB/s"),
-    FitParameter("step_overhead_s", 0.5e-3, 8e-3,
-                 "host time per engine step the GPUs wait for (scheduling, input preparation, Python); vLLM "
-                 "without multi-step scheduling spends a few ms per step"),
-    FitParameter("seq_overhead_s", 1e-6, 60e-6,
-                 "per sequence per step, done once per instance whatever its TP (sampling over a 152K vocabulary "
-                 "on one rank, output processing); vLLM V0 measured tens of us per sequence"),
-)
-H800_FIXED = {
-    "custom_allreduce": (False, "veRL builds its vLLM rollout with disable_custom_all_reduce=True: TP all-reduces "
-                                "are NCCL's ring"),
-    "hop_latency_s": (1e-6, "one step of NCCL's low-latency protocol over NVLink; a ring all-reduce takes 2(n-1)"),
-}
-MAX_NUM_SEQS_CHOICES = (256, 512)  # vLLM V0's default, and enough for the whole batch on one instance
-DEFAULT_PATH = CALIBRATIONS_DIR / "qwen2.5-14b-h800-paper.yaml"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Refit the bundled H800 calibration to OrchestrRL §2.1 and write it (a few minutes)."""
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--out", default=str(DEFAULT_PATH), help="where to write the document")
-    ap.add_argument("--max-evals", type=int, default=150, help="objective evaluations per start")
-    args = ap.parse_args(argv)
-    roofline = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
-    base = replace(Calibration(), **{k: v for k, (v, _) in H800_FIXED.items()})
-    fits = {}
-    for seqs in MAX_NUM_SEQS_CHOICES:  # a discrete engine setting: fit the rest for each, keep the best
-        fits[seqs] = fit_case_study(roofline.with_calibration(replace(base, max_num_seqs=seqs)), H800_PARAMETERS,
-                                    max_evals=args.max_evals)
-        print(f"max_num_seqs={seqs}: rms log error {fits[seqs].rms_log_error:.3f}", file=sys.stderr)
-    best = min(fits, key=lambda k: fits[k].rms_log_error)
-    times = case_study_times(roofline, fits[best].setup)
-    others = ", ".join(f"{k}: rms {f.rms_log_error:.3f}" for k, f in fits.items())
-    fixed = {**H800_FIXED, "max_num_seqs": (best, f"vLLM batch limit per instance, chosen by the fit ({others}); "
-                                                  "the paper: TP=8 instances start with low concurrency (§6.2.2)")}
-    save_calibration(fits[best], args.out, name=Path(args.out).stem, gpu="H800",
-                     source="OrchestrRL §2.1: Qwen2.5-14B, 8 H800s, TP x DP = 8, batch 512, early and tail phase",
-                     engine="veRL rollout on vLLM (the paper's testbed)", fixed=fixed,
-                     uncalibrated_s=[times[p.phase, p.tp] for p in fits[best].points])
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

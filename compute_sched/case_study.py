@@ -5,22 +5,32 @@ Design note
 The paper measures Qwen2.5-14B on 8 H800s (TP x DP = 8, a batch of 512) at two snapshots of one
 generation step: the early phase completes fastest with TP=2 (79.2 s vs 96.3 s / 138.7 s for
 TP=4 / TP=8) and the tail phase with TP=8 (165.1 s vs 188.3 s / 208.4 s for TP=4 / TP=2). It does
-not say where the snapshots sit, so :class:`CaseStudySetup` fixes them once, before any fit:
+not say where the snapshots sit, what the length cap was, or how a snapshot was re-launched, so
+:class:`CaseStudySetup` makes each of these an explicit assumption that the calibration sweeps
+(:mod:`compute_sched.calibration` records the sweep and the choice):
 
 * the step is a Figure 3-shaped trace (:func:`compute_sched.traces.heavy_tailed_trace`, 64 GRPO
-  groups of 8 = 512 responses, median ~2.5K tokens, 7-11% over 7.5K, the §6 15K cap), averaged
-  over four draws so that no single draw's luck decides the fit;
-* the two snapshots split that step at a token window ``W`` = 4,096 tokens, where the bulk of the
-  batch (71-77% of it) has finished: the **early phase** is every response's first ``W`` tokens
-  (all 512 start together, prefill included), the **tail phase** the responses longer than ``W``,
-  resumed at ``W`` and run to completion;
-* each phase is launched on the configuration under test the way veRL splits a batch: contiguous
-  chunks of the request list per instance (a GRPO group stays together). Resuming the tail pays a
-  prefill of prompt + ``W`` tokens, as re-launching a snapshot under another TP degree must.
+  groups of 8 = 512 responses, median ~2.5K tokens, 7-11% over 7.5K, cap ``max_tokens``, the §6
+  15K by default), averaged over four draws so that no single draw's luck decides the fit;
+* **where the tail snapshot sits** (``snapshot``):
 
-The split is the same token boundary for every configuration, so the six times measure the same
-work and their ratios isolate the step-time model. ``W`` and the cap are choices the paper does not
-pin down; the design note of :mod:`compute_sched.calibration` gives the fit's sensitivity to them.
+  - ``"requests"``: the state of the running step once only ``tail_fraction`` of the batch is left
+    (the step run on TP=2 instances with veRL's contiguous split, as veRL-TO ran it on the testbed,
+    §6.2.2). The **tail phase** is those requests from their progress at
+    that moment to completion; the **early phase** is the work before it (every other request to
+    completion, the remaining ones up to that progress). The tail's requests thus carry the
+    progress they really had, which differs with their start and their instance;
+  - ``"tokens"``: a token window ``window_tokens`` = W: the early phase is every response's first
+    W tokens, the tail phase the responses longer than W, all resumed at W;
+
+* **how a phase is launched** on the configuration under test: the early phase the way veRL splits
+  a batch (contiguous chunks of the request list per instance, a GRPO group stays together); the
+  tail either ``"in-place"`` (each request on the instance the step's contiguous split of the whole
+  batch gave it, as a snapshot of a running step is) or ``"resplit"`` (its requests split anew).
+  Resuming the tail pays a prefill of prompt + progress, as re-launching under another TP must.
+
+The boundaries are the same for every configuration, so the six times measure the same work and
+their ratios isolate the step-time model.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ from compute_sched.perf import PerfModel
 from compute_sched.replay import launch_contiguous
 from compute_sched.sim_engine import SimEngine
 from compute_sched.traces import Trace, heavy_tailed_trace
+from fabric.errors import ConfigError
 
 __all__ = ["PaperPoint", "PAPER_POINTS", "CaseStudySetup", "case_study_times"]
 
@@ -52,31 +63,76 @@ PAPER_POINTS = (PaperPoint("early", 2, 79.2), PaperPoint("early", 4, 96.3), Pape
 
 @dataclass(frozen=True)
 class CaseStudySetup:
-    """Where the two §2.1 snapshots sit; see the module note for why these values."""
+    """The assumptions that place the two §2.1 snapshots; see the module note."""
 
     prompts: int = 64  # GRPO groups; x responses_per_prompt = the paper's batch of 512
     responses_per_prompt: int = 8
     max_tokens: int = 15360  # the §6 15K cap (the §2.1 cap is not stated)
     seeds: tuple[int, ...] = (0, 1, 2, 3)  # the times are means over these draws of the trace
-    window_tokens: int = 4096  # W: the early phase is every response's first W tokens
+    snapshot: str = "requests"  # "requests": tail = the last tail_fraction of the batch; "tokens": window W
+    tail_fraction: float = 0.25  # snapshot "requests": share of the batch still running at the tail snapshot
+    reference_tp: int = 2  # snapshot "requests": the TP of the run the snapshot is taken from (veRL-TO's)
+    window_tokens: int = 4096  # snapshot "tokens": W, the early phase is every response's first W tokens
     gpus: int = 8
     max_num_seqs: int | None = None  # vLLM batch limit per instance; None: the calibration's (perf.cal)
+    tail_placement: str = "in-place"  # "in-place": where the step's contiguous split put each request;
+    # "resplit": the tail's requests split anew in contiguous chunks
+
+    def __post_init__(self) -> None:
+        if self.snapshot not in ("requests", "tokens"):
+            raise ConfigError("CaseStudySetup", "snapshot", f"{self.snapshot!r}", "'requests' or 'tokens'")
+        if self.tail_placement not in ("in-place", "resplit"):
+            raise ConfigError("CaseStudySetup", "tail_placement", f"{self.tail_placement!r}",
+                              "'in-place' or 'resplit'")
+        if not 0.0 < self.tail_fraction < 1.0:
+            raise ConfigError("CaseStudySetup", "tail_fraction", f"{self.tail_fraction}", "a share in (0, 1)")
 
     def traces(self) -> list[Trace]:
         return [heavy_tailed_trace(self.prompts, self.responses_per_prompt, self.max_tokens, seed=s)
                 for s in self.seeds]
 
+    def describe(self) -> str:
+        """One line naming the assumptions, e.g. ``"tail = last 25% of requests (TP=2 run), in-place, 15K"``."""
+        where = (f"last {self.tail_fraction:.0%} of requests (TP={self.reference_tp} run)" if self.snapshot == "requests"
+                 else f"responses past {self.window_tokens} tokens")
+        return f"tail = {where}, {self.tail_placement}, cap {self.max_tokens}"
+
+
+def _engine(perf: PerfModel, setup: CaseStudySetup, tp: int, lengths: dict[str, int]) -> SimEngine:
+    return SimEngine(perf, homogeneous(InstanceConfig("tp", tp=tp), setup.gpus), lengths,
+                     max_num_seqs=setup.max_num_seqs)
+
 
 def _makespan(perf: PerfModel, setup: CaseStudySetup, tp: int, requests: list[GenerationRequest],
-              lengths: dict[str, int]) -> float:
-    engine = SimEngine(perf, homogeneous(InstanceConfig("tp", tp=tp), setup.gpus), lengths,
-                       max_num_seqs=setup.max_num_seqs)
-    launch_contiguous(engine, requests)
+              lengths: dict[str, int], batch_index: dict[str, int] | None = None) -> float:
+    engine = _engine(perf, setup, tp, lengths)
+    if batch_index is None:
+        launch_contiguous(engine, requests)
+    else:  # where the step's contiguous split of its whole batch put each request
+        chunk = -(-setup.prompts * setup.responses_per_prompt // len(engine.layout.instances))
+        for q in requests:
+            engine.add_requests([q], batch_index[q.request_id] // chunk)
     last = 0.0
     while not engine.idle():
         done = engine.advance(10.0)
         last = done[-1].finish_time_s if done else last
     return last
+
+
+def _requests(trace: Trace) -> list[GenerationRequest]:
+    return [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
+
+
+def _progress_at_tail(perf: PerfModel, setup: CaseStudySetup, trace: Trace) -> dict[str, int]:
+    """Progress of every request still running once only ``tail_fraction`` of the batch is left."""
+    engine = _engine(perf, setup, setup.reference_tp, {q.request_id: q.output_tokens for q in trace.requests})
+    launch_contiguous(engine, _requests(trace))
+    left = max(1, round(setup.tail_fraction * len(trace.requests)))
+    while True:
+        pending = engine.snapshot().pending
+        if len(pending) <= left or engine.idle():
+            return {r.request_id: r.generated_tokens for r in pending}
+        engine.advance(1.0)
 
 
 def case_study_times(perf: PerfModel, setup: CaseStudySetup | None = None,
@@ -85,7 +141,8 @@ def case_study_times(perf: PerfModel, setup: CaseStudySetup | None = None,
 
     Notes
     -----
-    12 short simulations (a few hundred jumps each); about 0.1 s on one core.
+    Per trace seed, 2 simulations per TP degree (plus one reference run with snapshot
+    ``"requests"``); a few hundredths of a second each on one core.
 
     Examples
     --------
@@ -101,15 +158,18 @@ def case_study_times(perf: PerfModel, setup: CaseStudySetup | None = None,
 
 def _one_trace(perf: PerfModel, setup: CaseStudySetup, trace: Trace,
                tps: tuple[int, ...]) -> dict[tuple[str, int], float]:
-    w = setup.window_tokens
-    longer = [q for q in trace.requests if q.output_tokens > w]
-    early = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
-    tail = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id, generated_tokens=w)
-            for q in longer]
-    early_lengths = {q.request_id: min(q.output_tokens, w) for q in trace.requests}
-    tail_lengths = {q.request_id: q.output_tokens for q in longer}
+    if setup.snapshot == "requests":
+        at_tail = _progress_at_tail(perf, setup, trace)
+    else:
+        at_tail = {q.request_id: setup.window_tokens for q in trace.requests if q.output_tokens > setup.window_tokens}
+    early = _requests(trace)
+    early_lengths = {q.request_id: max(1, at_tail.get(q.request_id, q.output_tokens)) for q in trace.requests}
+    tail = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id,
+                              generated_tokens=at_tail[q.request_id]) for q in trace.requests if q.request_id in at_tail]
+    tail_lengths = {q.request_id: q.output_tokens for q in trace.requests if q.request_id in at_tail}
+    index = {q.request_id: i for i, q in enumerate(trace.requests)} if setup.tail_placement == "in-place" else None
     out: dict[tuple[str, int], float] = {}
     for tp in tps:
         out["early", tp] = _makespan(perf, setup, tp, early, early_lengths)
-        out["tail", tp] = _makespan(perf, setup, tp, tail, tail_lengths)
+        out["tail", tp] = _makespan(perf, setup, tp, tail, tail_lengths, index)
     return out

@@ -18,6 +18,7 @@ linearises (:mod:`compute_sched.planner`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -26,7 +27,10 @@ from compute_sched.layout import InstanceConfig
 from compute_sched.perf import PerfModel
 from compute_sched.workload import BIN_TOKENS, RequestState, StepWorkload
 
-__all__ = ["RequestClass", "ClassTable", "build_classes", "instance_time_s", "step_profile_s"]
+_KNOT_TOKENS = 256.0  # spacing of the cached batch-1 step-time curve
+
+__all__ = ["RequestClass", "ClassTable", "build_classes", "instance_time_s", "step_profile_s", "lone_profile_s",
+           "lone_times_s"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ def build_classes(pending: Sequence[RequestState], workload: StepWorkload | None
                   exact_remaining: dict[str, int] | None = None) -> ClassTable:
     """Group ``pending`` by progress bin and compute each class's survival on a token grid.
 
-    ``exact_remaining`` (the oracle baseline) replaces the histogram by every request's true
+    ``exact_remaining`` (a clairvoyant schedule) replaces the histogram by every request's true
     remaining length; classes then group by remaining-length bin instead of progress.
 
     Notes
@@ -142,3 +146,63 @@ def step_profile_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, coun
         queue = max(1.0, c / cap, b / seqs)  # KV or batch slots full: the rest wait their turn
         out[t] = table.step_tokens * perf.decode_step_s(cfg, b / queue, c / queue) * queue
     return out
+
+
+def lone_profile_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, *, tail_mass: float = 0.25) -> np.ndarray:
+    """Seconds one request of each class spends in each grid interval were it alone on a ``cfg`` instance.
+
+    Row ``j`` is 0 once the class's survival drops below ``tail_mass`` (the cut-off
+    :func:`step_profile_s` uses for an instance holding one such request); its sum is
+    :func:`lone_times_s`, and a suffix sum the time from a later grid point on.
+
+    Notes
+    -----
+    O(J T) step-time evaluations for J classes and T grid points.
+    """
+    ctx = table.contexts[:, None] + table.grid_tokens[None, :]
+    step = np.interp(ctx, *_solo_step_curve(perf, cfg, int(ctx.max()) if ctx.size else 0))
+    return np.where(table.survival >= tail_mass, table.step_tokens * step, 0.0)
+
+
+@lru_cache(maxsize=256)
+def _solo_curve(perf: PerfModel, cfg: InstanceConfig, knots: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.arange(knots + 1, dtype=float) * _KNOT_TOKENS
+    return x, np.array([perf.decode_step_s(cfg, 1.0, c) for c in x])
+
+
+def _solo_step_curve(perf: PerfModel, cfg: InstanceConfig, max_context: int) -> tuple[np.ndarray, np.ndarray]:
+    """Batch-1 step time at every 256th context token up to ``max_context`` (cached per model and configuration).
+
+    The step time is piecewise linear in the context for a fixed batch, with a kink only where
+    the attention turns compute-bound or the GPU side passes the host side, so linear interpolation
+    between knots is exact away from a kink and off by well under a percent next to one; it
+    replaces one model evaluation per class and grid point by one per knot.
+    """
+    knots = 1 << max(4, int(max_context // _KNOT_TOKENS + 1).bit_length())  # powers of two: few cache entries
+    return _solo_curve(perf, cfg, knots)
+
+
+def lone_times_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, *, tail_mass: float = 0.25) -> np.ndarray:
+    """Expected seconds one request of each class needs on a ``cfg`` instance, were it alone there.
+
+    A request is indivisible: a layout that spreads a class of one request evenly over ``n``
+    instances gives each ``1/n`` of it, which drops below ``tail_mass`` and vanishes from the
+    even-share estimate, although some instance must run it to its end. An instance holding a
+    request of class ``j`` runs at least this long, whatever else it holds (the step time grows
+    with the batch), so a layout's estimate is at least the largest of these over the classes it
+    holds.
+
+    Notes
+    -----
+    O(J T) for J classes and T grid points.
+
+    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from compute_sched.workload import LengthHistogram
+    >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    >>> reqs = [RequestState("short", 300, 0, 8192), RequestState("long", 300, 6000, 8192)]
+    >>> t = build_classes(reqs, StepWorkload(LengthHistogram.from_lengths([1000] * 40 + [8000] * 4, 8192)))
+    >>> lone = lone_times_s(pm, InstanceConfig("tp", tp=2), t)
+    >>> bool(lone[t.class_of()["long"]] > 0), bool(lone[t.class_of()["short"]] > 0)
+    (True, True)
+    """
+    return lone_profile_s(perf, cfg, table, tail_mass=tail_mass).sum(axis=1)

@@ -32,7 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from compute_sched.costs import CostModel
-from compute_sched.estimate import ClassTable, step_profile_s
+from compute_sched.estimate import ClassTable, lone_profile_s, step_profile_s
 from compute_sched.layout import InstanceConfig
 from compute_sched.perf import PerfModel
 
@@ -95,7 +95,10 @@ def best_continuation(perf: PerfModel, costs: CostModel, table: ClassTable, head
     """
     m = _instances(total_gpus, head)
     head_prof = step_profile_s(perf, head, table, table.counts / m, tail_mass=tail_mass)
-    one_phase = float(head_prof.sum())
+    # the even share spreads a lone straggler thin; whichever instance holds it runs at least its lone time
+    lone_head = lone_profile_s(perf, head, table, tail_mass=tail_mass)
+    lone_prefix = np.concatenate((np.zeros((len(lone_head), 1)), np.cumsum(lone_head, axis=1)), axis=1)
+    one_phase = max(float(head_prof.sum()), float(lone_prefix[:, -1].max()))
     best = Continuation(head, head, float("inf"), one_phase, one_phase)
     prefix = np.concatenate(([0.0], np.cumsum(head_prof)))  # prefix[g]: time to reach grid point g
     ctx_at = table.survival * (table.contexts[:, None] + table.grid_tokens[None, :])
@@ -106,6 +109,10 @@ def best_continuation(perf: PerfModel, costs: CostModel, table: ClassTable, head
         per_inst = table.counts / n
         tail_prof = step_profile_s(perf, tail, table, per_inst, tail_mass=tail_mass)
         suffix = np.concatenate((np.cumsum(tail_prof[::-1])[::-1], [0.0]))  # suffix[g]: time from g on
+        lone = lone_profile_s(perf, tail, table, tail_mass=tail_mass)
+        lone_suffix = np.concatenate((np.cumsum(lone[:, ::-1], axis=1)[:, ::-1], np.zeros((len(lone), 1))), axis=1)
+        # a straggler alone: its head part up to g, then its tail part from g (the slowest such request)
+        straggler = (lone_prefix + lone_suffix).max(axis=0)
         switch_s = costs.switch(head, tail).seconds
         batch = per_inst @ table.survival
         ctx = per_inst @ ctx_at
@@ -113,7 +120,7 @@ def best_continuation(perf: PerfModel, costs: CostModel, table: ClassTable, head
         for g in range(first, len(table.grid_tokens)):
             if batch[g] < min(tail_mass, per_inst.sum()):
                 break  # nothing left to hand over
-            lower = prefix[g] + switch_s + suffix[g]
+            lower = max(prefix[g] + suffix[g], straggler[g]) + switch_s
             if lower >= best.expected_s:
                 continue
             movers = max(1, int(round(batch[g])))

@@ -47,6 +47,8 @@ class Calibration:
     a2a_latency_s: float = 10e-6  # fixed cost of one all-to-all / M2N exchange
     layer_overhead_s: float = 4e-6  # kernel launches per layer that parallelism does not shrink
     step_overhead_s: float = 1.5e-3  # scheduler, sampling and bookkeeping per engine step
+    host_overlap: float = 0.0  # share of the shorter of host and GPU time hidden under the other: 0 sums them
+    # (a synchronous engine loop), 1 takes their maximum (scheduling step n+1 while the GPU runs step n)
     seq_overhead_s: float = 4e-6  # per sequence per step on the instance's host and sampling rank (scheduling,
     # sampling, output processing): the instance does it once for its whole batch, TP does not shrink it
     mem_utilization: float = 0.90  # share of HBM the engine may use (vLLM gpu_memory_utilization)
@@ -195,11 +197,18 @@ class PerfModel:
 
     def _roofline_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
         """Uncalibrated decode step time (seconds) for ``batch`` sequences holding ``ctx`` context tokens."""
+        c = self.cal
+        gpu = self._gpu_step_s(cfg, batch, ctx)
+        host = c.step_overhead_s + c.seq_overhead_s * batch
+        return gpu + host - c.host_overlap * min(gpu, host)
+
+    def _gpu_step_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
+        """GPU time of one decode step: kernels and collectives, without the host's share."""
         m, g, c = self.model, self.gpu, self.cal
         hbm = g.hbm_bytes_per_s * c.mem_efficiency
         flops = g.bf16_flops * c.compute_efficiency
         act = batch * m.d_model * DTYPE_BYTES  # one hidden state per sequence
-        overhead = m.layers * c.layer_overhead_s + c.step_overhead_s + c.seq_overhead_s * batch
+        overhead = m.layers * c.layer_overhead_s
         expert_bytes = self._touched_experts(batch) * m.expert_bytes_each * m.layers
         if cfg.kind == "tp":
             gemm = max((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp / hbm,

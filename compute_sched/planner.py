@@ -48,7 +48,7 @@ import numpy as np
 
 from compute_sched.costs import CostModel
 from compute_sched.engine import ClusterSnapshot
-from compute_sched.estimate import ClassTable, build_classes, instance_time_s
+from compute_sched.estimate import ClassTable, build_classes, instance_time_s, lone_times_s
 from compute_sched.layout import Instance, InstanceConfig, Layout, candidate_configs
 from compute_sched.lookahead import Continuation, best_continuation
 from compute_sched.perf import PerfModel
@@ -76,7 +76,10 @@ class PlannerConfig:
     afd_ratios: tuple[tuple[int, int], ...] = ((3, 1),)
     lookahead: bool = True  # score homogeneous layouts with the best later hand-over of the tail
     handover_after_s: float = 60.0  # earliest forecast hand-over (the scheduler's re-plan cooldown)
-    monotone_tp: bool = True  # dense TP layouts only move towards larger instances within a step
+    reassign: bool = True  # also consider the current layout with its requests re-homed (no switch)
+    monotone_tp: bool = True  # once a step has changed layout, dense TP layouts only move towards larger
+    # instances (the batch only shrinks); the step's first change may go either way (veRL-TO's tuned layout
+    # need not be the best early-phase one)
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ class Plan:
     predicted_s: float  # Obj_new: max over instances of T_k + C^mig_k + C^sw_k
     current_s: float  # Obj_cur: EstMakespan of the current layout and assignment (less its tail hand-over credit)
     cost_s: float  # largest C^sw + C^mig among the new instances
-    reconfigure: bool  # Obj_new + margin < Obj_cur and the layout differs
+    reconfigure: bool  # Obj_new + margin < Obj_cur and the layout or the assignment differs
     phase: str  # "early" or "tail"
     candidates: int  # layouts scored
     mips: int  # mixed-integer programs solved
@@ -164,6 +167,30 @@ def _materialize(layout: Layout, type_counts: dict[InstanceConfig, np.ndarray], 
     return placement
 
 
+def _rebalanced(layout: Layout, table: ClassTable, snap: ClusterSnapshot, slack: float = 0.1) -> dict[str, int]:
+    """Re-home requests over the current instances, longest expected first, moving only what evens the load.
+
+    Each request goes to the instance with the least expected work per GPU, unless its current
+    instance would end within ``slack`` of that (a move costs a recompute or a transfer; a waiting
+    request moves for free, so ties keep running requests and move waiting ones). O(R log R + R K).
+    """
+    cls, where = table.class_of(), snap.instance_of()
+    work = _expected_remaining(table)
+    running = {r.request_id for w in snap.workers for r in w.running}
+    gpus = np.array([i.config.gpus for i in layout.instances], dtype=float)
+    load = np.zeros(len(layout.instances))
+    out: dict[str, int] = {}
+    for rid in sorted(cls, key=lambda r: (-work[cls[r]], r not in running, r)):
+        w = work[cls[rid]]
+        best = int(np.argmin((load + w) / gpus))
+        cur = where.get(rid, best)
+        keep = (load[cur] + w) / gpus[cur] <= (1.0 + slack) * (load[best] + w) / gpus[best]
+        k = cur if keep else best
+        out[rid] = k
+        load[k] += w
+    return out
+
+
 def evaluate_layout(layout: Layout, placement: dict[str, int], table: ClassTable, snap: ClusterSnapshot,
                     perf: PerfModel, costs: CostModel, tail_mass: float) -> tuple[float, float, list[float]]:
     """Return (objective of Eq. 1, largest reconfiguration cost, per-instance totals) of a concrete plan."""
@@ -232,6 +259,12 @@ def _solve_mix(perf: PerfModel, costs: CostModel, table: ClassTable, types: list
         kv_util = sum(x[j, t] * (ctx0[j] / (n * perf.kv_capacity_tokens(y))) for j in range(n_cls))
         kv_cons.append((solver.Add(kv_util <= mu + cfg.kv_delta), solver.Add(kv_util >= mu - cfg.kv_delta)))
         solver.Add(big_m >= dt * sum(terms) + sw + mig * sum(x[j, t] * (ctx0[j] / n) for j in range(n_cls)))
+        # A request is indivisible: an instance type holding any of class j runs at least j's lone time.
+        lone = lone_times_s(perf, y, table, tail_mass=cfg.tail_mass)
+        for j in range(n_cls):
+            w = solver.BoolVar(f"w{j}_{t}")
+            solver.Add(x[j, t] <= float(counts[j]) * w)
+            solver.Add(big_m >= sw + float(lone[j]) * w)
     solver.Minimize(big_m)
     delta = cfg.kv_delta
     while True:
@@ -274,7 +307,10 @@ def _threshold_split(perf: PerfModel, costs: CostModel, table: ClassTable, types
                 share = split[y]
                 sw = 0.0 if y in current else costs.switch(None, y).seconds
                 mig = 0.0 if y in current else costs.per_token_s(y) * float(share @ ctx0) / n
-                worst = max(worst, sw + mig + instance_time_s(perf, y, table, share / n, tail_mass=cfg.tail_mass))
+                lone = lone_times_s(perf, y, table, tail_mass=cfg.tail_mass)
+                floor = float(lone[share > 0].max()) if (share > 0).any() else 0.0  # indivisible stragglers
+                est = max(instance_time_s(perf, y, table, share / n, tail_mass=cfg.tail_mass), floor)
+                worst = max(worst, sw + mig + est)
                 viol = max(viol, abs(float(share @ ctx0) / cap - mu) - cfg.kv_delta)
             key = (max(0.0, viol), worst)
             if best is None or key < (best[0], best[1]):
@@ -305,7 +341,8 @@ def _toward_latency(types: Sequence[tuple[InstanceConfig, int]], current: Layout
 
 
 def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, workload: StepWorkload | None,
-                cfg: PlannerConfig | None = None, *, exact_remaining: dict[str, int] | None = None) -> Plan:
+                cfg: PlannerConfig | None = None, *, exact_remaining: dict[str, int] | None = None,
+                first_change: bool = False) -> Plan:
     """Solve Eq. 1-4 for the pending requests of ``snap``; see the module note.
 
     Parameters
@@ -315,9 +352,12 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
     workload : StepWorkload or None
         The step's remaining-workload histogram (None: every request may run to its cap).
     exact_remaining : dict, optional
-        True remaining lengths (the oracle baseline only).
+        True remaining lengths (the clairvoyant planner-exact run only).
+    first_change : bool
+        No layout change has happened in this step yet: ``monotone_tp`` does not apply.
     """
     cfg = cfg or PlannerConfig()
+    monotone = cfg.monotone_tp and not first_change
     t0 = time.perf_counter()
     pending = snap.pending
     total, gpn = snap.layout.total_gpus, perf.gpu.gpus_per_node
@@ -348,7 +388,9 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
     scored: list[tuple[float, list[tuple[InstanceConfig, int]], dict[InstanceConfig, np.ndarray]]] = []
     for c in configs:
         n = total // c.gpus
-        est = instance_time_s(perf, c, table, table.counts / n, tail_mass=cfg.tail_mass)
+        # an even share of 1/n of a lone straggler vanishes below tail_mass; some instance runs all of it
+        est = max(instance_time_s(perf, c, table, table.counts / n, tail_mass=cfg.tail_mass),
+                  float(lone_times_s(perf, c, table, tail_mass=cfg.tail_mass).max()))
         est -= _config_credit(c) if cfg.lookahead else 0.0
         sw = 0.0 if all(i.config == c for i in snap.layout.instances) else costs.switch(None, c).seconds
         scored.append((est + sw, [(c, n)], {c: table.counts}))
@@ -364,7 +406,7 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
                              for f in range(1, cfg.max_splits + 1)}) if steps > 1 else []
             for s in splits:
                 types = [(a, s * unit // a.gpus), (b, (total - s * unit) // b.gpus)]
-                if cfg.monotone_tp and not _toward_latency(types, snap.layout):
+                if monotone and not _toward_latency(types, snap.layout):
                     continue  # dropped below anyway: spare its split and MIP
                 scored.append((*_threshold_split(perf, costs, table, types, snap, cfg), ))
                 scored[-1] = (scored[-1][0], types, scored[-1][1])
@@ -373,7 +415,7 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
                     mips += 1
                     if solved is not None:
                         scored.append((solved[0], types, solved[1]))
-    if cfg.monotone_tp:  # the mixes were screened above; the single configurations still picked ``best``
+    if monotone:  # the mixes were screened above; the single configurations still picked ``best``
         scored = [c for c in scored if _toward_latency(c[1], snap.layout)]
     scored.sort(key=lambda s: s[0])
     best_plan: tuple[float, float, Layout, dict[str, int], list[float]] | None = None
@@ -384,11 +426,18 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
         obj -= credit(layout)
         if best_plan is None or obj < best_plan[0]:
             best_plan = (obj, cost, layout, placement, totals)
+    # The current layout with its requests re-homed (Alg. 1 may change the assignment alone).
+    moved = _rebalanced(snap.layout, table, snap) if cfg.reassign else where
+    if moved != where:
+        obj, cost, totals = evaluate_layout(snap.layout, moved, table, snap, perf, costs, cfg.tail_mass)
+        obj -= credit(snap.layout)
+        if best_plan is None or obj < best_plan[0]:
+            best_plan = (obj, cost, snap.layout, moved, totals)
     if best_plan is None:  # every candidate would move back towards smaller instances: keep the layout
         best_plan = (current_s, 0.0, snap.layout, where, cur_totals)
     obj, cost, layout, placement, totals = best_plan
     changed = layout != snap.layout or any(where.get(r) != k for r, k in placement.items())
-    reconfigure = changed and layout != snap.layout and obj + cfg.margin_s < current_s
+    reconfigure = changed and obj + cfg.margin_s < current_s
     if not reconfigure:
         layout, placement, obj, cost, totals = snap.layout, where, current_s, 0.0, cur_totals
     kinds = {i.config for i in layout.instances}

@@ -11,8 +11,19 @@ Policies (OrchestrRL §6 baselines and ablations):
 ``orchestrl``          Algorithm 1: proactive planner + reactive balancer
 ``orchestrl-pp``       planner only (ablation +PP)
 ``orchestrl-rb``       balancer only (ablation +RB)
-``oracle``             Algorithm 1 with every output length known (a bound, not a policy)
+``planner-exact``      Algorithm 1 with every output length known: one member of the clairvoyant
+                       family (:mod:`compute_sched.clairvoyant`), not a bound and not a policy
 =====================  ========================================================================
+
+The policies that plan (``orchestrl*``) see a forecast histogram, never the trace's lengths,
+unless the caller asks: ``forecast="prior"`` (default) is the bundled Figure 3 shape at the trace's
+cap and batch size (:func:`compute_sched.workload.prior_histogram`), a :class:`LengthHistogram`
+is used as given (e.g. ``LengthForecaster`` over earlier steps), and ``forecast="oracle"`` is the
+histogram of the trace's own true lengths: clairvoyant, labelled so in ``detail["forecast"]``.
+
+The ``orchestrl*`` policies start from veRL-TO's layout (``ReplayOptions.initial_tp="verl-to"``):
+the paper's ablation builds +PP and +RB on veRL-TO (§6.2.1), and its case study starts OrchestrRL
+on veRL-TO's eight TP=2 instances (§6.2.2).
 """
 
 from __future__ import annotations
@@ -28,13 +39,17 @@ from compute_sched.perf import PerfModel
 from compute_sched.scheduler import GenerationScheduler, SchedulerConfig, StepReport
 from compute_sched.sim_engine import SimEngine
 from compute_sched.traces import Trace
-from compute_sched.workload import LengthHistogram
+from compute_sched.workload import LengthHistogram, prior_histogram
 from fabric.errors import ConfigError
 
-__all__ = ["POLICIES", "ReplayOptions", "ReplayResult", "replay", "launch_contiguous"]
+__all__ = ["POLICIES", "FORECASTS", "ReplayOptions", "ReplayResult", "replay", "launch_contiguous", "step_forecast"]
 
 POLICIES = ("static-tp:K", "verl-to", "verl-lo", "partial-rollout", "orchestrl", "orchestrl-pp", "orchestrl-rb",
-            "oracle")
+            "planner-exact")
+
+FORECASTS = ("prior", "oracle")  # named forecasts; a LengthHistogram is the third kind
+PRIOR_LABEL = "prior: bundled Figure 3 shape, not read from this trace"
+ORACLE_LABEL = "ORACLE: the trace's own true length histogram (clairvoyant; no real scheduler has it)"
 
 
 @dataclass(frozen=True)
@@ -42,7 +57,7 @@ class ReplayOptions:
     """Settings of a replay; the scheduler's own knobs sit in ``scheduler``."""
 
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    initial_tp: int = 2  # OrchestrRL starts where veRL-TO typically sits and adapts from there
+    initial_tp: int | str = "verl-to"  # where the orchestrl policies start: "verl-to" (its sweep's best TP) or a TP
     partial_fraction: float = 0.1
     sweep_tps: tuple[int, ...] = (1, 2, 4, 8)
     max_num_seqs: int | None = None  # vLLM batch limit per instance; None: the calibration's (perf.cal)
@@ -85,18 +100,42 @@ def _run(trace: Trace, perf: PerfModel, gpus: int, tp: int, sched: SchedulerConf
     return layout.describe(), sched_obj.run_step()
 
 
-def replay(trace: Trace, perf: PerfModel, gpus: int, policy: str, *, forecast: LengthHistogram | None = None,
-           options: ReplayOptions | None = None, sink: IntentSink | None = None, job: str = "gen") -> ReplayResult:
-    """Replay ``trace`` on ``gpus`` GPUs under ``policy``; see the module table.
+def step_forecast(trace: Trace, forecast: LengthHistogram | str) -> tuple[LengthHistogram, str]:
+    """Return the histogram a replay of ``trace`` plans with, and a label saying where it came from.
+
+    Only ``"oracle"`` reads the trace's output lengths; ``"prior"`` reads its cap and batch size,
+    which a scheduler knows before the step starts.
 
     Raises
     ------
     ConfigError
-        For an unknown policy, or a TP degree that does not fit the model or the cluster.
+        For a name other than ``"prior"`` or ``"oracle"``.
+    """
+    if isinstance(forecast, LengthHistogram):
+        return forecast, "given histogram"
+    if forecast == "prior":
+        return prior_histogram(trace.max_tokens, len(trace.requests)), PRIOR_LABEL
+    if forecast == "oracle":
+        return LengthHistogram.from_lengths([q.output_tokens for q in trace.requests], trace.max_tokens), ORACLE_LABEL
+    raise ConfigError("replay", "forecast", f"unknown forecast {forecast!r}",
+                      "'prior', 'oracle' (clairvoyant), or a LengthHistogram from LengthForecaster")
+
+
+def replay(trace: Trace, perf: PerfModel, gpus: int, policy: str, *, forecast: LengthHistogram | str = "prior",
+           options: ReplayOptions | None = None, sink: IntentSink | None = None, job: str = "gen") -> ReplayResult:
+    """Replay ``trace`` on ``gpus`` GPUs under ``policy``; see the module table.
+
+    ``forecast`` is what the planning policies see of the step's lengths: ``"prior"`` (default, the
+    Figure 3 shape), a histogram (e.g. forecast from earlier steps), or ``"oracle"`` (the trace's
+    true length histogram, clairvoyant). ``detail["forecast"]`` says which.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown policy or forecast, or a TP degree that does not fit the model or the cluster.
     """
     opts = options or ReplayOptions()
-    if forecast is None:  # no history given: the step's own length distribution (per-request lengths unknown)
-        forecast = LengthHistogram.from_lengths([q.output_tokens for q in trace.requests], trace.max_tokens)
+    forecast, forecast_label = step_forecast(trace, forecast)
     static = replace(opts.scheduler, proactive=False, reactive=False)
 
     def fits(tp: int) -> bool:
@@ -133,11 +172,21 @@ def replay(trace: Trace, perf: PerfModel, gpus: int, policy: str, *, forecast: L
         lay, rep = _run(trace, perf, gpus, tp, static, opts, None, None, False, job)
         return ReplayResult(policy, lay, rep, {"tp": tp})
     flags = {"orchestrl": (True, True), "orchestrl-pp": (True, False), "orchestrl-rb": (False, True),
-             "oracle": (True, True)}
+             "planner-exact": (True, True)}
+    if policy == "oracle":
+        raise ConfigError("replay", "policy", "'oracle' is now 'planner-exact': Algorithm 1 fed exact lengths is "
+                          "not a bound (it can lose to OrchestrRL)", "planner-exact, or bench/gen_sched.py's "
+                          "clairvoyant schedule and lower bound")
     if policy not in flags:
         raise ConfigError("replay", "policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
-    tp = opts.initial_tp if fits(opts.initial_tp) else next(t for t in opts.sweep_tps if fits(t))
+    if opts.initial_tp == "verl-to":
+        tp = replay(trace, perf, gpus, "verl-to", options=opts, job=job).detail["tp"]
+    elif isinstance(opts.initial_tp, int) and fits(opts.initial_tp):
+        tp = opts.initial_tp
+    else:
+        raise ConfigError("replay", "initial_tp", f"{opts.initial_tp!r} does not fit {perf.model.name} on {gpus} "
+                          f"{perf.gpu.name}", "'verl-to' or a TP degree that divides the GPUs and holds the weights")
     pp, rb = flags[policy]
     sched = replace(opts.scheduler, proactive=pp, reactive=rb)
-    lay, rep = _run(trace, perf, gpus, tp, sched, opts, forecast, sink, policy == "oracle", job)
-    return ReplayResult(policy, lay, rep, {"tp": tp})
+    lay, rep = _run(trace, perf, gpus, tp, sched, opts, forecast, sink, policy == "planner-exact", job)
+    return ReplayResult(policy, lay, rep, {"tp": tp, "forecast": forecast_label})

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from compute_sched.balancer import BalancerConfig, plan_migrations
 from compute_sched.costs import CostModel
-from compute_sched.engine import Engine, FinishedRequest
+from compute_sched.engine import Engine, FinishedRequest, Migration
 from compute_sched.intents import IntentSink, generation_intent
 from compute_sched.perf import PerfModel
 from compute_sched.planner import PlannerConfig, plan_layout
@@ -77,7 +77,7 @@ class GenerationScheduler:
     forecast : LengthHistogram or None
         The step's forecast remaining-workload histogram (None: requests may run to the cap).
     exact_lengths : mapping, optional
-        True output lengths (oracle baseline): the planner then sees exact remaining lengths.
+        True output lengths (the clairvoyant planner-exact run): the planner then sees exact remaining lengths.
     sink : IntentSink, optional
         Receives a generation intent after every layout change.
     """
@@ -95,6 +95,7 @@ class GenerationScheduler:
         self.exact = dict(exact_lengths) if exact_lengths is not None else None
         self.sink, self.job = sink, job
         self.global_gpus = global_gpus
+        self._placed_at: dict[str, float] = {}  # request -> when it was last placed (the balancer's hysteresis)
 
     def _announce(self, layout, pending: int, context: float) -> None:
         if self.sink is None:
@@ -110,11 +111,24 @@ class GenerationScheduler:
         exact = None
         if self.exact is not None:
             exact = {r.request_id: max(1, self.exact[r.request_id] - r.generated_tokens) for r in snap.pending}
-        plan = plan_layout(snap, self.perf, self.costs, self.workload, self.cfg.planner, exact_remaining=exact)
+        first = not any(e.from_layout != e.to_layout for e in events)
+        plan = plan_layout(snap, self.perf, self.costs, self.workload, self.cfg.planner, exact_remaining=exact,
+                           first_change=first)
         solves.append(plan.solve_s)
         if not plan.reconfigure:
             return
+        if plan.layout == snap.layout:  # same instances, requests re-homed: migrations, no switch
+            where = snap.instance_of()
+            moves = [Migration(r, where[r], k) for r, k in plan.placement.items() if where.get(r, k) != k]
+            mig = self.engine.migrate(moves)
+            self._placed_at.update((r, snap.time_s) for r in mig.moved)
+            events.append(ReconfigEvent(snap.time_s, snap.layout.describe(), plan.layout.describe(),
+                                        plan.current_s - plan.predicted_s, 0.0, mig.seconds, len(mig.moved),
+                                        dict(mig.methods), plan.solve_s))
+            return
         rep = self.engine.change_layout(plan.layout, plan.placement)
+        # the planner just placed every pending request: the balancer leaves the running ones there for a while
+        self._placed_at.update((r.request_id, snap.time_s) for r in snap.pending)
         events.append(ReconfigEvent(snap.time_s, snap.layout.describe(), plan.layout.describe(),
                                     plan.current_s - plan.predicted_s, rep.switch_s, rep.migration.seconds,
                                     len(rep.migration.moved), dict(rep.migration.methods), plan.solve_s))
@@ -130,18 +144,22 @@ class GenerationScheduler:
         finished: list[FinishedRequest] = []
         curve = [(eng.now_s(), len(eng.snapshot().pending))]
         moves = 0
+        last_moved = self._placed_at = {}  # request -> when the balancer or the planner last placed it
         next_plan = eng.now_s()
         while not eng.idle() and eng.now_s() < cfg.max_step_s:
             if cfg.stop_after_finished is not None and len(finished) >= cfg.stop_after_finished:
                 break
-            cooling = bool(events) and eng.now_s() < events[-1].time_s + cfg.reconfig_cooldown_s
+            switches = [e for e in events if e.from_layout != e.to_layout or e.switch_s > 0]
+            cooling = bool(switches) and eng.now_s() < switches[-1].time_s + cfg.reconfig_cooldown_s
             if cfg.proactive and eng.now_s() >= next_plan - 1e-9 and not cooling:
                 self._plan(events, solves)
                 next_plan = eng.now_s() + cfg.plan_interval_s
             if cfg.reactive:
-                mv = plan_migrations(eng.snapshot(), cfg.balancer)
+                mv = plan_migrations(eng.snapshot(), cfg.balancer, last_moved)
                 if mv:
-                    moves += len(eng.migrate(mv).moved)
+                    done_moves = eng.migrate(mv).moved
+                    moves += len(done_moves)
+                    last_moved.update((r, eng.now_s()) for r in done_moves)
             done = eng.advance(cfg.tick_s)
             for f in done:
                 if self.workload is not None:

@@ -1,5 +1,5 @@
 """The generation workload as the scheduler sees it: requests with progress, the step-level
-remaining-workload histogram (§4.1), and its ARIMA forecast from recent steps.
+remaining-workload histogram (§4.1), and its forecast from recent steps.
 
 Design note
 -----------
@@ -9,27 +9,38 @@ length). At the start of a step the histogram is forecast from recent steps; as 
 their bins are emptied, and a pending request that has produced ``g`` tokens is expected to end in
 one of the bins above ``g``, in proportion to what is left there (:meth:`StepWorkload.conditional`).
 
-The forecast fits an ARIMA model (statsmodels) to each of a few *quantiles* of the log-length
-distribution across recent steps and rebuilds per-bin counts from the forecast quantiles: the
-quantiles of a drifting length distribution move smoothly, whereas a single bin's count is mostly
-sampling noise, and a dozen series fit in a fraction of a second where a hundred bins would not.
-While the history is shorter than ``min_history`` steps, or a fit fails, it falls back to the
-mean of the recent histograms, and says so in :attr:`Forecast.method`.
+The forecast (:class:`LengthForecaster`) is one of the methods in :mod:`compute_sched.forecast`:
+by default the mean of the last ``k`` steps' histograms with ``k`` chosen by backtest, which
+beat the last step alone and ARIMA on quantiles of log length in ``bench/forecast.py``; the
+others stay selectable (``method="last"`` / ``"arima"``). Without any history it returns a uniform
+histogram and says so in :attr:`Forecast.method`; :func:`prior_histogram` is a Figure 3 prior for
+callers that have no history but want a shape.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from compute_sched.forecast import (
+    ARIMA_LEVELS,
+    DEFAULT_METHOD,
+    METHODS,
+    arima_quantile_shares,
+    bin_shares,
+    figure3_prior_shares,
+    last_step_shares,
+    moving_mean_shares,
+    select_mean_steps,
+    share_errors,
+)
 from fabric.errors import ConfigError
 
 __all__ = ["BIN_TOKENS", "RequestState", "LengthHistogram", "Forecast", "LengthForecaster", "StepWorkload",
-           "forecast_errors"]
+           "forecast_errors", "prior_histogram"]
 
 BIN_TOKENS = 256
 
@@ -98,7 +109,7 @@ class Forecast:
     """Next step's histogram and how it was obtained."""
 
     histogram: LengthHistogram
-    method: str  # "arima" or "fallback: <reason>"
+    method: str  # e.g. "mean, k=2 by backtest", "mean, k=4", "last", "arima", "fallback: <reason>"
 
 
 class LengthForecaster:
@@ -108,26 +119,48 @@ class LengthForecaster:
     ----------
     max_tokens : int
         Generation cap (the histogram's last bin ends there).
+    method : str
+        ``"mean"`` (default), ``"last"`` or ``"arima"``; see :mod:`compute_sched.forecast`. The
+        default is the method with the lowest mean workload error in ``bench/forecast.py`` over
+        seven step-to-step regimes at 512 and 2,048 responses per step
+        (:data:`compute_sched.forecast.DEFAULT_METHOD` gives the numbers).
+    mean_steps : int or "auto"
+        Window of ``mean``; ``"auto"`` re-chooses it from 1, 2, 4, 8 at every forecast by a
+        rolling backtest on the history.
     quantiles : int
-        Quantile series the ARIMA models are fitted to.
+        Evenly spaced quantile series the ARIMA models are fitted to (three tail levels, 0.975,
+        0.99 and 0.995, are always added).
     min_history : int
-        Steps needed before ARIMA is used; fewer use the mean of what there is.
+        Steps ``arima`` needs; with fewer it uses the mean of what there is and says so.
     window : int
         Most recent steps kept.
     order : tuple
         ARIMA ``(p, d, q)``; with ``d = 1`` a drift term is fitted too. Pure AR orders (``q = 0``)
         are fitted with Burg's method, others by maximum likelihood.
+
+    Examples
+    --------
+    >>> f = LengthForecaster(1024, method="last")
+    >>> f.observe_step([100, 300, 300, 1000])
+    >>> fc = f.forecast(8)
+    >>> fc.histogram.counts.tolist(), fc.method
+    ([2.0, 4.0, 0.0, 2.0], 'last')
     """
 
-    def __init__(self, max_tokens: int, *, bin_tokens: int = BIN_TOKENS, quantiles: int = 12, min_history: int = 4,
-                 window: int = 12, order: tuple[int, int, int] = (1, 1, 0)) -> None:
+    def __init__(self, max_tokens: int, *, method: str = DEFAULT_METHOD, bin_tokens: int = BIN_TOKENS,
+                 quantiles: int = 12, min_history: int = 4, window: int = 12, order: tuple[int, int, int] = (1, 1, 0),
+                 mean_steps: int | str = "auto") -> None:
         if max_tokens < 1 or quantiles < 2 or min_history < 2 or window < min_history:
             raise ConfigError("LengthForecaster", "max_tokens", f"max_tokens={max_tokens}, quantiles={quantiles}, "
                                                                 f"min_history={min_history}, window={window}",
                               "max_tokens >= 1, quantiles >= 2, 2 <= min_history <= window")
-        self.max_tokens, self.bin_tokens = max_tokens, bin_tokens
-        self.levels = (np.arange(quantiles) + 0.5) / quantiles
-        self.min_history, self.window, self.order = min_history, window, order
+        if method not in METHODS:
+            raise ConfigError("LengthForecaster", "method", f"unknown method {method!r}", ", ".join(METHODS))
+        if mean_steps != "auto" and not (isinstance(mean_steps, int) and mean_steps >= 1):
+            raise ConfigError("LengthForecaster", "mean_steps", f"{mean_steps!r}", "an integer >= 1 or 'auto'")
+        self.max_tokens, self.bin_tokens, self.method = max_tokens, bin_tokens, method
+        self.levels = np.concatenate(((np.arange(quantiles) + 0.5) / quantiles, ARIMA_LEVELS[-3:]))
+        self.min_history, self.window, self.order, self.mean_steps = min_history, window, order, mean_steps
         self._steps: list[np.ndarray] = []  # sorted lengths of each observed step
 
     @property
@@ -141,86 +174,76 @@ class LengthForecaster:
             raise ConfigError("LengthForecaster", "lengths", "a step with no finished request", "one or more lengths")
         self._steps = (self._steps + [arr])[-self.window:]
 
-    def _hist(self, lengths: np.ndarray) -> LengthHistogram:
-        return LengthHistogram.from_lengths(lengths.astype(int), self.max_tokens, self.bin_tokens)
+    def _hist(self, shares: np.ndarray, n: int) -> LengthHistogram:
+        return LengthHistogram(shares * n, self.bin_tokens)
 
-    def _fallback(self, n: int, reason: str) -> Forecast:
-        if not self._steps:
-            bins = LengthHistogram.bins_for(self.max_tokens, self.bin_tokens)
-            return Forecast(LengthHistogram(np.full(bins, n / bins), self.bin_tokens), f"fallback: {reason}")
-        recent = self._steps[-self.min_history:]
-        mean = sum(self._hist(s).scaled_to(1.0).counts for s in recent) / len(recent)
-        return Forecast(LengthHistogram(mean * n, self.bin_tokens), f"fallback: {reason}")
+    def _mean(self, n: int, k: int, label: str) -> Forecast:
+        return Forecast(self._hist(moving_mean_shares(self._steps, k, self.max_tokens, self.bin_tokens), n), label)
 
     def forecast(self, n_requests: int) -> Forecast:
         """Return the expected histogram of the next step's ``n_requests`` output lengths.
 
+        With no history at all every method returns a uniform histogram (``"fallback: no
+        history"``); pass a prior yourself (:func:`prior_histogram`) if you have a better guess.
+
         Notes
         -----
-        O(Q * fit) for Q quantile series; each ARIMA fit is on at most ``window`` points.
+        ``last`` and ``mean``: O(k * R) for R lengths per step; ``mean`` with ``"auto"`` adds a
+        backtest of O(32 * R); ``arima``: O(Q * fit) for Q quantile series of at most ``window``
+        points (~60 ms for 15 series of 12 points on one core).
         """
+        if not self._steps:
+            bins = LengthHistogram.bins_for(self.max_tokens, self.bin_tokens)
+            return Forecast(LengthHistogram(np.full(bins, n_requests / bins), self.bin_tokens), "fallback: no history")
+        if self.method == "last":
+            return Forecast(self._hist(last_step_shares(self._steps, self.max_tokens, self.bin_tokens), n_requests),
+                            "last")
+        if self.method == "mean":
+            if self.mean_steps == "auto":
+                k = select_mean_steps(self._steps, self.max_tokens, self.bin_tokens)
+                return self._mean(n_requests, k, f"mean, k={min(k, self.history)} by backtest")
+            return self._mean(n_requests, int(self.mean_steps), f"mean, k={min(int(self.mean_steps), self.history)}")
         if self.history < self.min_history:
-            return self._fallback(n_requests, f"history of {self.history} steps < {self.min_history}")
+            return self._mean(n_requests, self.min_history,
+                              f"fallback: history of {self.history} steps < {self.min_history}")
         try:
-            from statsmodels.tsa.arima.model import ARIMA
+            shares, failed = arima_quantile_shares(self._steps, self.order, self.max_tokens, self.bin_tokens,
+                                                   levels=self.levels)
         except ImportError:
-            return self._fallback(n_requests, "statsmodels is not installed")
-        logq = np.log(np.array([np.quantile(s, self.levels) for s in self._steps]))  # steps x Q
-        predicted = np.empty(len(self.levels))
-        failed = 0
-        for k in range(len(self.levels)):
-            series = logq[:, k]
-            if np.ptp(series) < 1e-9:
-                predicted[k] = series[-1]
-                continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # convergence chatter on short series
-                    model = ARIMA(series, order=self.order, trend="t" if self.order[1] == 1 else "c")
-                    # Burg's estimator for the AR part: ~10x faster than the state-space MLE.
-                    fit = model.fit(method="burg" if self.order[2] == 0 else None)
-                    predicted[k] = float(np.asarray(fit.forecast(1))[0])
-            except (np.linalg.LinAlgError, ValueError):
-                failed += 1
-                predicted[k] = series[-1] + (series[-1] - series[0]) / max(1, len(series) - 1)
+            return self._mean(n_requests, self.min_history, "fallback: statsmodels is not installed")
         if failed == len(self.levels):
-            return self._fallback(n_requests, "every ARIMA fit failed")
-        q = np.clip(np.exp(np.maximum.accumulate(predicted)), 1.0, float(self.max_tokens))
-        return Forecast(self._from_quantiles(q, n_requests), "arima" if not failed else f"arima ({failed} drift)")
+            return self._mean(n_requests, self.min_history, "fallback: every ARIMA fit failed")
+        return Forecast(self._hist(shares, n_requests), "arima" if not failed else f"arima ({failed} drift)")
 
-    def _from_quantiles(self, q: np.ndarray, n: int) -> LengthHistogram:
-        """Rebuild per-bin counts from forecast quantiles (piecewise-linear CDF, mass at the cap kept)."""
-        last = self._steps[-1]
-        cap_share = float(np.mean(last >= self.max_tokens))
-        lo = max(1.0, float(last[0]) * q[0] / max(1.0, float(np.quantile(last, self.levels[0]))))
-        xs = np.concatenate(([min(lo, q[0])], q, [float(self.max_tokens)]))
-        ps = np.concatenate(([0.0], self.levels, [1.0]))
-        if cap_share > 0:  # a point mass at the cap: the CDF jumps there
-            ps = np.minimum(ps, 1.0 - cap_share)
-            ps[-1] = 1.0
-            xs[-2] = min(xs[-2], self.max_tokens - 1e-6)
-        xs = np.maximum.accumulate(xs)
-        edges = np.arange(LengthHistogram.bins_for(self.max_tokens, self.bin_tokens) + 1) * self.bin_tokens
-        cdf = np.interp(np.minimum(edges, self.max_tokens), xs, ps, left=0.0, right=1.0)
-        cdf[-1] = 1.0
-        return LengthHistogram(np.diff(cdf) * n, self.bin_tokens)
+
+def prior_histogram(max_tokens: int, n_requests: int, bin_tokens: int = BIN_TOKENS) -> LengthHistogram:
+    """Return a histogram of the Figure 3 shape for a step with no history (never read from a trace).
+
+    It is the distribution ``orchestrl sched trace`` samples from at scale 1 (most responses under
+    7.5K tokens, 12% hard prompts in the tail, mass at the cap), so for synthetic traces drawn at
+    scale 1 it is their generating distribution; for anything else it is only a shape.
+
+    >>> h = prior_histogram(15360, 512)
+    >>> round(h.total), int(h.counts.argmax()) < 12
+    (512, True)
+    """
+    return LengthHistogram(figure3_prior_shares(max_tokens, bin_tokens) * n_requests, bin_tokens)
 
 
 def forecast_errors(predicted: LengthHistogram, actual_lengths: Sequence[int]) -> dict[str, float]:
-    """Relative errors of a forecast against a step's real lengths.
+    """Relative errors of a forecast against a step's real lengths (see :func:`compute_sched.forecast.share_errors`).
 
-    ``bin_l1``: sum of per-bin count errors over the number of requests; ``workload``: error of the
-    total remaining workload (each bin at its upper bound), the quantity the planner optimises.
+    ``workload``: error of the total remaining workload (each bin at its upper bound, what the
+    planner optimises); ``bin_l1``: sum of per-bin count errors over the number of requests;
+    ``p90``, ``p99``: relative error of those percentile lengths; ``w1``: Wasserstein-1 distance
+    over the actual mean length.
 
     >>> h = LengthHistogram.from_lengths([100, 300], max_tokens=512)
     >>> forecast_errors(h, [100, 300])
-    {'bin_l1': 0.0, 'workload': 0.0}
+    {'bin_l1': 0.0, 'workload': 0.0, 'p90': 0.0, 'p99': 0.0, 'w1': 0.0}
     """
-    n = len(actual_lengths)
-    act = LengthHistogram.from_lengths(actual_lengths, int(predicted.upper_bounds[-1]), predicted.bin_tokens)
-    pred = predicted.scaled_to(n)
-    return {"bin_l1": float(np.abs(pred.counts - act.counts).sum() / n),
-            "workload": abs(pred.workload_tokens() - act.workload_tokens()) / act.workload_tokens()}
+    actual = bin_shares(actual_lengths, int(predicted.upper_bounds[-1]), predicted.bin_tokens)
+    return share_errors(predicted.counts, actual, predicted.bin_tokens)
 
 
 class StepWorkload:

@@ -17,7 +17,7 @@ import yaml
 
 from fabric.errors import ConfigError
 
-__all__ = ["Reader", "load_document", "parse_yaml"]
+__all__ = ["Reader", "load_document", "parse_yaml", "json_without_duplicates"]
 
 _MISSING = object()
 
@@ -27,7 +27,29 @@ class _Loader(yaml.SafeLoader):
 
     Sizes in bytes are naturally written ``2.9e10``; PyYAML would load that as a *string* and a
     user would get a confusing type error, so accept it as the number everyone means.
+
+    A key given twice in one mapping is refused: YAML would keep the last one silently, so
+    ``stage: train`` followed by ``stage: gen`` would plan a generation period.
     """
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # merge keys (<<) may legitimately repeat what they merge
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the base constructor reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found key {key!r} twice (first on line {first.line + 1}); give each key once",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_implicit_resolver(
@@ -39,6 +61,16 @@ _Loader.add_implicit_resolver(
                    |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."),
 )
+
+
+def json_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads` that refuses a key given twice in one object."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object; give each key once")
+        out[key] = value
+    return out
 
 
 def parse_yaml(text: str):
@@ -56,15 +88,22 @@ def load_document(path: str | os.PathLike[str]) -> "Reader":
     """
     source = os.fspath(path)
     try:
-        with open(source, "r", encoding="utf-8") as handle:
-            text = handle.read()
+        with open(source, "rb") as handle:
+            raw = handle.read()
     except FileNotFoundError:
         raise ConfigError(source, "<file>", "file does not exist", "a path to a YAML or JSON file") from None
     except OSError as exc:
         raise ConfigError(source, "<file>", f"cannot be read: {exc.strerror}") from None
     try:
-        data = json.loads(text) if source.endswith(".json") else parse_yaml(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ConfigError(source, "<file>", f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} on line {line})",
+                          "save the file as UTF-8") from None
+    try:
+        data = (json.loads(text, object_pairs_hook=json_without_duplicates) if source.endswith(".json")
+                else parse_yaml(text))
+    except (yaml.YAMLError, ValueError) as exc:
         raise ConfigError(source, "<file>", f"is not valid {'JSON' if source.endswith('.json') else 'YAML'}: {exc}") from None
     if not isinstance(data, Mapping):
         raise ConfigError(source, "<top level>", f"expected a mapping, got {type(data).__name__}", "a mapping of fields")

@@ -35,6 +35,7 @@ from fabric.errors import ConfigError
 from fabric.topology import OCS_TECHNOLOGIES, FabricSpec, Topology, spec_from_mapping
 
 __all__ = [
+    "max_clos_gpus",
     "ComponentPrices",
     "PRICES_USD",
     "ComponentCounts",
@@ -224,6 +225,15 @@ def _clos(g: nx.MultiGraph, leaves_down: list[list[object]], radix: int, down_pe
             for c in range(len(down)):  # non-blocking: as many up as down, one per plane-j core
                 g.add_node((tag, "core", j, c), kind="eps", role="core")
                 g.add_edge(agg, (tag, "core", j, c))
+
+
+def max_clos_gpus(radix: int) -> int:
+    """Return the most endpoints a non-blocking 3-tier Clos of ``radix``-port switches connects (k^3/4 for k even).
+
+    >>> max_clos_gpus(64)
+    65536
+    """
+    return radix * (radix // 2) * _leaf_down_ports(radix, 1)
 
 
 def _leaf_down_ports(radix: int, down_per_up: int) -> int:
@@ -474,6 +484,11 @@ def cost_table(gpus: int = 2048, link_gbps: Sequence[int] = (100, 200, 400, 800)
     """
     for s in link_gbps:
         _check_speed(s)
+    _check_gpus(gpus)
+    most = max_clos_gpus(switch_radix)
+    if gpus > most:  # refuse before building anything: the graphs grow with gpus (10**12 would never finish)
+        raise ConfigError("cost model", "gpus", f"{gpus} GPUs exceed what a 3-tier Clos of {switch_radix}-port "
+                          f"switches connects ({most})", f"at most {most} GPUs, or a larger switch_radix")
     topo = Topology(rfabric_spec) if rfabric_spec is not None else None
     counts = {d: count_components(d, gpus, switch_radix=switch_radix, min_clos_tiers=min_clos_tiers, rfabric=topo)
               for d in DESIGNS}

@@ -54,6 +54,9 @@ from fabric.layout import GROUP_NAMES, ParallelLayout, parallel_groups
 from fabric.topology import Topology
 
 __all__ = [
+    "MAX_GPUS",
+    "MAX_NAME_CHARS",
+    "MAX_BYTES_PER_RANK",
     "STAGES",
     "GROUPED_PRIMITIVES",
     "BIPARTITE_PRIMITIVES",
@@ -329,6 +332,11 @@ class Intent:
 # -- loading ---------------------------------------------------------------------------------
 
 
+MAX_BYTES_PER_RANK = 1e18  # one exabyte per rank and period: past any model (1e300 would only overflow the demand sums)
+MAX_NAME_CHARS = 256  # a job or period name: it is logged, journalled and shown in every decision
+MAX_GPUS = 1 << 22  # GPU indices a set may name without a topology to bound it (4 Mi: far past any cluster)
+
+
 def parse_gpu_set(value: Any, source: str, path: str, topology: Topology | None = None) -> tuple[int, ...]:
     """Return the GPU indices a YAML GPU set names, in the order written.
 
@@ -356,6 +364,9 @@ def parse_gpu_set(value: Any, source: str, path: str, topology: Topology | None 
     (0, 1, 2, 3, 8)
     """
     allowed = 'a list of GPU indices, or a string like "0-31" or "0-7,16-23"'
+    limit = topology.gpu_count if topology is not None else MAX_GPUS
+    bound = f"fabric {topology.name!r} (0..{limit - 1})" if topology is not None else f"0..{MAX_GPUS - 1}"
+    within = f"0..{limit - 1}"
     out: list[int] = []
     if isinstance(value, bool):
         raise ConfigError(source, path, f"expected GPU indices, got {value!r}", allowed)
@@ -372,6 +383,9 @@ def parse_gpu_set(value: Any, source: str, path: str, topology: Topology | None 
                 raise ConfigError(source, path, f"cannot read {part!r} in {value!r}", allowed) from None
             if last < first:
                 raise ConfigError(source, path, f"range {part!r} runs backwards", "a-b with a <= b")
+            # bound the range before expanding it: "0-99999999999" must not allocate a list of 10^11 ints
+            if first < 0 or last >= limit or len(out) + last - first + 1 > limit:
+                raise ConfigError(source, path, f"range {part!r} names GPUs outside {bound}", f"GPU indices {within}")
             out.extend(range(first, last + 1))
     elif isinstance(value, list):
         for i, v in enumerate(value):
@@ -436,10 +450,14 @@ _FIELDS_BY_PRIMITIVE = {
 def _intent_from_reader(r: Reader, topology: Topology) -> Intent:
     r.reject_unknown({"job", "stage", "period", "template", "layout", "collectives"})
     job = r.str("job")
-    if not job:
-        raise r.error("job", "is empty", "the job's name")
+    if not job.strip() or len(job) > MAX_NAME_CHARS:
+        raise r.error("job", "is empty" if not job.strip() else f"is {len(job)} characters long",
+                      f"the job's name, 1..{MAX_NAME_CHARS} characters")
     stage = r.str("stage", choices=STAGES)
     period = r.str("period", default=stage)
+    if not period.strip() or len(period) > MAX_NAME_CHARS:
+        raise r.error("period", "is empty" if not period.strip() else f"is {len(period)} characters long",
+                      f"a name of 1..{MAX_NAME_CHARS} characters")
     template = r.str("template") if r.raw("template", None) is not None else None
     groups_by_kind = _layout_groups(r, topology) if r.raw("layout", None) is not None else None
     items = r.sections("collectives")
@@ -512,8 +530,8 @@ def _bytes(c: Reader, key: str) -> float:
             value = float(value.strip())
         except ValueError:
             raise c.error(key, f"expected a number of bytes, got {value!r}", "a number >= 0, e.g. 2.0e9") from None
-        return Reader({key: value}, c.source, c.path).float(key, minimum=0.0)
-    return c.float(key, minimum=0.0)
+        return Reader({key: value}, c.source, c.path).float(key, minimum=0.0, maximum=MAX_BYTES_PER_RANK)
+    return c.float(key, minimum=0.0, maximum=MAX_BYTES_PER_RANK)
 
 
 def _build(c: Reader, blame: str, cls: type, primitive: str, **kwargs: Any) -> Collective:

@@ -1,7 +1,7 @@
 """A circuit plan's data types: cross-connects, circuits, the plan of a period, and the diff of two plans.
 
 These are plain frozen dataclasses shared by planning (:mod:`fabric.plan`), the journal
-(:mod:`fabric.store`) and the device layer; :mod:`fabric.plan` re-exports them.
+(:mod:`fabric.runtime.store`) and the device layer; :mod:`fabric.plan` re-exports them.
 """
 
 from __future__ import annotations

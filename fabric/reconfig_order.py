@@ -377,15 +377,35 @@ def _explain(r: LinkCircuit, down: int, unavoidable: bool, steps: list[ReconfigS
     return Outage(r.pair, r, down, up, unavoidable, reason)
 
 
+def _relabelled_boundary(was: LinkCircuit, now: LinkCircuit) -> bool:
+    """Whether two labellings of one cross-connect differ only in the far PoD of a boundary uplink end.
+
+    A ToR end is wired to its ports and cannot change; a boundary uplink end (``podX/up:podY``) is
+    named after the PoD its OCS-Core circuit reaches, which the Core plan may re-point.
+    """
+    def owner(end: str) -> str:
+        return end.split("/up:", 1)[0] + "/up" if "/up:" in end else end
+
+    return ((owner(was.a_endpoint), owner(was.b_endpoint)) == (owner(now.a_endpoint), owner(now.b_endpoint))
+            and any("/up:" in e for e in (now.a_endpoint, now.b_endpoint)))
+
+
 def order_plan_change(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrder:
     """Return the non-blocking order for replacing plan ``old`` (or nothing) by ``new``.
 
     The result touches exactly the cross-connects of :func:`fabric.plan.diff_plans`.
 
+    A cross-connect both plans hold is kept even when the plans name its ends differently: an
+    OCS-Agg lift/drop circuit onto a boundary fibre is labelled with the PoD its OCS-Core circuit
+    reaches (``podX/up:podY``), so when only the Core plan re-points that fibre the Agg
+    cross-connect stays as it is and the order must not tear it down. The old circuit is ordered
+    under its new ends.
+
     Raises
     ------
     ValueError
-        If a cross-connect kept by the diff claims different endpoints in the two plans.
+        If a cross-connect both plans hold joins different switch ends in them (other than a
+        re-pointed boundary uplink): a port is wired to one ToR, so the plans contradict each other.
 
     Examples
     --------
@@ -395,8 +415,14 @@ def order_plan_change(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrde
     >>> [s.action for s in order_plan_change(a, b).steps], order_plan_change(a, b).outages[0].pair
     (['remove', 'add'], ('x', 'y'))
     """
-    before = [LinkCircuit.from_circuit(c) for c in old.circuits] if old else []
-    order = order_reconfiguration(before, [LinkCircuit.from_circuit(c) for c in new.circuits])
+    after = [LinkCircuit.from_circuit(c) for c in new.circuits]
+    same_xc = {c.xc: c for c in after}
+    before = []
+    for c in (old.circuits if old else ()):
+        now = same_xc.get(c.xc)
+        before.append(now if now is not None and _relabelled_boundary(LinkCircuit.from_circuit(c), now)
+                      else LinkCircuit.from_circuit(c))
+    order = order_reconfiguration(before, after)
     diff = diff_plans(old, new)
     removed = {c.xc for s in order.steps if s.action == "remove" for c in s.circuits}
     added = {c.xc for s in order.steps if s.action == "add" for c in s.circuits}

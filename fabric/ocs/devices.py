@@ -95,6 +95,7 @@ def _from_reader(r: Reader) -> dict[str, DeviceConfig]:
         if not isinstance(name, str) or not name:
             raise devices.error(str(name), "device names must be non-empty strings", "e.g. core0, pod0/agg0")
         out[name] = _device(name, devices.section(name), defaults)
+    _check_unique_addresses(out, r.source)
     return out
 
 
@@ -126,12 +127,29 @@ def devices_from_mapping(data: Mapping[str, Any], source: str = "<mapping>") -> 
     return _from_reader(Reader(data, source))
 
 
+def _check_unique_addresses(devices: Mapping[str, DeviceConfig], source: str) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for name, cfg in devices.items():
+        key = (cfg.host.strip().lower(), cfg.port)
+        if key in seen:
+            raise ConfigError(source, f"devices.{name}.port", f"{cfg.host}:{cfg.port} is also the address of device "
+                                                              f"{seen[key]!r}", "one host:port per switch")
+        seen[key] = name
+
+
 def check_devices(devices: Mapping[str, DeviceConfig], topology: Any, source: str) -> None:
     """Refuse a device file that does not cover ``topology`` (a :class:`fabric.topology.Topology`).
 
     Every topology device must be present, have at least its radix of ports per side, and use the
-    topology's switching technology.
+    topology's switching technology; a device the topology does not have is refused (a typo would
+    otherwise leave a real switch unmanaged), and so are two devices at one ``host:port`` (one
+    switch would be driven as two, each undoing the other's circuits).
     """
+    unknown = sorted(set(devices) - set(topology.devices))
+    if unknown:
+        raise ConfigError(source, f"devices.{unknown[0]}", f"is not a device of topology {topology.name!r}",
+                          f"remove it or fix its name (the topology has {', '.join(list(topology.devices)[:6])})")
+    _check_unique_addresses(devices, source)
     for dev in topology.devices.values():
         if dev.id not in devices:
             missing = [d for d in topology.devices if d not in devices]

@@ -45,7 +45,7 @@ class CacheEntry:
 
 
 class TemplateCache:
-    """In-memory cache of :class:`CacheEntry` with hit/miss counters (persisted by fabric.store)."""
+    """In-memory cache of :class:`CacheEntry` with hit/miss counters (persisted by fabric.runtime.store)."""
 
     def __init__(self, entries: Iterable[CacheEntry] = ()) -> None:
         self._entries = {e.signature: e for e in entries}

@@ -76,3 +76,54 @@ def test_events_and_intents_reach_the_proxy_in_order_and_decisions_come_back(lab
     s = agent.stats()
     assert s.sent_events == 14 and s.sent_intents == 1 and s.dropped_full == s.dropped_unsent == 0
     assert Api(lab.proxy.url, job["token"]).call("GET", "/v1/plan")[1]["jobs"]["rl"]["circuits"] > 0
+
+
+def test_a_job_clock_stepped_back_an_hour_still_gets_its_reconfiguration(lab, operator):
+    status, job = operator.call("POST", "/v1/jobs", {"job": "rl", "gpus": "0-31"})
+    seen: list[dict] = []
+    agent = HostAgent(lab.proxy.url, job["token"], job="rl", on_decision=seen.append)
+    t = 10_000.0
+    for _ in range(2):  # two windows on the job's clock ...
+        agent.collective_start("ep", "train", "all-to-all", t_s=t)
+        agent.collective_end("ep", "train", "all-to-all", t_s=t + 0.003)
+        t += 0.05
+    assert agent.flush(timeout_s=30.0)
+    t -= 3600.0  # ... then NTP steps the clock back an hour
+    agent.announce(intent("train-fwd-bwd.yaml", job="rl"), t_s=t)
+    for _ in range(6):
+        agent.collective_start("ep", "train", "all-to-all", t_s=t)
+        agent.collective_end("ep", "train", "all-to-all", t_s=t + 0.003)
+        t += 0.05
+    assert agent.flush(timeout_s=30.0)
+    agent.close()
+    assert [d["decision"] for d in seen][-1] == "commit", seen  # the events after the step counted
+    assert agent.stats().errors == 0
+
+
+def test_flush_does_not_wait_for_a_proxy_that_is_down():
+    agent = HostAgent(f"http://127.0.0.1:{_free_port()}", "t", job="j", timeout_s=5.0)
+    agent.collective_start("tp0", "train", "all-reduce")
+    started = time.perf_counter()
+    agent.flush(timeout_s=5.0)  # the first send fails (refused): its event is dropped and counted
+    first = time.perf_counter() - started
+    worst = 0.0
+    for _ in range(5):  # the sender now backs off; the trainer keeps reporting and flushing
+        agent.collective_end("tp0", "train", "all-reduce")
+        started = time.perf_counter()
+        assert agent.flush(timeout_s=5.0) is False  # not delivered, and said so at once
+        worst = max(worst, time.perf_counter() - started)
+    agent.close(timeout_s=1.0)
+    # a refused connection is known within a round trip; the old flush waited out the back-off or its timeout
+    assert first < 2.0 and worst < 0.5, (first, worst)
+    assert agent.stats().errors >= 1
+
+
+def test_events_carry_the_senders_sequence_numbers_in_order():
+    agent = HostAgent(f"http://127.0.0.1:{_free_port()}", "t", job="j", timeout_s=0.2)
+    for _ in range(3):
+        agent.collective_start("tp0", "train", "all-reduce")
+    queued = [item for kind, item in list(agent._queue) if kind == "event"]
+    agent.close(timeout_s=1.0)
+    if queued:  # (the sender may already have taken them)
+        assert [e["seq"] for e in queued] == sorted(e["seq"] for e in queued)
+        assert len({e["source"] for e in queued}) == 1

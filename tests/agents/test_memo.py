@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents.memo import IdentityMemo, IntentMemo, PlanMemo
+from agents.service.memo import IdentityMemo, IntentMemo, PlanMemo
 from fabric.controller import MaterializeResult
 from fabric.errors import ConfigError
 from fabric.topology import FabricSpec, Topology

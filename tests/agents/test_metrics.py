@@ -1,10 +1,10 @@
-"""The Prometheus registry behind /metrics: label checks a caller notices."""
+"""The Prometheus registry behind /metrics (prometheus_client): label checks a caller notices."""
 
 from __future__ import annotations
 
 import pytest
 
-from agents.metrics import MetricsRegistry
+from agents.service.metrics import MetricsRegistry
 
 
 def test_samples_are_keyed_by_their_labels_and_rendered_per_label_set():
@@ -15,8 +15,9 @@ def test_samples_are_keyed_by_their_labels_and_rendered_per_label_set():
     m.inc("commits_total", scope="job/b", outcome="defer")
     assert m.value("commits_total", scope="job/a", outcome="commit") == 3
     page = m.render()
-    assert 'commits_total{scope="job/a",outcome="commit"} 3' in page
-    assert 'commits_total{scope="job/b",outcome="defer"} 1' in page
+    # prometheus_client writes label pairs in name order
+    assert 'commits_total{outcome="commit",scope="job/a"} 3.0' in page
+    assert 'commits_total{outcome="defer",scope="job/b"} 1.0' in page
 
 
 @pytest.mark.parametrize("labels", [{"scope": "a"}, {"scope": "a", "outcome": "x", "extra": "y"},

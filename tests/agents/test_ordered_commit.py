@@ -4,7 +4,7 @@ from collections import Counter
 
 from hypothesis import given, settings
 
-from agents.ordered_commit import plan_change
+from agents.service.ordered_commit import plan_change
 from fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
 from tests.fabric.test_safe_window import plan_pairs
 

@@ -141,3 +141,32 @@ def test_serve_refuses_a_bad_listen_address():
                           "--devices", "nowhere.yaml", "--listen", "localhost"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and "--listen" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_proxy_serves_https_with_uvicorns_tls_options(tmp_path):
+    import shutil
+    import ssl
+
+    import httpx
+    import pytest
+
+    from agents.lab import EmulatedFabric
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    with EmulatedFabric(TOPOLOGY_64, tmp_path / "lab", profile="test") as lab:
+        lab.start_switches()
+        proxy = lab.start_proxy("--tls-cert", str(cert), "--tls-key", str(key))
+        assert proxy.url.startswith("https://")
+        r = httpx.get(proxy.url + "/healthz", verify=ssl.create_default_context(cafile=str(cert)), timeout=10)
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        with pytest.raises(httpx.HTTPError):  # plain HTTP on the TLS port gets no answer
+            httpx.get(proxy.url.replace("https://", "http://") + "/healthz", timeout=5)
+    out = subprocess.run([sys.executable, "-m", "agents.cli", "proxy", "serve", "--topology", str(TOPOLOGY_64),
+                          "--devices", "d.yaml", "--tls-cert", str(cert)], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "--tls-key" in out.stderr and "Traceback" not in out.stderr

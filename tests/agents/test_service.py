@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from agents.jobs import JobRegistry
-from agents.service import ControlService, scope_of
+from agents.service.jobs import JobRegistry
+from agents.service.core import ControlService, scope_of
 from fabric.plan import CrossConnect
 from fabric.reconfig_order import order_plan_change
-from fabric.store import FabricStore
+from fabric.runtime.store import FabricStore
 from fabric.topology import FabricSpec, Topology, load_topology
 from tests.agents.conftest import TOPOLOGY_64
 from tests.fabric.fakes import FakeOcsDevice, expected_tables
@@ -112,7 +112,7 @@ def test_a_window_must_cover_the_slowest_device_of_each_step_not_the_sum_of_all_
 
 
 def test_switching_time_is_per_add_step_the_slowest_device_of_that_step():
-    from agents.ordered_commit import plan_change
+    from agents.service.ordered_commit import plan_change
     from fabric.plan import Circuit, CircuitPlan
 
     def plan(*xcs):
@@ -157,7 +157,7 @@ def expected_tables_for(xc: CrossConnect, devices: dict[str, FakeOcsDevice]) -> 
 
 
 def test_bad_events_refuse_the_whole_batch_and_out_of_order_events_are_listed():
-    from agents.service_checks import Unprocessable
+    from agents.service.checks import Unprocessable
 
     service, _ = _service(load_topology(TOPOLOGY_64))
     service.register_job("rl", "0-31")

@@ -62,3 +62,21 @@ def test_batch_limit_caps_b_cap():
 def test_unknown_rate_basis_is_refused():
     with pytest.raises(ConfigError, match="rate_basis"):
         load_index(_worker(0, 1, 1000, 10.0), rate_basis="per-gpu")
+
+
+def test_a_request_placed_recently_is_not_moved_again():
+    """With recompute-only migration each move re-prefills the whole context: the hysteresis keeps a running
+    request where it was placed for ``moved_cooldown_s``; waiting requests (no KV) may still move."""
+    from compute_sched.balancer import plan_migrations
+    from compute_sched.engine import ClusterSnapshot
+
+    hot = _worker(0, 96, 96 * 1000, 2000.0)
+    cold = _worker(1, 8, 8 * 1000, 2000.0)
+    snap = ClusterSnapshot(100.0, homogeneous(TP2, 4), (hot, cold), 0)
+    moves = plan_migrations(snap, BalancerConfig())
+    assert moves and all(m.src == 0 and m.dst == 1 for m in moves)
+    recent = {m.request_id: 90.0 for m in moves}
+    again = plan_migrations(snap, BalancerConfig(), recent)
+    assert not {m.request_id for m in again} & set(recent)  # none of them moves within the cooldown
+    later = plan_migrations(snap, BalancerConfig(moved_cooldown_s=5.0), recent)
+    assert {m.request_id for m in later} & set(recent)  # past the cooldown they may move again

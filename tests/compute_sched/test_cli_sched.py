@@ -42,3 +42,23 @@ def test_bad_input_is_one_line_with_exit_2(tmp_path):
     assert out.returncode == 2 and "Qwen9" in out.stderr and "Traceback" not in out.stderr
     specs = run("specs")
     assert "Qwen3-235B-A22B" in specs.stdout and "H20" in specs.stdout
+
+
+def test_replay_says_what_it_forecast_from_and_never_uses_the_trace_unasked(tmp_path):
+    trace, prev = tmp_path / "t.json", tmp_path / "prev.json"
+    for path, seed in ((trace, 1), (prev, 2)):
+        assert run("trace", "--prompts", "8", "--k", "8", "--max-tokens", "4096", "--seed", str(seed),
+                   "--out", str(path)).returncode == 0
+    base = ("replay", "--model", "Qwen2.5-14B", "--gpus", "8", "--trace", str(trace), "--policy", "static-tp:4")
+    plain = run(*base)
+    assert plain.returncode == 0, plain.stderr
+    assert "forecast: prior: bundled Figure 3 shape, not read from this trace" in plain.stdout
+    assert "--history" in plain.stdout  # the label says how to get a real forecast
+    oracle = run(*base, "--forecast", "oracle", "--json")
+    assert "clairvoyant" in json.loads(oracle.stdout)[0]["forecast"]
+    hist = run(*base, "--history", str(prev), "--json")
+    assert json.loads(hist.stdout)[0]["forecast"] == "mean, k=1 by backtest, from 1 earlier step(s) in --history"
+    for extra, says in ((("--forecast", "arima"), "--history FILE.json"),
+                        (("--forecast", "oracle", "--history", str(prev)), "drop --history")):
+        bad = run(*base, *extra)
+        assert bad.returncode == 2 and says in bad.stderr and "Traceback" not in bad.stderr

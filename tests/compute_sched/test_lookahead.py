@@ -61,16 +61,25 @@ def test_planner_keeps_small_tp_in_the_early_phase_and_forecasts_the_tail_hand_o
 
 def test_replay_runs_small_tp_early_and_large_tp_in_the_tail():
     """Figure 11's shape on a Figure 3 trace, what-if KV transfer: small-TP instances first, TP=8 for the tail."""
-    res = replay(FIG3, PM, 8, "orchestrl", options=ReplayOptions(capabilities=WHAT_IF))
+    res = replay(FIG3, PM, 8, "orchestrl", options=ReplayOptions(capabilities=WHAT_IF, initial_tp=2))
     events = res.report.reconfigurations
     assert events and events[0].time_s > 0  # the step starts on 4x tp2 and keeps it for the early phase
     assert events[-1].to_layout == "1x tp8"
     assert len(res.report.finished) == len(FIG3.requests)
     blind = replay(FIG3, PM, 8, "orchestrl", options=ReplayOptions(
-        capabilities=WHAT_IF, scheduler=SchedulerConfig(planner=PlannerConfig(lookahead=False))))
+        capabilities=WHAT_IF, initial_tp=2, scheduler=SchedulerConfig(planner=PlannerConfig(lookahead=False))))
     assert blind.report.reconfigurations[0].time_s == 0  # without the horizon it leaves TP=2 at once
     assert res.makespan_s <= blind.makespan_s
     assert res.makespan_s < replay(FIG3, PM, 8, "verl-to").makespan_s
+
+
+def test_first_change_of_a_step_may_shrink_instances_later_ones_only_grow():
+    """From veRL-TO's tuned layout the planner may go to smaller instances once, at the start; never back later."""
+    res = replay(FIG3, PM, 8, "orchestrl", options=ReplayOptions(capabilities=WHAT_IF, initial_tp=4))
+    switches = [e for e in res.report.reconfigurations if e.from_layout != e.to_layout]
+    sizes = [max(int(part.split("tp")[1]) for part in e.to_layout.split(" + ")) for e in switches]
+    assert switches and switches[0].to_layout == "4x tp2"  # the early phase on TP=2 (TP=2 beats TP=4 early, §2.1)
+    assert sizes[1:] == sorted(sizes[1:]) and all(s > 2 for s in sizes[1:])  # afterwards only towards larger TP
 
 
 def test_replay_by_default_migrates_only_by_recompute_as_vllm_can():

@@ -123,3 +123,40 @@ def test_generation_intent_is_accepted_by_the_fabric_controller():
     with pytest.raises(ConfigError, match="global_gpus"):
         generation_intent(layout, moe, job="gen", global_gpus=range(8), batch_per_instance=1, context_tokens=1,
                           period_s=1.0)
+
+
+def test_planner_never_screens_out_a_lone_straggler():
+    """One long request among many short ones: spread evenly, its 1/n share falls under tail_mass, yet some
+    instance must run it to the end; the homogeneous score must still carry its time."""
+    from compute_sched.estimate import build_classes, instance_time_s, lone_times_s
+
+    reqs = [RequestState(f"s{i}", 300, 100, 15360) for i in range(63)] + [RequestState("long", 300, 9000, 15360)]
+    w = StepWorkload(LengthHistogram.from_lengths([1500] * 600 + [14000] * 6, 15360))
+    table = build_classes(reqs, w)
+    even = instance_time_s(PM, TP2, table, table.counts / 8)
+    lone = lone_times_s(PM, TP2, table)[table.class_of()["long"]]
+    assert lone > 2 * even  # the old even-share score dropped the straggler: it looked like a short step
+    from compute_sched.lookahead import best_continuation
+
+    cont = best_continuation(PM, CostModel(PM), table, TP2, [TP8], 16)
+    assert cont.one_phase_s >= lone  # the layout's score carries the straggler (it was `even` before)
+    assert cont.expected_s >= lone_times_s(PM, TP8, table)[table.class_of()["long"]]  # and so does a hand-over
+
+
+def test_planner_can_rehome_requests_without_changing_the_layout():
+    """Every long-progress request on one of two instances: the plan keeps the layout and moves requests."""
+    reqs = [GenerationRequest(f"l{i}", 300, 15360, generated_tokens=6000) for i in range(24)]
+    reqs += [GenerationRequest(f"s{i}", 300, 15360, generated_tokens=50) for i in range(24)]
+    lengths = {q.request_id: 12000 if q.request_id.startswith("l") else 1200 for q in reqs}
+    engine = SimEngine(PM, homogeneous(TP2, 4), lengths)
+    engine.add_requests(reqs[:24], 0)  # all the long ones (waiting: they hold no KV yet, moving them is free)
+    engine.add_requests(reqs[24:], 1)
+    w = StepWorkload(LengthHistogram.from_lengths([1200] * 200 + [12000] * 200, 15360))
+    plan = plan_layout(engine.snapshot(), PM, CostModel(PM), w, PlannerConfig(margin_s=0.5), first_change=True)
+    assert plan.reconfigure and plan.predicted_s < plan.current_s
+    if plan.layout == engine.snapshot().layout:  # a re-homing, not a switch: the long ones are split
+        on0 = sum(1 for r, k in plan.placement.items() if r.startswith("l") and k == 0)
+        assert 0 < on0 < 24
+    without = plan_layout(engine.snapshot(), PM, CostModel(PM), w,
+                          PlannerConfig(margin_s=0.5, reassign=False), first_change=True)
+    assert without.predicted_s >= plan.predicted_s  # the re-homing candidate can only help the objective

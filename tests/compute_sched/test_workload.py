@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
-from compute_sched.traces import drifting_steps, heavy_tailed_trace, load_trace, save_trace
-from compute_sched.workload import LengthForecaster, LengthHistogram, StepWorkload, forecast_errors
+from compute_sched.traces import heavy_tailed_trace, load_trace, save_trace
+from compute_sched.workload import LengthForecaster, LengthHistogram, StepWorkload
 from fabric.errors import ConfigError
 
 
@@ -26,22 +25,6 @@ def test_step_workload_is_emptied_as_requests_finish():
     w.observe_finished(900)
     probs, rem = w.conditional(600)  # nothing left above 600: conservative, run to the cap
     assert probs.tolist() == [1.0] and rem.tolist() == [424]
-
-
-def test_arima_forecast_tracks_drift_better_than_the_fallback():
-    steps = drifting_steps(14, 2048, 25600, seed=3)
-    arima, naive = LengthForecaster(25600), LengthForecaster(25600, min_history=20, window=20)
-    errs = {"arima": [], "naive": []}
-    for s in range(len(steps) - 1):
-        arima.observe_step(steps[s])
-        naive.observe_step(steps[s])
-        if s >= 8:
-            fa, fn = arima.forecast(len(steps[s + 1])), naive.forecast(len(steps[s + 1]))
-            assert fa.method.startswith("arima") and fn.method.startswith("fallback")
-            errs["arima"].append(forecast_errors(fa.histogram, steps[s + 1])["workload"])
-            errs["naive"].append(forecast_errors(fn.histogram, steps[s + 1])["workload"])
-    assert np.mean(errs["arima"]) < 0.098  # the paper's bound on relative error
-    assert np.mean(errs["arima"]) < np.mean(errs["naive"])
 
 
 def test_forecast_without_history_falls_back_and_sums_to_the_batch():

@@ -17,7 +17,7 @@ from fabric.ocs.errors import OcsConnectionError
 from fabric.ocs.model import (NOT_EXECUTED, BulkResult, PortState, PortStatus, SwitchState, XcStatus,
                               duplex_to_cross_connects)
 from fabric.plan import CircuitPlan
-from fabric.store import FabricStore
+from fabric.runtime.store import FabricStore
 
 
 class SimulatedCrash(BaseException):

@@ -113,3 +113,23 @@ def test_2048_gpu_example_plans_every_period_within_budgets():
             per_port[r] = per_port.get(r, 0) + 1
     assert max(per_port.values()) == 1  # each port in at most one circuit
     assert sum(c.tier == "core" for c in result.plan.circuits) > 0
+
+
+def test_core_circuits_beyond_the_bottleneck_are_cut_so_lift_drop_does_not_starve_tor_pairs():
+    """Algorithm 3 spends spare Core ports on pairs far faster than the bottleneck; each such circuit would take
+    a lift/drop circuit from ToR-to-ToR traffic in both PoDs, so the controller keeps only what the bottleneck
+    needs (found in RLSim: a tiny cross-PoD pipeline transfer beside an all-to-all halved the all-to-all)."""
+    from fabric.allocator import AllocationProblem, allocate
+    from fabric.controller import _trim_core_to_bottleneck
+
+    # PoD 0-1 carry a large transfer but pod0 has 4 boundary ports; 2-3 a tiny one with 8 ports each
+    problem = AllocationProblem(200e9, {"p0": 4, "p1": 8, "p2": 8, "p3": 8},
+                                {("p0", "p1"): 64e9, ("p2", "p3"): 0.02e9})
+    alloc = allocate(problem)
+    assert alloc.circuits[("p2", "p3")] == 8  # as written, the greedy fills every spare port
+    cut = _trim_core_to_bottleneck(problem, alloc)
+    assert cut[("p0", "p1")] == alloc.circuits[("p0", "p1")] == 4
+    assert cut[("p2", "p3")] == 1  # one circuit already moves 0.02 GB far faster than the bottleneck pair
+    worst = max(max(problem.demand.get((a, b), 0), problem.demand.get((b, a), 0)) * 8 / (n * 200e9)
+                for (a, b), n in cut.items())
+    assert worst == alloc.max_pair_time_s  # the period's bottleneck is unchanged

@@ -228,3 +228,24 @@ def test_signature_is_invariant_under_relabelling_gpus_and_scaling_bytes(perm, s
         return Intent("gen", "j", "p", (c,))
 
     assert build(lambda g: g, 1.0).signature() == build(lambda g: perm[g], scale).signature()
+
+
+def test_an_empty_or_huge_job_name_and_astronomical_bytes_are_refused_naming_the_field():
+    import pytest as _pytest
+
+    from fabric.errors import ConfigError
+    from fabric.intent import intent_from_mapping
+    from fabric.topology import load_topology
+    from pathlib import Path
+
+    topo = load_topology(Path(__file__).resolve().parents[2] / "examples" / "topology-64gpu-h800.yaml")
+    base = {"stage": "train", "collectives": [{"primitive": "all-reduce", "groups": [[0, 1]], "bytes_per_rank": 1e9}]}
+    for job, why in (("", "is empty"), ("j" * 100_000, "100000 characters")):
+        with _pytest.raises(ConfigError, match=why):
+            intent_from_mapping({**base, "job": job}, "i.yaml", topo)
+    with _pytest.raises(ConfigError, match="bytes_per_rank"):
+        intent_from_mapping({**base, "job": "j", "collectives": [{"primitive": "all-reduce", "groups": [[0, 1]],
+                                                                  "bytes_per_rank": 1e300}]}, "i.yaml", topo)
+    with _pytest.raises(ConfigError, match="outside fabric"):
+        intent_from_mapping({**base, "job": "j", "collectives": [{"primitive": "all-reduce", "groups": ["0-30000000"],
+                                                                  "bytes_per_rank": 1e9}]}, "i.yaml", topo)

@@ -9,9 +9,9 @@ from fabric.controller import FabricController
 from fabric.intent import load_intent
 from fabric.ocs.model import PortState
 from fabric.plan import Circuit, CircuitPlan, CrossConnect, validate_plan
-from fabric.commit import CommitError, CommitInFlightError, JournaledCommitter, apply_plan_diff
-from fabric.reconcile import device_changes, reconcile, replan_after_failures, restore_controller
-from fabric.store import FabricStore
+from fabric.runtime.commit import CommitError, CommitInFlightError, JournaledCommitter, apply_plan_diff
+from fabric.runtime.reconcile import device_changes, reconcile, replan_after_failures, restore_controller
+from fabric.runtime.store import FabricStore
 from fabric.topology import load_topology
 from tests.fabric.fakes import (Crasher, CrashingStore, FakeOcsDevice, SimulatedCrash, SplitFakeOcsDevice,
                                 expected_tables, tables)

@@ -32,3 +32,22 @@ def test_every_add_step_but_the_last_makes_a_circuit_of_a_protected_pair(case):
     adds = [s for s in order.steps if s.action == "add"]
     protected = set(order.protected)
     assert all(any(c.pair in protected for c in s.circuits) for s in adds[:-1])
+
+
+def test_a_kept_cross_connect_relabelled_to_another_far_pod_is_not_torn_down():
+    """An Agg lift/drop circuit's label names the PoD its Core circuit reaches: when only that changes, the
+    physical cross-connect stays up (it used to raise ValueError and crash a 2,048-GPU plan change)."""
+    from fabric.plan import Circuit, CircuitPlan, CrossConnect
+    from fabric.reconfig_order import order_plan_change
+
+    xc = CrossConnect("agg-pod0", 3, 40)
+    keep = Circuit("agg", 0, "pod0/tor1", "pod0/up:pod1", xc)
+    moved = Circuit("agg", 0, "pod0/tor1", "pod0/up:pod2", xc)  # same ports, far PoD re-pointed by the Core plan
+    other_old = Circuit("agg", 0, "pod0/tor2", "pod0/tor3", CrossConnect("agg-pod0", 5, 6))
+    other_new = Circuit("agg", 0, "pod0/tor2", "pod0/tor3", CrossConnect("agg-pod0", 5, 7))
+    old = CircuitPlan("f", "train", "s", 1e9, (keep, other_old))
+    new = CircuitPlan("f", "train-dp", "s", 1e9, (moved, other_new))
+    order = order_plan_change(old, new)
+    touched = {c.xc for step in order.steps for c in step.circuits}
+    assert xc not in touched
+    assert touched == {CrossConnect("agg-pod0", 5, 6), CrossConnect("agg-pod0", 5, 7)}

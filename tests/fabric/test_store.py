@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fabric.plan import Circuit, CircuitPlan, CrossConnect
-from fabric.store import (SCHEMA_VERSION, FabricStore, StoreCorruptError, StoreError, StoreVersionError,
+from fabric.runtime.store import (SCHEMA_VERSION, FabricStore, StoreCorruptError, StoreError, StoreVersionError,
                           default_store_path)
-from fabric.store_checkpoint import SAFETY_FRAMES
+from fabric.runtime.store_checkpoint import SAFETY_FRAMES
 from fabric.templates.cache import TemplateCache
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,7 +77,7 @@ def test_commit_retention_keeps_last_committed_and_unfinished():
 
 
 def test_a_chain_of_steps_closes_one_and_opens_the_next_in_one_write(tmp_path):
-    from fabric.store import DeviceStep
+    from fabric.runtime.store import DeviceStep
 
     first, second, third = _plan(("agg0", 1, 2)), _plan(("agg0", 1, 2), ("agg0", 3, 4)), _plan(("agg0", 3, 4))
     add = DeviceStep("agg0", "add", ((3, 12), (4, 11)), ((3, 12), (4, 11)), "ok")
@@ -246,7 +246,7 @@ def test_unwritable_location_is_a_store_error(tmp_path):
 _WRITER = textwrap.dedent("""
     import os, sys, threading
     from fabric.plan import Circuit, CircuitPlan, CrossConnect
-    from fabric.store import FabricStore
+    from fabric.runtime.store import FabricStore
 
     path, mode = sys.argv[1], sys.argv[2]
     store = FabricStore(path, commit_retention=10**6)  # keep every record, so each can be checked

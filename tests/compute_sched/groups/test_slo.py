@@ -20,7 +20,7 @@ from compute_sched.groups.perf import draws_for
 from compute_sched.groups.replay import MISS_OVER_PLAN, MISS_UNEVEN, replay
 from compute_sched.groups.scenario import ReplaySetup, run_replay
 from compute_sched.groups.slo import RealisedSloCheck
-from compute_sched.groups.workload import ResponseModel, synthesize_jobs
+from compute_sched.groups.workload import ResponseModel
 from fabric.errors import ConfigError
 
 CFG = GroupConfig()

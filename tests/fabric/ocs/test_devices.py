@@ -63,10 +63,10 @@ def test_a_topology_device_missing_or_mismatched_is_refused(tmp_path):
     path = _write(tmp_path, {"devices": {"core0": GOOD}})
     with pytest.raises(ConfigError, match=r"no entry for device 'pod0/agg0'.*add entries for pod0/agg0, pod1/agg0"):
         load_devices(path, topo)
-    small = {name: {**GOOD, "ports": 128, "profile": "rotor"} for name in topo.devices}
+    small = {name: {**GOOD, "port": 3082 + i, "ports": 128, "profile": "rotor"} for i, name in enumerate(topo.devices)}
     with pytest.raises(ConfigError, match=r"'devices.core0.ports'.*fewer than the topology's radix 320"):
         load_devices(_write(tmp_path, {"devices": small}), topo)
-    other = {name: {**GOOD, "profile": "piezo"} for name in topo.devices}
+    other = {name: {**GOOD, "port": 3082 + i, "profile": "piezo"} for i, name in enumerate(topo.devices)}
     with pytest.raises(ConfigError, match=r"'devices.core0.profile'.*technology 'mems-3d'"):
         load_devices(_write(tmp_path, {"devices": other}), topo)
 
@@ -74,3 +74,16 @@ def test_a_topology_device_missing_or_mismatched_is_refused(tmp_path):
 def test_an_empty_device_list_is_refused():
     with pytest.raises(ConfigError, match="'devices': is empty"):
         devices_from_mapping({"devices": {}}, "d.yaml")
+
+
+def test_two_devices_at_one_address_or_a_device_outside_the_topology_are_refused(tmp_path):
+    topo = load_topology(EXAMPLES / "topology-64gpu-h800.yaml")
+    both = {name: {**GOOD, "port": 3082 + i} for i, name in enumerate(topo.devices)}
+    both["pod1/agg0"]["port"] = 3082  # the same switch as core0: each would undo the other's circuits
+    with pytest.raises(ConfigError, match=r"'devices.pod1/agg0.port'.*127.0.0.1:3082 is also the address of device "
+                                          r"'core0'"):
+        load_devices(_write(tmp_path, {"devices": both}))
+    extra = {**{name: {**GOOD, "port": 3082 + i} for i, name in enumerate(topo.devices)},
+             "pod9/agg0": {**GOOD, "port": 4000}}
+    with pytest.raises(ConfigError, match=r"'devices.pod9/agg0'.*not a device of topology"):
+        load_devices(_write(tmp_path, {"devices": extra}), topo)

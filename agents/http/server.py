@@ -1,0 +1,172 @@
+"""Serve an ASGI app (the proxy, the phase runtime's permit server) with uvicorn: bounded, timed out, optionally TLS.
+
+Design note
+-----------
+One server for both HTTP services of orchestrl. The listening socket is bound here, before uvicorn
+starts, so that port 0 gives a known port at once and a port in use is a clear error rather than
+a log line. Connections are bounded three ways, since asyncio holds no thread per connection but a
+client can still hold a slot:
+
+* at most ``max_connections`` at once (uvicorn's ``limit_concurrency``: beyond it, 503);
+* a connection that has not sent a complete request head within ``head_timeout_s`` of opening, or
+  of its previous response, is closed (uvicorn alone waits forever for a first request and for
+  headers sent a byte at a time); an idle kept-alive connection is closed after ``idle_timeout_s``;
+* a body must arrive within the app's own deadline (:class:`agents.http.app.Gate`).
+
+TLS is uvicorn's: a certificate and key (``tls_cert``, ``tls_key``) and, for client certificates,
+the CA to check them against (``tls_ca``). Every accepted socket has ``TCP_NODELAY``, so a response
+on a kept-alive connection is not held back by Nagle's algorithm waiting for the client's delayed
+ACK: a response is two writes (headers, body), and without it the second waited ~40 ms, which is
+what the stdlib server paid on every kept-alive request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = ["HttpServer", "bind_socket"]
+
+log = logging.getLogger(__name__)
+
+
+def bind_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """Return a listening TCP socket on ``host:port`` (port 0: a free one).
+
+    Raises
+    ------
+    OSError
+        When the address is in use or cannot be bound (the caller names the option at fault).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and accepted
+    # sockets inherit the listener's; with proto 0 every response on a kept-alive connection waited ~40 ms
+    # (its headers and body are two writes: Nagle's algorithm held the second until the client's delayed ACK)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _guarded_protocol(head_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, with a deadline for each request head."""
+
+    class GuardedH11(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._head_timer = self.loop.call_later(head_timeout_s, self._head_expired)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_expired(self) -> None:
+            self._head_timer = None
+            waiting = self.cycle is None or self.cycle.response_complete  # no request being served
+            if waiting and not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._disarm()  # a head arrived: the app's own deadlines take over
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return GuardedH11
+
+
+class HttpServer:
+    """An ASGI app served by uvicorn on a socket bound at construction.
+
+    Parameters
+    ----------
+    app : ASGI application
+    host, port : str, int
+        Address to listen on (port 0: any free port).
+    tls_cert, tls_key, tls_ca : str, optional
+        PEM files: certificate and key to serve HTTPS; a CA bundle to require client certificates.
+    max_connections : int
+        Connections (or requests in progress) beyond this get 503.
+    head_timeout_s, idle_timeout_s : float
+        Deadline for a request head; idle time of a kept-alive connection.
+
+    Raises
+    ------
+    OSError
+        When ``host:port`` cannot be bound.
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, tls_cert: str | None = None,
+                 tls_key: str | None = None, tls_ca: str | None = None, max_connections: int = 256,
+                 head_timeout_s: float = 10.0, idle_timeout_s: float = 5.0, name: str = "orchestrl") -> None:
+        self.sock = bind_socket(host, port)
+        self.tls = tls_cert is not None
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", http=_guarded_protocol(head_timeout_s),
+            limit_concurrency=max_connections, timeout_keep_alive=max(1, int(idle_timeout_s)),
+            timeout_graceful_shutdown=5, h11_max_incomplete_event_size=64 * 1024, server_header=False,
+            ssl_certfile=tls_cert, ssl_keyfile=tls_key, ssl_ca_certs=tls_ca,
+            ssl_cert_reqs=ssl.CERT_REQUIRED if tls_ca else ssl.CERT_NONE)
+        self.server = uvicorn.Server(config)
+        self.name = name
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
+
+    def serve_forever(self) -> None:
+        """Serve until :meth:`shutdown` (or SIGINT/SIGTERM when run on the main thread)."""
+        try:
+            self.server.run(sockets=[self.sock])
+        finally:
+            self.sock.close()
+
+    def start(self) -> "HttpServer":
+        """Serve on a daemon thread; return once it accepts requests."""
+        self._thread = threading.Thread(target=self.serve_forever, name=f"{self.name}-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: the HTTP server did not start")
+            time.sleep(0.005)
+        return self
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop serving (open connections are closed) and wait for the serving thread, if any."""
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)

@@ -1,0 +1,150 @@
+"""The recipe behind the bundled H800 calibration: what is fitted, what is fixed and why, what is swept.
+
+Run ``python -m compute_sched.calibration_h800`` to refit and rewrite
+``specs/calibrations/qwen2.5-14b-h800-paper.yaml`` (about half an hour on 2 cores: one fit per
+assumption set of :data:`ASSUMPTIONS`, then six leave-one-out refits and the veRL-TO check for the
+chosen one); ``--quick`` fits the chosen assumptions only.
+
+Design note
+-----------
+The six §2.1 times cannot pin down many constants, so only the four the datasheets and vLLM's
+code leave open are fitted (:data:`H800_PARAMETERS`: achieved HBM bandwidth, per-step and
+per-sequence host time, and how much of the host time vLLM hides under the GPU's); the others are
+fixed from what veRL and NCCL do (:data:`H800_FIXED`, each with its reason). What the paper leaves
+unstated about the experiment itself (where the snapshots sit, how the tail was re-launched) is
+swept (:data:`ASSUMPTIONS`) and the set with the lowest in-sample error among those that keep the
+orderings is kept; the choice is made on the same six points, so the leave-one-out error measures
+the constants' fit given the chosen assumptions, not the choice itself. Every set tried, with its
+error, is written into the file. Two checks the fit never sees are stored beside it: each point
+predicted by a fit to the other five, and the best static TP of the §6 14B setting (the paper's
+veRL-TO sweep found eight TP=2 instances on 16 GPUs, §6.2.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from compute_sched.calibration import (CALIBRATIONS_DIR, CaseStudyFit, FitParameter, fit_case_study, leave_one_out,
+                                       orderings_ok, save_calibration)
+from compute_sched.case_study import CaseStudySetup, case_study_times
+from compute_sched.hardware import load_gpu, load_model
+from compute_sched.perf import Calibration, PerfModel
+from compute_sched.traces import heavy_tailed_trace
+
+__all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "main"]
+
+H800_PARAMETERS = (
+    FitParameter("mem_efficiency", 0.45, 0.9,
+                 "achieved / peak (3.35 TB/s) HBM3 bandwidth of decode GEMMs and paged attention; measured decode "
+                 "kernels reach 50-90%"),
+    FitParameter("step_overhead_s", 0.5e-3, 12e-3,
+                 "host time per engine step (scheduling, input preparation, sampling launch, Python); vLLM spends "
+                 "1-10 ms per step depending on version and CUDA graphs"),
+    FitParameter("seq_overhead_s", 1e-6, 150e-6,
+                 "host time per sequence per step, once per instance whatever its TP (scheduler bookkeeping, "
+                 "output processing); vLLM V0 measured tens of us per sequence, V1 fewer"),
+    FitParameter("host_overlap", 0.0, 1.0,
+                 "share of the shorter of host and GPU time hidden under the other: 0 for a synchronous engine "
+                 "loop, 1 when the next step is scheduled while the GPU runs this one"),
+)
+H800_FIXED: dict[str, tuple[object, str]] = {
+    "custom_allreduce": (False, "veRL builds its vLLM rollout with disable_custom_all_reduce=True: TP all-reduces "
+                                "are NCCL's ring"),
+    "hop_latency_s": (0.5e-6, "one step of NCCL's low-latency protocol over NVLink; a ring all-reduce takes "
+                              "2(n-1) steps"),
+    "link_efficiency": (0.4, "NCCL ring all-reduce bus bandwidth for the 0.1-5 MB messages of decode is about "
+                             "80 GB/s of the H800's 200 GB/s per direction"),
+    "mem_utilization": (0.85, "vLLM gpu_memory_utilization of a dedicated rollout cluster (veRL examples use "
+                              "0.6-0.9; disaggregated generation GPUs hold no trainer state)"),
+    "max_num_seqs": (1024, "vLLM batch limit per instance (veRL raises it for rollout; at 512 requests on "
+                           "8 GPUs the limit never binds below TP=8)"),
+}
+ASSUMPTIONS = (  # swept; the comments of CaseStudySetup say what each field means
+    CaseStudySetup(snapshot="requests", tail_fraction=0.2, max_tokens=15360),
+    CaseStudySetup(snapshot="requests", tail_fraction=0.25, max_tokens=15360),
+    CaseStudySetup(snapshot="requests", tail_fraction=0.2, max_tokens=20480),
+    CaseStudySetup(snapshot="requests", tail_fraction=0.25, max_tokens=20480),
+    CaseStudySetup(snapshot="requests", tail_fraction=0.3, max_tokens=20480),
+    CaseStudySetup(snapshot="requests", tail_fraction=0.25, max_tokens=20480, tail_placement="resplit"),
+    CaseStudySetup(snapshot="tokens", window_tokens=3072, max_tokens=15360),
+    CaseStudySetup(snapshot="tokens", window_tokens=4096, max_tokens=15360),
+)
+CHOSEN = ASSUMPTIONS[3]  # what the bundled file was fitted under (the sweep's winner on 2026-11-24)
+DEFAULT_PATH = CALIBRATIONS_DIR / "qwen2.5-14b-h800-paper.yaml"
+SOURCE = "OrchestrRL §2.1: Qwen2.5-14B, 8 H800s, TP x DP = 8, batch 512, early and tail phase"
+
+
+def base_perf() -> PerfModel:
+    """The roofline of Qwen2.5-14B on H800 with the fixed constants applied (the fit's starting point)."""
+    roofline = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    return roofline.with_calibration(replace(Calibration(), **{k: v for k, (v, _) in H800_FIXED.items()}))
+
+
+def best_static_tp(perf: PerfModel, *, gpus: int = 16, prompts: int = 128, caps: Sequence[int] = (15360, 25600),
+                   seeds: Sequence[int] = (11, 12), tps: Sequence[int] = (1, 2, 4, 8)) -> dict[int, dict[int, float]]:
+    """Mean makespan per TP of a static layout in the §6 14B setting, per cap: ``{cap: {tp: seconds}}``.
+
+    The paper's veRL-TO sweep (TP 1, 2, 4, 8) chose eight TP=2 instances on 16 generation GPUs
+    (§6.2.2); a model faithful to the testbed picks TP=2 here too. 128 GRPO groups of 8 is §2.1's
+    density (64 requests per GPU), the one the paper states.
+    """
+    from compute_sched.replay import replay  # the replay imports the scheduler; keep this module light
+
+    out: dict[int, dict[int, float]] = {}
+    for cap in caps:
+        row = {}
+        for tp in tps:
+            runs = [replay(heavy_tailed_trace(prompts, 8, cap, seed=s), perf, gpus, f"static-tp:{tp}").makespan_s
+                    for s in seeds]
+            row[tp] = sum(runs) / len(runs)
+        out[cap] = row
+    return out
+
+
+def _sweep_row(setup: CaseStudySetup, fit: CaseStudyFit) -> dict:
+    times = {(p.phase, p.tp): m for p, m in zip(fit.points, fit.model_s)}
+    return {"assumptions": setup.describe(), "rms_log_error": round(fit.rms_log_error, 4),
+            "max_abs_rel_err": round(max(abs(e) for e in fit.rel_errors), 3), "orderings_ok": orderings_ok(times),
+            "fitted": {p.name: float(f"{getattr(fit.calibration, p.name):.4g}") for p in fit.parameters}}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Refit the bundled H800 calibration to OrchestrRL §2.1 and write it."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(DEFAULT_PATH), help="where to write the document")
+    ap.add_argument("--quick", action="store_true", help="fit the chosen assumptions only (no sweep)")
+    ap.add_argument("--max-nfev", type=int, default=40, help="least-squares evaluations per start")
+    args = ap.parse_args(argv)
+    perf = base_perf()
+    fits: dict[CaseStudySetup, CaseStudyFit] = {}
+    for setup in ((CHOSEN,) if args.quick else ASSUMPTIONS):
+        fits[setup] = fit_case_study(perf, H800_PARAMETERS, setup=setup, max_nfev=args.max_nfev)
+        row = _sweep_row(setup, fits[setup])
+        print(f"{row['assumptions']}: rms {row['rms_log_error']:.3f}, worst {row['max_abs_rel_err']:.1%}, "
+              f"orderings {'ok' if row['orderings_ok'] else 'NOT kept'}", file=sys.stderr)
+    keeping = [s for s in fits if _sweep_row(s, fits[s])["orderings_ok"]] or list(fits)
+    chosen = min(keeping, key=lambda s: fits[s].rms_log_error)
+    fit = fits[chosen]
+    print(f"chosen: {chosen.describe()}; leave-one-out refits...", file=sys.stderr)
+    held = leave_one_out(perf, fit)
+    static = best_static_tp(perf.with_calibration(fit.calibration))
+    checks = {"verl_to_best_static_tp_14b_16gpus": {str(cap): min(row, key=row.get) for cap, row in static.items()},
+              "verl_to_paper": "eight TP=2 instances (§6.2.2)",
+              "static_makespan_s": {str(cap): {str(tp): round(v, 1) for tp, v in row.items()}
+                                    for cap, row in static.items()}}
+    roof = case_study_times(PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800")), chosen)
+    save_calibration(fit, args.out, name=Path(args.out).stem, gpu="H800", source=SOURCE,
+                     engine="veRL rollout on vLLM (the paper's testbed)", fixed=H800_FIXED,
+                     uncalibrated_s=[roof[p.phase, p.tp] for p in fit.points], held_out=held,
+                     sweep=[_sweep_row(s, f) for s, f in fits.items()], checks=checks)
+    print(f"wrote {args.out}; leave-one-out worst {max(abs(h.rel_error) for h in held):.1%}; "
+          f"best static TP (14B, 16 GPUs): {checks['verl_to_best_static_tp_14b_16gpus']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
