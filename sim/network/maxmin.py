@@ -125,6 +125,7 @@ class MaxMinProblem:
         level, levels, left = 0.0, 0, int(act.sum())
         own_csc, prof_csc, own, prof = self.own_csc, self.prof_csc, self.own, self.prof
         live = np.flatnonzero(g > _MIN_GROWTH)  # bundles still gaining load; only ever shrinks
+        slot = np.empty(n, dtype=np.int64)  # scratch for de-duplicating frozen flows
         while left:
             pos = live = live[g[live] > _MIN_GROWTH]
             if not len(pos):
@@ -143,7 +144,11 @@ class MaxMinProblem:
             ks = ks[live_class[ks]]
             offs, _ = _gather(self.class_ptr, ks)
             frz = np.concatenate([frz_own, self.class_flows[offs]])
-            frz = np.unique(frz[act[frz]])
+            frz = frz[act[frz]]
+            # drop duplicates (a flow frozen by its own bundle and its class's) in O(len): the last
+            # position written for a flow is the one kept; np.unique would sort or hash 10^5 entries
+            slot[frz] = np.arange(len(frz))
+            frz = frz[slot[frz] == np.arange(len(frz))]
             if len(frz):
                 rate[frz] = level
                 # the first saturated bundle a frozen flow crosses is reported as its bottleneck
