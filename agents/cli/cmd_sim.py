@@ -102,7 +102,11 @@ def _figure(args: argparse.Namespace) -> int:
     import importlib
 
     module = importlib.import_module(_FIGURES[args.name])
-    return int(module.main((["--quick"] if args.quick else []) + (["--json"] if args.json else [])) or 0)
+    ticker = Ticker()
+    argv = (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
+    status = int(module.main(argv, progress=ticker.step) or 0)
+    ticker.step("")
+    return status
 
 
 def _sim(args: argparse.Namespace, ticker: Ticker):
@@ -110,7 +114,13 @@ def _sim(args: argparse.Namespace, ticker: Ticker):
     from sim.network.config import SimConfig
     from sim.network.netsim import NetworkSim
 
-    if not args.gbps > 0:
+    from fabric.cost import max_clos_gpus
+
+    most = max_clos_gpus(64)
+    if args.gpus < 8 or args.gpus % 8 or args.gpus > most:
+        raise ConfigError("command line", "--gpus", f"{args.gpus} is not a whole number of 8-GPU servers up to {most}",
+                          f"a multiple of 8 from 8 to {most} (GPU g is NIC g % 8 of server g // 8)")
+    if not args.gbps > 0 or args.gbps == float("inf"):
         raise ConfigError("command line", "--gbps", f"{args.gbps} is not a link speed", "a number of Gb/s > 0")
     if args.topology and args.fabric != "rfabric":
         raise ConfigError("command line", "--topology", f"describes an RFabric, not {args.fabric}", "--fabric rfabric")
@@ -152,8 +162,12 @@ def _collective(args: argparse.Namespace) -> int:
     if args.group_size < 1 or args.gpus % args.group_size:
         raise ConfigError("command line", "--group-size", f"{args.group_size} does not divide --gpus {args.gpus}",
                           f"a divisor of {args.gpus}")
-    if not args.bytes_per_rank >= 0:
-        raise ConfigError("command line", "--bytes-per-rank", f"{args.bytes_per_rank} is negative", ">= 0")
+    if args.stride < 1 or args.gpus % (args.group_size * args.stride):
+        raise ConfigError("command line", "--stride", f"groups of {args.group_size} GPUs {args.stride} apart do not "
+                          f"tile {args.gpus} GPUs", f"a stride >= 1 with group size x stride dividing {args.gpus}")
+    if not args.bytes_per_rank >= 0 or args.bytes_per_rank == float("inf"):
+        raise ConfigError("command line", "--bytes-per-rank", f"{args.bytes_per_rank} is not a byte count",
+                          "a finite number >= 0")
     ticker = Ticker()
     sim = _sim(args, ticker)
     groups = groups_of(args.gpus, args.group_size, args.stride)

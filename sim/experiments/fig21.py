@@ -29,6 +29,7 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -120,12 +121,17 @@ def _victims(plan, stage: str, k: int):
     return [c.xc.ports()[0] for c in circuits[:k]]
 
 
-def run(quick: bool = False) -> list[Row]:
-    """Return one row per (failure kind, count, stage): paper's and our normalised time."""
+def run(quick: bool = False, progress: Callable[[str], None] | None = None) -> list[Row]:
+    """Return one row per (failure kind, count, stage): paper's and our normalised time.
+
+    ``progress``, if given, is called with the name of each stage as it starts.
+    """
     fab = build_fabric("rfabric", 512)
     intents = stage_intents(scale=0.05 if quick else 1.0)
     rows = []
     for stage, periods in intents.items():
+        if progress:
+            progress(f"fig21 {stage}")
         base, plans = 0.0, []
         for intent in periods:
             t, plan = _period_time(fab, intent, Failures())
@@ -153,12 +159,12 @@ NOTES = ("paper: stage time (compute included); ours: the stage's communication 
          "the dark circuit")
 
 
-def main(argv=None) -> int:
+def main(argv=None, progress: Callable[[str], None] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="5%% of the bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = run(args.quick)
+    rows = run(args.quick, progress)
     if args.json:
         print(json.dumps(figure_document("fig21", rows, NOTES)))
     else:

@@ -16,6 +16,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from fabric.intent import Collective, Intent
 from fabric.layout import ParallelLayout, parallel_groups
@@ -50,11 +51,16 @@ CONFIGS = (
 )
 
 
-def run(topology: Topology, quick: bool = False) -> list[Row]:
-    """Return one row per configuration: paper and our reduction of communication time."""
+def run(topology: Topology, quick: bool = False, progress: Callable[[str], None] | None = None) -> list[Row]:
+    """Return one row per configuration: paper and our reduction of communication time.
+
+    ``progress``, if given, is called with the name of each configuration as it starts.
+    """
     fab = build_fabric("rfabric", topology.gpu_count, topology=topology)
     rows = []
     for cfg in CONFIGS[:2] if quick else CONFIGS:
+        if progress:
+            progress(f"fig23 {cfg.label}")
         layout = ParallelLayout(**cfg.layout)
         groups = parallel_groups(layout, list(range(layout.world_size)))[cfg.over]
         scale = 0.01 if quick else 1.0
@@ -79,13 +85,13 @@ NOTES = ("reduction = 1 - t(greedy) / t(uniform) of the collective's completion 
          "every ToR's demand is spread evenly over its demanded pairs (docs/sim.md)")
 
 
-def main(argv=None) -> int:
+def main(argv=None, progress: Callable[[str], None] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topology", default=DEFAULT_TOPOLOGY, help=f"RFabric topology (default {DEFAULT_TOPOLOGY})")
     ap.add_argument("--quick", action="store_true", help="two configurations, 1%% of the bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = run(load_topology(args.topology), args.quick)
+    rows = run(load_topology(args.topology), args.quick, progress)
     if args.json:
         print(json.dumps(figure_document("fig23", rows, NOTES)))
     else:

@@ -34,7 +34,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from fabric.allocation import AllocationProblem, allocate_greedy
-from fabric.cost import build_design_graph
+from fabric.cost import build_design_graph, max_clos_gpus
 from fabric.errors import ConfigError
 from fabric.topology import PortRef
 from sim.network.config import DESIGN_OF, GPUS_PER_SERVER, SimConfig
@@ -79,6 +79,11 @@ class Fabric:
         if not isinstance(gpus, int) or gpus < GPUS_PER_SERVER or gpus % GPUS_PER_SERVER:
             raise ConfigError("fabric", "gpus", f"{gpus!r} is not a whole number of {GPUS_PER_SERVER}-GPU servers",
                               f"a positive multiple of {GPUS_PER_SERVER}")
+        most = max_clos_gpus(config.switch_radix)
+        if gpus > most:  # refuse before building: the wiring graphs grow with gpus (10^7 took minutes to refuse)
+            raise ConfigError("fabric", "gpus", f"{gpus} GPUs exceed what a 3-tier Clos of {config.switch_radix}-port "
+                              f"switches connects ({most}), the largest cluster the cost model compares",
+                              f"at most {most}, or a larger switch_radix")
         self.name = name
         self.gpus = gpus
         self.gpus_per_server = GPUS_PER_SERVER
@@ -325,6 +330,9 @@ class TopoOptFabric(Fabric):
 
     def __init__(self, gpus: int, config: SimConfig) -> None:
         super().__init__("topoopt", gpus, config)
+        if self.servers < 2:
+            raise ConfigError("fabric", "gpus", f"TopoOpt of {gpus} GPUs is one server: no patch-panel links to "
+                              "simulate", f"at least {2 * GPUS_PER_SERVER} GPUs")
         graph = build_design_graph("topoopt", gpus, switch_radix=config.switch_radix)
         cabled = {n[1:] for n, d in graph.nodes(data=True) if d["kind"] == "nic" and graph.degree(n) == 1}
         if len(cabled) != gpus:  # every NIC must have its fibre on a panel, as the cost model counts

@@ -77,3 +77,41 @@ def test_runs_past_the_progress_threshold_report_their_phases_on_stderr():
     quiet = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "net", "--fabric", "ft", "--gpus", "64",
                             "--flows", str(FLOWS)], cwd=REPO, capture_output=True, text=True, timeout=240)
     assert "[sim" not in quiet.stderr  # a sub-second run stays silent
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["sim", "net", "--fabric", "ft", "--gpus", "64", "--flows", "/nonexistent/flows.json"], "<file>"),
+    (["sim", "net", "--fabric", "ft", "--gpus", "10000000", "--flows", str(FLOWS)], "--gpus"),  # refused before building
+    (["sim", "net", "--fabric", "ft", "--gpus", "-8", "--flows", str(FLOWS)], "--gpus"),
+    (["sim", "net", "--fabric", "topoopt", "--gpus", "8", "--flows", str(FLOWS)], "gpus"),  # one server: no panel links
+    (["sim", "net", "--fabric", "ft", "--gpus", "64", "--gbps", "inf", "--flows", str(FLOWS)], "--gbps"),
+    (["sim", "collective", "--fabric", "ft", "--gpus", "64", "--primitive", "all-to-all", "--group-size", "8",
+      "--stride", "16", "--bytes-per-rank", "1e6"], "--stride"),
+    (["sim", "collective", "--fabric", "ft", "--gpus", "64", "--primitive", "all-to-all", "--group-size", "8",
+      "--bytes-per-rank", "nan"], "--bytes-per-rank"),
+])
+def test_bad_values_name_the_field_and_exit_2(capsys, argv, field):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"field '{field}'" in err and "allowed:" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_invalid_json_and_unknown_fabric_through_the_package_entry_point(tmp_path):
+    bad = tmp_path / "flows.json"
+    bad.write_text('{"flows": [')
+    for argv, needle in ((["--fabric", "ft", "--flows", str(bad)], "is not valid JSON"),
+                         (["--fabric", "fat-tree", "--flows", str(FLOWS)], "invalid choice: 'fat-tree'")):
+        proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "net", "--gpus", "64", *argv], cwd=REPO,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
+        assert proc.stdout == ""
+
+
+def test_figure_reports_progress_per_configuration():
+    env = {**os.environ, "ORCHESTRL_PROGRESS_AFTER_S": "0"}
+    proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "figure", "fig23", "--quick", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["figure"] == "fig23"
+    assert "fig23 EP64_DP2_1GB done" in proc.stderr and "fig23 TP4_CP8_DP4_1GB done" in proc.stderr
