@@ -108,6 +108,9 @@ class EcmpGraph:
         self._pair_head = uniq % (self.n_nodes + 1)
         self._pair_cost = np.minimum.reduceat(self.cost[order], starts) if len(key) else self.cost
         self._dist_cache: dict[Sink, np.ndarray] = {}
+        # Switch-level bundles are few next to the per-GPU ones (NIC, NVLink): routes aggregate edges onto
+        # these compact ids, so the per-source bundle vectors stay small at 8,192 GPUs.
+        self._bundle_ids, self._bundle_compact = np.unique(self.bundle, return_inverse=True)
 
     @property
     def n_edges(self) -> int:
@@ -149,7 +152,8 @@ class EcmpGraph:
 
         Notes
         -----
-        O(depth * E * k) for k sources, processed ``chunk`` sources at a time to bound memory.
+        O(depth * E * k) for k sources, processed ``chunk`` sources at a time to bound memory; the
+        per-source work after propagation is on node-level weights (nodes x k, not edges x k).
         """
         sources = np.asarray(sources, dtype=np.int64)
         dist, e, split, ex, ex_split = self._dag(sink)
@@ -160,8 +164,13 @@ class EcmpGraph:
         labels = np.unique(labels_all)
         ex_col = np.searchsorted(labels, labels_all[ex])
         ex_lat = np.asarray(sink.exit_lat_s, dtype=np.float64)[ex]
-        n_bundles = int(self.bundle.max()) + 1 if len(self.bundle) else 0
-        agg = sp.csr_matrix((np.ones(len(e)), (self.bundle[e], np.arange(len(e)))), shape=(n_bundles, len(e)))
+        # Everything a source needs is linear in ``total`` (its traffic through each node), so fold the
+        # edges into node-level weights once per sink instead of expanding an edges x sources array:
+        # bundle load = sum over DAG edges out of v of split * total[v], likewise latency and hop count.
+        tails = self.tail[e]
+        on_node = sp.csr_matrix((split, (self._bundle_compact[e], tails)), shape=(len(self._bundle_ids), n))
+        lat_w = np.bincount(tails, weights=split * self.lat_s[e], minlength=n)
+        hop_w = np.bincount(tails, weights=split, minlength=n)
         parts_ptr, parts_b, parts_f = [np.zeros(1, np.int64)], [], []
         exit_frac = np.zeros((len(sources), len(labels)))
         latency = np.zeros(len(sources))
@@ -177,17 +186,16 @@ class EcmpGraph:
                 if not cur.any():
                     break
                 total += cur
-            edge_frac = split[:, None] * total[self.tail[e]]  # (edges in DAG) x k
-            on_bundle = agg @ edge_frac  # bundles x k
-            cols, rows = np.nonzero(on_bundle.T)
-            parts_b.append(rows)
-            parts_f.append(on_bundle.T[cols, rows])
+            on_bundle = np.ascontiguousarray((on_node @ total).T)  # k x (switch-level bundles)
+            cols, rows = np.nonzero(on_bundle)
+            parts_b.append(self._bundle_ids[rows])
+            parts_f.append(on_bundle[cols, rows])
             parts_ptr.append(parts_ptr[-1][-1] + np.cumsum(np.bincount(cols, minlength=k)))
             xf = ex_split[:, None] * total[ex_nodes]  # exits x k
             for j in range(len(ex)):  # exits are few (a rack's ToRs at most)
                 exit_frac[lo:lo + k, ex_col[j]] += xf[j]
-            latency[lo:lo + k] = self.lat_s[e] @ edge_frac + ex_lat @ xf
-            hops[lo:lo + k] = edge_frac.sum(axis=0)
+            latency[lo:lo + k] = lat_w @ total + ex_lat @ xf
+            hops[lo:lo + k] = hop_w @ total
         reachable = np.isfinite(dist[sources])
         return RouteBlock(np.concatenate(parts_ptr), np.concatenate(parts_b) if parts_b else np.zeros(0, np.int64),
                           np.concatenate(parts_f) if parts_f else np.zeros(0), labels, exit_frac, latency, hops,
