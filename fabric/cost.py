@@ -178,7 +178,7 @@ def _nics(g: nx.MultiGraph, gpus: int, ranks: Sequence[int] | None = None) -> li
     out = []
     for gpu in range(gpus):
         server, rank = divmod(gpu, _GPUS_PER_SERVER)
-        g.add_node(("nic", server, rank), kind="nic")
+        g.add_node(("nic", server, rank), kind="nic", role="nic", server=server, rank=rank)
         if ranks is None or rank in ranks:
             out.append((server, rank))
     return out
@@ -193,7 +193,7 @@ def _clos(g: nx.MultiGraph, leaves_down: list[list[object]], radix: int, down_pe
     most ``radix`` leaves. Three tiers: pods of radix/2 leaves, at most ``radix`` pods.
     """
     for i, down in enumerate(leaves_down):
-        g.add_node((tag, "leaf", i), kind="eps")
+        g.add_node((tag, "leaf", i), kind="eps", role="leaf")
         for end in down:
             g.add_edge(end, (tag, "leaf", i))
     if tiers == 1:
@@ -205,7 +205,7 @@ def _clos(g: nx.MultiGraph, leaves_down: list[list[object]], radix: int, down_pe
         k = 0
         for i, u in enumerate(ups):  # round-robin keeps every spine within its radix; full leaves reach all
             for _ in range(u):
-                g.add_node((tag, "spine", k % spines), kind="eps")
+                g.add_node((tag, "spine", k % spines), kind="eps", role="spine")
                 g.add_edge((tag, "leaf", i), (tag, "spine", k % spines))
                 k += 1
         return
@@ -218,12 +218,12 @@ def _clos(g: nx.MultiGraph, leaves_down: list[list[object]], radix: int, down_pe
         members = range(p * half, min((p + 1) * half, len(leaves_down)))
         for j in range(max(ups[i] for i in members)):  # agg j of the pod: plane j
             agg = (tag, "agg", p, j)
-            g.add_node(agg, kind="eps")
+            g.add_node(agg, kind="eps", role="agg", clos_pod=p)
             down = [i for i in members if ups[i] > j]
             for i in down:
                 g.add_edge((tag, "leaf", i), agg)
             for c in range(len(down)):  # non-blocking: as many up as down, one per plane-j core
-                g.add_node((tag, "core", j, c), kind="eps")
+                g.add_node((tag, "core", j, c), kind="eps", role="core")
                 g.add_edge(agg, (tag, "core", j, c))
 
 
@@ -275,7 +275,7 @@ def _topoopt(gpus: int) -> nx.MultiGraph:
     radix = OCS_TECHNOLOGIES[_PATCH_TECH].radix_ports
     for i, (server, rank) in enumerate(_nics(g, gpus)):
         panel = ("patch", i // radix)
-        g.add_node(panel, kind="patch")
+        g.add_node(panel, kind="patch", role="patch")
         g.add_edge(("nic", server, rank), panel)
     return g
 
@@ -288,7 +288,7 @@ def _mixnet(gpus: int, radix: int, min_tiers: int) -> nx.MultiGraph:
     per_region = ocs_radix // _MIXNET_OCS_NICS_PER_SERVER  # servers whose optical NICs share one OCS
     for server, rank in optical:
         ocs = ("mixnet-ocs", server // per_region)
-        g.add_node(ocs, kind="ocs")
+        g.add_node(ocs, kind="ocs", role="ocs", region=server // per_region)
         g.add_edge(("nic", server, rank), ocs)
     electrical = [("nic", s, r) for s in range(gpus // _GPUS_PER_SERVER)
                   for r in range(_MIXNET_OCS_NICS_PER_SERVER, _GPUS_PER_SERVER)]
@@ -302,7 +302,8 @@ def _rfabric_graph(topo: Topology) -> nx.MultiGraph:
     src = topo.to_networkx()
     g = nx.MultiGraph()
     for node, data in src.nodes(data=True):
-        g.add_node(node, kind=kinds[data["kind"]])
+        role = {"gpu": "nic", "tor": "tor"}.get(data["kind"]) or f"ocs-{data.get('tier')}"
+        g.add_node(node, kind=kinds[data["kind"]], role=role)
     for a, b, data in src.edges(data=True):
         for _ in range(data.get("count", 1) + data.get("masked_count", 0)):  # masked ports are still cabled
             g.add_edge(a, b)
@@ -354,6 +355,10 @@ def build_design_graph(design: str, gpus: int, *, switch_radix: int = 64, min_cl
     """Return the wiring of ``design`` for ``gpus`` GPUs as a cost graph (one edge per physical link).
 
     Parameters are those of :func:`count_components`. Complexity is linear in the number of links.
+    Besides ``kind`` (what the counting rule prices), every node carries a ``role`` that the network
+    simulator (:mod:`sim.network`) routes by: ``nic`` (with ``server`` and ``rank``; GPU index
+    ``server * 8 + rank``), ``leaf``, ``spine``, ``agg`` (with ``clos_pod``), ``core``, ``patch``,
+    ``ocs`` (MixNet's regional OCS, with ``region``), and for RFabric ``tor``, ``ocs-agg``, ``ocs-core``.
     """
     _check_choice("design", design, DESIGNS)
     _check_choice("min_clos_tiers", min_clos_tiers, (1, 2, 3))

@@ -46,17 +46,24 @@ from fabric.topology import Topology, tor_endpoint, uplink_endpoint
 
 __all__ = [
     "AggregateDemand",
+    "PairArrays",
+    "collective_pair_arrays",
+    "intent_pair_arrays",
+    "tree_all_reduce_pair_arrays",
     "rank_pair_bytes",
     "transfer_pair_bytes",
     "weight_sync_transfers",
     "demand_of_intent",
     "aggregate_demand",
+    "aggregate_pair_arrays",
     "aggregate_intent",
     "pod_flows_by_primitive",
 ]
 
 # (src GPU, dst GPU, bytes) as parallel arrays; src != dst, bytes > 0 once summed.
 _Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
+#: Public name of the same triple: ``(src, dst, bytes)`` arrays, one entry per directed GPU pair.
+PairArrays = _Pairs
 
 _RING_FACTOR = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0}
 
@@ -143,6 +150,90 @@ def rank_pair_bytes(collective: Collective, topology: Topology | None = None) ->
     {(0, 1): 4.0, (1, 2): 4.0, (2, 0): 4.0}
     """
     return _to_dict(_collective_pairs(collective, topology))
+
+
+def collective_pair_arrays(collective: Collective, topology: Topology | None = None) -> PairArrays:
+    """Return the directed GPU -> GPU bytes of one collective as ``(src, dst, bytes)`` arrays.
+
+    The same pairs as :func:`rank_pair_bytes`, without building a dict: what the network simulator
+    turns into flows. Pairs are summed and sorted by ``(src, dst)``; same-server pairs are kept.
+
+    Notes
+    -----
+    O(P log P) for P generated pairs.
+
+    Examples
+    --------
+    >>> src, dst, vol = collective_pair_arrays(Collective("all-to-all", groups=((0, 1, 2),), bytes_per_rank=3.0))
+    >>> src.tolist(), dst.tolist(), vol.tolist()
+    ([0, 0, 1, 1, 2, 2], [1, 2, 0, 2, 0, 1], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    """
+    return _collective_pairs(collective, topology)
+
+
+def intent_pair_arrays(intent: Intent, topology: Topology | None = None) -> PairArrays:
+    """Return the directed GPU -> GPU bytes of a whole intent as ``(src, dst, bytes)`` arrays.
+
+    Notes
+    -----
+    O(P log P) for P pairs over all collectives.
+    """
+    return _intent_pairs(intent, topology)
+
+
+def tree_all_reduce_pair_arrays(groups: Sequence[Sequence[int]], bytes_per_rank: float) -> PairArrays:
+    """Return the GPU -> GPU bytes of NCCL's double-binary-tree all-reduce in each group.
+
+    Each of two binary trees carries half of the buffer: children send their half up (reduce) and
+    parents send it back down (broadcast), so every tree edge carries ``S / 2`` in each direction.
+    Tree one is NCCL's ``ncclGetBtree`` over the group's ranks; tree two mirrors it (even group
+    size) or shifts it by one (odd), so a rank that is a leaf in one tree is interior in the other.
+
+    Notes
+    -----
+    O(sum of group sizes).
+
+    Examples
+    --------
+    >>> src, dst, vol = tree_all_reduce_pair_arrays([(10, 11, 12, 13)], 8.0)
+    >>> sorted(zip(src.tolist(), dst.tolist(), vol.tolist()))[:3]
+    [(10, 11, 4.0), (10, 12, 4.0), (11, 10, 4.0)]
+    """
+    chunks: list[_Pairs] = []
+    for grp in groups:
+        members = np.asarray(grp, dtype=np.int64)
+        n = len(members)
+        if n < 2:
+            continue
+        for second in (False, True):
+            child, parent = [], []
+            for r in range(n):
+                up = _btree_parent(n, r)
+                if up < 0:
+                    continue
+                if second:  # mirror for even sizes, shift for odd sizes, as ncclGetDtree
+                    r2, up2 = ((n - 1 - r, n - 1 - up) if n % 2 == 0 else ((r + 1) % n, (up + 1) % n))
+                    r, up = r2, up2
+                child.append(r)
+                parent.append(up)
+            c, p = members[child], members[parent]
+            half = bytes_per_rank / 2.0
+            chunks.append(_flat(c, p, half))  # reduce: child -> parent
+            chunks.append(_flat(p, c, half))  # broadcast: parent -> child
+    if not chunks:
+        return _empty()
+    return _sum_pairs(*(np.concatenate([ch[i] for ch in chunks]) for i in range(3)))
+
+
+def _btree_parent(n: int, rank: int) -> int:
+    """Parent of ``rank`` in NCCL's binary tree over ``n`` ranks (``ncclGetBtree``); -1 for the root."""
+    if rank == 0:
+        return -1
+    bit = 1
+    while bit < n and not bit & rank:
+        bit <<= 1
+    up = (rank ^ bit) | (bit << 1)
+    return rank ^ bit if up >= n else up
 
 
 def transfer_pair_bytes(transfers: Iterable[tuple[int, int, float]]) -> dict[tuple[int, int], float]:
@@ -252,6 +343,17 @@ def aggregate_demand(pair_bytes: Mapping[tuple[int, int], float], topology: Topo
     dst = np.fromiter((k[1] for k, _ in items), dtype=np.int64, count=len(items))
     vol = np.fromiter((v for _, v in items), dtype=np.float64, count=len(items))
     return _aggregate(src, dst, vol, topology)
+
+
+def aggregate_pair_arrays(src: np.ndarray, dst: np.ndarray, vol: np.ndarray, topology: Topology) -> AggregateDemand:
+    """Return the aggregate demand of ``(src, dst, bytes)`` arrays (:func:`aggregate_demand` without a dict).
+
+    Notes
+    -----
+    O(P log P + G) for P pairs and G GPUs.
+    """
+    return _aggregate(np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64),
+                      np.asarray(vol, dtype=np.float64), topology)
 
 
 def aggregate_intent(intent: Intent, topology: Topology) -> AggregateDemand:

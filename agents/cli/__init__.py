@@ -18,7 +18,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from agents import demo
-    from agents.cli import cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched
+    from agents.cli import cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched, cmd_sim
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_proxy.register(groups)
     cmd_sched.register(groups)
     cmd_groups.register(groups)
+    cmd_sim.register(groups)
     demo.register(groups)
     return parser
 

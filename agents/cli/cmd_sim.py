@@ -1,0 +1,206 @@
+"""``orchestrl sim ...``: the network simulator of RLSim as commands (``sim net``, ``sim collective``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from fabric.errors import ConfigError
+
+__all__ = ["register", "Ticker"]
+
+_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "p2p", "m2n")
+
+
+class Ticker:
+    """Progress on stderr for anything that runs over a second: phases, then event-loop progress."""
+
+    def __init__(self, stream=None, after_s: float | None = None, every_s: float = 0.5) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.t0 = time.perf_counter()
+        if after_s is None:  # the environment may lower the 1 s threshold (the tests do)
+            after_s = float(os.environ.get("ORCHESTRL_PROGRESS_AFTER_S", "1.0"))
+        self.after_s, self.every_s = after_s, every_s
+        self.last = -1.0
+        self.phase = ""
+
+    def _due(self) -> bool:
+        now = time.perf_counter() - self.t0
+        if now < self.after_s or now - self.last < self.every_s:
+            return False
+        self.last = now
+        return True
+
+    def step(self, phase: str) -> None:
+        if self.phase and time.perf_counter() - self.t0 >= self.after_s:
+            self.stream.write(f"[sim {time.perf_counter() - self.t0:6.1f} s] {self.phase} done\n")
+        self.phase = phase
+
+    def events(self, t_s: float, finished: int, total: int) -> None:
+        if self._due():
+            self.stream.write(f"[sim {time.perf_counter() - self.t0:6.1f} s] {self.phase}: simulated "
+                              f"{t_s * 1e3:.3f} ms, {finished}/{total} flows finished\n")
+            self.stream.flush()
+
+
+def register(groups: argparse._SubParsersAction) -> None:
+    from sim.network.config import FABRICS
+
+    sim = groups.add_parser("sim", help="simulate networks at cluster scale (RLSim network model)",
+                            description="Flow-level simulation of the six fabrics of OrchestrRL §7.2 "
+                                        "(see docs/sim.md).")
+    sub = sim.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--fabric", required=True, choices=FABRICS, help="fabric to simulate")
+        p.add_argument("--gpus", required=True, type=int, metavar="N", help="GPUs (servers of 8, one NIC per GPU)")
+        p.add_argument("--gbps", type=float, default=200.0, metavar="B", help="link speed in Gb/s (default 200)")
+        p.add_argument("--ecmp", choices=("fluid", "hash"), default="fluid",
+                       help="ECMP as a fluid split over equal-cost paths (default) or one hashed path per flow")
+        p.add_argument("--topology", metavar="T.yaml", help="rfabric only: topology file (default: the cost "
+                                                            "model's RFabric for --gpus)")
+        p.add_argument("--method", default="greedy", choices=("greedy", "greedy+ls", "uniform"),
+                       help="rfabric only: circuit allocation of the controller (default greedy, Algorithm 3)")
+        p.add_argument("--json", action="store_true", help="print a JSON document instead of one line")
+
+    net = sub.add_parser("net", help="run a flow file on a fabric to completion",
+                         description='FILE is {"flows": [{"src": gpu, "dst": gpu, "bytes": int, "start_s": '
+                                     'float}]}; GPU g is NIC g %% 8 of server g // 8.')
+    common(net)
+    net.add_argument("--flows", required=True, metavar="FILE.json", help="flow file")
+    net.set_defaults(func=_net)
+
+    col = sub.add_parser("collective", help="time one collective and report NCCL-tests bus bandwidth",
+                         description="Groups of --group-size GPUs (consecutive, or --stride apart) all run the "
+                                     "primitive at once; m2n sends from each group's first half to its second.")
+    common(col)
+    col.add_argument("--primitive", required=True, choices=_COLLECTIVES)
+    col.add_argument("--group-size", required=True, type=int, metavar="G")
+    col.add_argument("--bytes-per-rank", required=True, type=float, metavar="X",
+                     help="bytes per rank, as nccl-tests' size (all-gather: the gathered buffer)")
+    col.add_argument("--stride", type=int, default=1, metavar="S", help="group members S GPUs apart (default 1)")
+    col.add_argument("--algorithm", choices=("ring", "tree"), default="ring", help="all-reduce algorithm")
+    col.set_defaults(func=_collective)
+
+    fig = sub.add_parser("figure", help="run a paper experiment: paper value, ours and their ratio",
+                         description="fig21: link failures per RL stage (Appendix H); fig23: traffic-aware vs "
+                                     "uniform circuit allocation (Appendix I).")
+    fig.add_argument("name", choices=tuple(_FIGURES), help="experiment")
+    fig.add_argument("--quick", action="store_true", help="reduced run (seconds)")
+    fig.add_argument("--json", action="store_true",
+                     help='print {"figure", "rows": [{"label", "paper", "ours", "ratio", ...}], "notes"}')
+    fig.set_defaults(func=_figure)
+
+
+_FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23"}
+
+
+def _figure(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = importlib.import_module(_FIGURES[args.name])
+    ticker = Ticker()
+    argv = (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
+    status = int(module.main(argv, progress=ticker.step) or 0)
+    ticker.step("")
+    return status
+
+
+def _sim(args: argparse.Namespace, ticker: Ticker):
+    from fabric.topology import load_topology
+    from sim.network.config import SimConfig
+    from sim.network.netsim import NetworkSim
+
+    from fabric.cost import max_clos_gpus
+
+    most = max_clos_gpus(64)
+    if args.gpus < 8 or args.gpus % 8 or args.gpus > most:
+        raise ConfigError("command line", "--gpus", f"{args.gpus} is not a whole number of 8-GPU servers up to {most}",
+                          f"a multiple of 8 from 8 to {most} (GPU g is NIC g % 8 of server g // 8)")
+    if not args.gbps > 0 or args.gbps == float("inf"):
+        raise ConfigError("command line", "--gbps", f"{args.gbps} is not a link speed", "a number of Gb/s > 0")
+    if args.topology and args.fabric != "rfabric":
+        raise ConfigError("command line", "--topology", f"describes an RFabric, not {args.fabric}", "--fabric rfabric")
+    ticker.step("building the fabric")
+    topo = load_topology(args.topology) if args.topology else None
+    config = SimConfig(link_bps=args.gbps * 1e9, ecmp=args.ecmp)
+    return NetworkSim(args.fabric, args.gpus, config, topology=topo, method=args.method)
+
+
+def _net(args: argparse.Namespace) -> int:
+    from sim.network.flowfile import load_flows, result_document
+
+    ticker = Ticker()
+    sim = _sim(args, ticker)
+    ticker.step("reading flows")
+    flows = load_flows(args.flows, args.gpus)
+    ticker.step("routing and planning")
+    sim.state(flows)
+    ticker.step("running flows")
+    started = time.perf_counter()
+    res = sim.time_flows(flows, progress=ticker.events)
+    ticker.step("")
+    if args.json:
+        doc = result_document(args.fabric, args.gpus, flows, res)
+        doc["solve_s"] = time.perf_counter() - started
+        print(json.dumps(doc))
+        return 0
+    stuck = int(res.unfinished.sum())
+    tail = f"; {stuck} flows never finish (no path)" if stuck else ""
+    print(f"{args.fabric} {args.gpus} GPUs @ {args.gbps:g} Gb/s: {len(flows)} flows, makespan "
+          f"{_fmt_s(res.makespan_s)}, {res.events} events, solved in {_fmt_s(time.perf_counter() - started)}{tail}")
+    return 0
+
+
+def _collective(args: argparse.Namespace) -> int:
+    from fabric.intent import Collective
+    from sim.network.collectives import groups_of
+
+    if args.group_size < 1 or args.gpus % args.group_size:
+        raise ConfigError("command line", "--group-size", f"{args.group_size} does not divide --gpus {args.gpus}",
+                          f"a divisor of {args.gpus}")
+    if args.stride < 1 or args.gpus % (args.group_size * args.stride):
+        raise ConfigError("command line", "--stride", f"groups of {args.group_size} GPUs {args.stride} apart do not "
+                          f"tile {args.gpus} GPUs", f"a stride >= 1 with group size x stride dividing {args.gpus}")
+    if not args.bytes_per_rank >= 0 or args.bytes_per_rank == float("inf"):
+        raise ConfigError("command line", "--bytes-per-rank", f"{args.bytes_per_rank} is not a byte count",
+                          "a finite number >= 0")
+    ticker = Ticker()
+    sim = _sim(args, ticker)
+    groups = groups_of(args.gpus, args.group_size, args.stride)
+    if args.primitive == "m2n":
+        if args.group_size < 2:
+            raise ConfigError("command line", "--group-size", "m2n needs at least 2 GPUs per group", ">= 2")
+        half = args.group_size // 2
+        src = tuple(g for grp in groups for g in grp[:half])
+        dst = tuple(g for grp in groups for g in grp[half:])
+        c = Collective("m2n", src_gpus=src, dst_gpus=dst, bytes_per_rank=args.bytes_per_rank)
+    else:
+        c = Collective(args.primitive, groups=groups, bytes_per_rank=args.bytes_per_rank)
+    ticker.step("timing the collective")
+    started = time.perf_counter()
+    t = sim.time_collective(c, args.algorithm)
+    ticker.step("")
+    solve_s = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"fabric": args.fabric, "gpus": args.gpus, "groups": len(groups),
+                          "algorithm": args.algorithm, **t.to_json(), "solve_s": solve_s}))
+        return 0
+    algo = f" ({args.algorithm})" if args.primitive == "all-reduce" else ""
+    print(f"{args.primitive}{algo} over {len(groups)} group(s) of {args.group_size} on {args.fabric} "
+          f"{args.gpus} GPUs @ {args.gbps:g} Gb/s, {args.bytes_per_rank:g} B per rank: {_fmt_s(t.time_s)}, "
+          f"algbw {t.algbw_bytes_per_s / 1e9:.2f} GB/s, busbw {t.busbw_bytes_per_s / 1e9:.2f} GB/s "
+          f"(solved in {_fmt_s(solve_s)})")
+    return 0
+
+
+def _fmt_s(x: float) -> str:
+    if x != x or x == float("inf"):
+        return "inf"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if x >= scale or unit == "us":
+            return f"{x / scale:.3f} {unit}"
+    return f"{x:.3g} s"

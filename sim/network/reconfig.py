@@ -1,0 +1,274 @@
+"""RFabric's circuits over time, driven by the real controller, safe-window gate and reconfiguration order.
+
+Design note
+-----------
+A job announces an intent; :class:`fabric.controller.FabricController` materialises a plan
+(Algorithm 2) under the fabric's masks; the plan is offered to the job's
+:class:`fabric.safe_window.SafeWindowGate` of its stage family with the time the devices will
+switch; the gate commits it now, defers it to a later window (Gen: only at a deployment boundary,
+weight sync: only after ``weight-sync-begin``), or gives up. This is what the control service does
+(``agents/service.py``): the same gate per (job, family), train and train-dp sharing one.
+
+A committed change is applied as the steps of :func:`fabric.reconfig_order.order_plan_change`:
+kept circuits stay up throughout; a *remove* step frees its ports at once; an *add* step's circuits
+carry traffic only after the slowest device of the step has switched (Table 2 delay of the device's
+technology, 25 ms for piezo; the same rule the service uses to size the safe window). A change that
+commits while the devices are still busy with the previous one starts when that one ends. The
+result is a timeline of circuit sets that :func:`sim.network.events.simulate` runs flows across.
+
+Failed OCS ports go dark at once (ECMP routes around them); the controller masks them and, when
+asked, re-plans the last intent under the remaining port budget (§5.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from fabric.controller import FabricController, MaterializeResult
+from fabric.intent import Intent
+from fabric.plan import Circuit, CircuitPlan, same_cross_connects
+from fabric.reconfig_order import ReconfigOrder, order_plan_change
+from fabric.safe_window import CollectiveEvent, CommitDecision, GateConfig, SafeWindowGate
+from fabric.topology import PortRef
+from fabric.traffic import AggregateDemand
+from sim.network.fabrics import Failures
+from sim.network.rfabric import RFabricFabric
+from sim.network.state import NetState
+
+__all__ = ["GATE_FAMILY", "PlanChange", "DriverDecision", "RFabricDriver"]
+
+#: Gate per stage family, as the control service keys them: train and train-dp share a gate (§5.2).
+GATE_FAMILY = {"train": "train", "train-dp": "train", "gen": "gen", "weight-sync": "weight-sync"}
+
+
+@dataclass(frozen=True)
+class PlanChange:
+    """A committed plan change in time: the circuit set in force after each step."""
+
+    plan: CircuitPlan
+    committed_s: float  # when the gate said commit
+    start_s: float  # when the devices started (later if busy with the previous change)
+    end_s: float  # when the last add step finished switching
+    snapshots: tuple[tuple[float, tuple[Circuit, ...]], ...]  # (from time, circuits up)
+    outages: tuple[str, ...]  # pairs that had to go dark briefly, in words
+
+    @property
+    def switching_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class DriverDecision:
+    """What happened to one materialised plan at one moment."""
+
+    job: str
+    stage: str
+    action: str  # "commit" | "defer" | "reject" | "refused" (invalid plan) | "unchanged" (no device change)
+    reason: str
+    at_s: float
+    result: MaterializeResult
+    change: PlanChange | None = None
+
+
+@dataclass
+class _Pending:
+    intent: Intent
+    result: MaterializeResult
+    plan_id: str
+
+
+@dataclass
+class RFabricDriver:
+    """RFabric's control loop in simulated time: controller -> gate -> ordered steps -> circuit timeline.
+
+    Parameters
+    ----------
+    fabric : RFabricFabric
+    method : str
+        Allocation procedure of the controller (``greedy`` as Algorithm 3, ``uniform`` as the
+        Appendix I baseline, ...).
+    gate_config : GateConfig, optional
+        Safe-window settings (the service's defaults if omitted).
+    switch_delay_s : float, optional
+        One switching delay for every device (a sensitivity sweep); default: each device's Table 2
+        technology.
+
+    Examples
+    --------
+    >>> from sim.network.build import build_fabric
+    >>> from fabric.intent import Collective, Intent
+    >>> fab = build_fabric("rfabric", 64)
+    >>> drv = RFabricDriver(fab)
+    >>> i = Intent("train", "job", "ep", (Collective("all-to-all", groups=(tuple(range(0, 64, 4)),),
+    ...                                             bytes_per_rank=1e9),))
+    >>> d = drv.announce(i, now_s=0.0)  # no collective seen yet: slack unknown, so the gate waits
+    >>> d.action, round(d.change.switching_s, 3)  # one add step on piezo OCS (Table 2: 25 ms)
+    ('defer', 0.025)
+    """
+
+    fabric: RFabricFabric
+    method: str = "greedy"
+    gate_config: GateConfig | None = None
+    switch_delay_s: float | None = None
+    controller: FabricController = field(init=False)
+    changes: list[PlanChange] = field(default_factory=list, init=False)
+    decisions: list[DriverDecision] = field(default_factory=list, init=False)
+    failures: Failures = field(default_factory=Failures, init=False)
+
+    def __post_init__(self) -> None:
+        self.controller = FabricController(self.fabric.topology, method=self.method)
+        self._gates: dict[tuple[str, str], SafeWindowGate] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._snapshots: list[tuple[float, tuple[Circuit, ...]]] = [(0.0, ())]
+        self._busy_until = 0.0
+        self._plans = 0
+
+    # ------------------------------------------------------------------ gates and events
+    def gate(self, job: str, stage: str) -> SafeWindowGate:
+        """Return the job's gate for the stage's family (created on first use)."""
+        key = (job, GATE_FAMILY[stage])
+        if key not in self._gates:
+            self._gates[key] = SafeWindowGate(self.gate_config)
+        return self._gates[key]
+
+    def observe(self, job: str, event: CollectiveEvent) -> list[DriverDecision]:
+        """Feed one collective-boundary event of ``job``; return decisions on plans it let through."""
+        family = GATE_FAMILY[event.stage]
+        out = []
+        for d in self.gate(job, event.stage).observe(event):
+            pending = self._pending.pop((job, family), None)
+            if pending is None:
+                continue
+            out.append(self._settle(job, pending, d))
+        return out
+
+    # ------------------------------------------------------------------ plans
+    def announce(self, intent: Intent, now_s: float, demand: AggregateDemand | None = None) -> DriverDecision:
+        """Materialise ``intent`` and offer its plan to the job's gate at ``now_s``."""
+        result = self.controller.materialize(intent, demand)
+        self._plans += 1
+        plan_id = f"{intent.job}#{self._plans}"
+        family = GATE_FAMILY[intent.stage]
+        if not result.accepted:
+            return self._log(DriverDecision(intent.job, intent.stage, "refused", "; ".join(result.violations[:3]),
+                                            now_s, result))
+        self._pending.pop((intent.job, family), None)
+        gate = self.gate(intent.job, intent.stage)
+        gate.withdraw(intent.job)
+        if same_cross_connects(self.controller.active, result.plan):
+            self.controller.apply(result)
+            return self._log(DriverDecision(intent.job, intent.stage, "unchanged", "no device change needed",
+                                            now_s, result))
+        order = order_plan_change(self.controller.active, result.plan)
+        delay = self.switching_time_s(order)
+        d = gate.submit(intent.job, intent.stage, delay, now_s, plan_id)
+        return self._settle(intent.job, _Pending(intent, result, plan_id), d, order)
+
+    def _settle(self, job: str, pending: _Pending, d: CommitDecision, order: ReconfigOrder | None = None
+                ) -> DriverDecision:
+        stage = pending.intent.stage
+        if d.action == "commit":
+            change = self._commit(pending.result, d.at_s, order)
+            return self._log(DriverDecision(job, stage, "commit", d.reason, d.at_s, pending.result, change))
+        if d.action == "defer":
+            self._pending[(job, GATE_FAMILY[stage])] = pending
+            # what the change would cost, so a caller can see why it waits
+            order = order or order_plan_change(self.controller.active, pending.result.plan)
+            preview = self._steps(self.controller.active, pending.result.plan, order, d.at_s)
+            return self._log(DriverDecision(job, stage, "defer", d.reason, d.at_s, pending.result, preview))
+        return self._log(DriverDecision(job, stage, d.action, d.reason, d.at_s, pending.result))
+
+    def _log(self, d: DriverDecision) -> DriverDecision:
+        self.decisions.append(d)
+        return d
+
+    def switching_time_s(self, order: ReconfigOrder) -> float:
+        """Return how long the devices switch for ``order``: per add step, its slowest device."""
+        total = 0.0
+        for step in order.steps:
+            if step.action == "add":
+                total += max(self._delay(c.device) for c in step.circuits)
+        return total
+
+    def _delay(self, device: str) -> float:
+        if self.switch_delay_s is not None:
+            return self.switch_delay_s
+        return self.fabric.topology.devices[device].technology.switch_delay_s
+
+    def _steps(self, old: CircuitPlan | None, new: CircuitPlan, order: ReconfigOrder, start: float) -> PlanChange:
+        by_xc = {c.xc: c for c in (old.circuits if old else ())}
+        by_xc.update((c.xc, c) for c in new.circuits)
+        up = {c.xc for c in (old.circuits if old else ())}
+        t = start
+        snaps = []
+        for step in order.steps:
+            xcs = {c.xc for c in step.circuits}
+            if step.action == "remove":
+                up -= xcs  # ports freed at once: the circuits are dark from now
+            else:
+                t += max(self._delay(c.device) for c in step.circuits)
+                up |= xcs
+            snaps.append((t, tuple(by_xc[x] for x in sorted(up, key=lambda x: (x.device, x.a_port, x.b_port)))))
+        if not snaps:
+            snaps.append((t, tuple(new.circuits)))
+        return PlanChange(new, start, start, t, tuple(snaps), tuple(o.reason for o in order.outages))
+
+    def _commit(self, result: MaterializeResult, at_s: float, order: ReconfigOrder | None) -> PlanChange:
+        old = self.controller.active
+        order = order or order_plan_change(old, result.plan)
+        start = max(at_s, self._busy_until)
+        change = replace(self._steps(old, result.plan, order, start), committed_s=at_s)
+        self.controller.apply(result)
+        self._busy_until = change.end_s
+        # a later snapshot replaces every earlier one from the same time on
+        self._snapshots = [s for s in self._snapshots if s[0] < start] or [(0.0, ())]
+        self._snapshots.extend(change.snapshots)
+        self.changes.append(change)
+        return change
+
+    def install(self, plan: CircuitPlan | MaterializeResult, at_s: float = 0.0) -> PlanChange:
+        """Put a plan in force at ``at_s`` at once, without gate or switching (the fabric as it stands)."""
+        result = plan if isinstance(plan, MaterializeResult) else MaterializeResult(plan, True, False, plan.template,
+                                                                                      plan.signature)
+        self.controller.apply(result)
+        change = PlanChange(result.plan, at_s, at_s, at_s, ((at_s, tuple(result.plan.circuits)),), ())
+        self._snapshots = [s for s in self._snapshots if s[0] < at_s] + list(change.snapshots)
+        self._busy_until = max(self._busy_until, at_s)
+        self.changes.append(change)
+        return change
+
+    # ------------------------------------------------------------------ failures
+    def fail_ports(self, ports: Iterable[PortRef], now_s: float, replan: bool = True) -> DriverDecision | None:
+        """Take OCS ports down at ``now_s``: their circuits go dark; mask them and re-plan the last intent."""
+        ports = frozenset(ports)
+        self.failures = replace(self.failures, ports=self.failures.ports | ports)
+        self.controller.mask_ports([(p.device, p.port, "failed") for p in sorted(ports)])
+        if replan and self.controller.last_intent is not None:
+            return self.announce(self.controller.last_intent, now_s)
+        return None
+
+    def fail_nics(self, gpus: Iterable[int]) -> None:
+        """Take NIC-EPS links down: those GPUs relay over NVLink to a healthy NIC of their server."""
+        self.failures = replace(self.failures, nics=self.failures.nics | frozenset(gpus))
+
+    # ------------------------------------------------------------------ timeline
+    @property
+    def active(self) -> CircuitPlan | None:
+        return self.controller.active
+
+    def circuits_at(self, t_s: float) -> tuple[Circuit, ...]:
+        """Return the circuits carrying traffic at ``t_s``."""
+        got: tuple[Circuit, ...] = ()
+        for t, circuits in self._snapshots:
+            if t <= t_s:
+                got = circuits
+        return got
+
+    def timeline(self, since_s: float = 0.0) -> list[tuple[float, NetState]]:
+        """Return the fabric states in force from ``since_s`` on, for :func:`sim.network.events.simulate`."""
+        out = [(since_s, self.fabric.with_circuits(self.circuits_at(since_s), self.failures))]
+        for t, circuits in self._snapshots:
+            if t > since_s:
+                out.append((t, self.fabric.with_circuits(circuits, self.failures)))
+        return out
