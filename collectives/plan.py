@@ -40,7 +40,7 @@ from collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerL
 from collectives.schedule import Block, Edge, Schedule, Wave
 from collectives.slicing import assign_origins, group_blocks, split_pieces
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "STRATEGIES", "plan_weight_sync", "make_blocks"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "STRATEGIES", "plan_weight_sync", "make_blocks", "check_names"]
 
 #: Chunk (bucket) size: the unit of pipelining and the bound on per-stream buffer memory.
 DEFAULT_CHUNK_BYTES = 4 << 20
@@ -120,16 +120,23 @@ def plan_weight_sync(params: Sequence[ParamSpec], trainer: TrainerLayout, genera
 def make_blocks(params: Sequence[ParamSpec], trainer: TrainerLayout, generator: GeneratorLayout,
                 max_block_bytes: int = 0) -> list[Block]:
     """Return the blocks (origin, pieces, receivers as schedule ranks) for the layouts."""
-    names = Counter(p.name for p in params)
-    dup = [n for n, c in names.items() if c > 1]
-    if dup or not params:
-        raise ConfigError("plan_weight_sync", "params", f"duplicate names {dup[:3]}" if dup else "is empty",
-                          "a non-empty list of uniquely named parameters")
+    check_names(params)
     infos = split_pieces(params, trainer, generator)
-    groups = group_blocks(infos, assign_origins(infos), max_block_bytes)
+    groups = group_blocks(assign_origins(infos, [p.row_bytes for p in params]), max_block_bytes)
     t = trainer.world_size
     return [Block(i, o, pcs, sum(p.nbytes for p in pcs), tuple(t + g for g in needers))
             for i, (o, needers, pcs) in enumerate(groups)]
+
+
+def check_names(params: Sequence[ParamSpec]) -> None:
+    """Raise ConfigError unless the engine names (aliases included) and trainer names are unique."""
+    if not params:
+        raise ConfigError("plan_weight_sync", "params", "is empty", "a non-empty list of parameters")
+    for what, names in (("name", [n for p in params for n in p.names]), ("source", [p.source_name for p in params])):
+        dup = [n for n, c in Counter(names).items() if c > 1]
+        if dup:
+            raise ConfigError("plan_weight_sync", f"params[].{what}", f"duplicate names {dup[:3]}",
+                              "one ParamSpec per tensor; tied weights as one spec with aliases")
 
 
 # -- one strategy ------------------------------------------------------------------------------

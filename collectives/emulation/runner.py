@@ -42,15 +42,18 @@ def free_port() -> int:
 
 
 def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout_s: float = 30.0,
-             join_timeout_s: float = 120.0, check: bool = True, die_after: Mapping[int, int] | None = None,
+             wait_s: float = 120.0, die_after: Mapping[int, int] | None = None,
              stop_after: Mapping[int, int] | None = None, group: str = "orchestrl-weight-sync",
-             trace: bool = False, death_note: str = "", corrupt_rank: int = -1, backend: str = "gloo") -> SyncRun:
-    """Run ``schedule`` once with one process per rank and return every rank's result.
+             corrupt_rank: int = -1, per_rank: Mapping[int, Mapping[str, object]] | None = None,
+             **job: object) -> SyncRun:
+    """Run ``schedule`` with one process per rank and return every rank's result.
 
     ``hosts`` maps schedule ranks to emulated servers (trainers first, as schedule ranks are
     numbered); None runs every rank on loopback. ``die_after`` / ``stop_after`` map a generator
     rank to the number of parameters after which it SIGKILLs / SIGSTOPs itself (writing the time
     to ``death_note`` first); ``corrupt_rank`` flips a byte in that rank's first chunk on the wire.
+    ``per_rank`` overrides :class:`RankJob` fields for single ranks; other keywords set
+    :class:`RankJob` fields for every rank. ``wait_s`` bounds the whole run.
     """
     n = schedule.world_size
     if hosts is None:
@@ -63,14 +66,13 @@ def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout
         store_host, port = hosts[0].ip, 29500  # ports are private to each namespace
         netns = [h.netns for h in hosts]
         env = [{"GLOO_SOCKET_IFNAME": "eth0"}] * n
-    base = RankJob(schedule, 0, store_host, port, timeout_s=timeout_s, check=check, group=group, trace=trace,
-                   backend=backend)
+    base = RankJob(schedule, 0, store_host, port, timeout_s=timeout_s, group=group, **job)  # type: ignore[arg-type]
     jobs = [(replace(base, rank=r, host_ip=hosts[r].ip if hosts else "127.0.0.1",
                      die_after_params=(die_after or {}).get(r, -1), stop_after_params=(stop_after or {}).get(r, -1),
-                     death_note=death_note, corrupt_first_send=r == corrupt_rank),) for r in range(n)]
+                     corrupt_first_send=r == corrupt_rank, **dict((per_rank or {}).get(r, {}))),) for r in range(n)]
     with RankGroup(run_rank, jobs, netns=netns, env=env) as g:
-        results = g.join(join_timeout_s, ignore=sorted(stop_after or {}))
-    reports = [r.value["report"] for r in results if r.ok]
+        results = g.join(wait_s, ignore=sorted(stop_after or {}))
+    reports = [r.value["report"] for r in results if r.ok and r.value["report"]]
     elapsed = (max(x["data_done_at"] for x in reports) - min(x["started_at"] for x in reports)) if reports else 0.0
     return SyncRun(results, elapsed)
 

@@ -14,7 +14,7 @@ from collectives.emulation.model import synthetic_model
 from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
 from collectives.plan import plan_weight_sync
 from collectives.schedule import Schedule
-from collectives.slicing import trainer_region
+from collectives.slicing import trainer_runs
 from fabric.errors import ConfigError, InfeasiblePlanError
 
 
@@ -50,10 +50,12 @@ def check_invariants(s: Schedule) -> None:
         r = t + j
         assert all(n == 1 for n in got[r].values()), r
         for i, p in enumerate(s.params):
-            lo, hi = s.region(r, i)
+            rows = set()
+            for lo, hi in s.runs(r, i)[0]:
+                rows.update(range(lo, hi))
             spans = sorted((a, b) for (q, a, b) in got[r] if q == i)
-            assert spans and spans[0][0] == lo and spans[-1][1] == hi
-            assert all(x[1] == y[0] for x, y in zip(spans, spans[1:])), (r, p.name, spans)
+            received = [x for a, b in spans for x in range(a, b)]
+            assert len(received) == len(set(received)) and set(received) == rows, (r, p.name, spans)
     # One copy per boundary: a piece enters each generator PoD that needs it exactly once.
     entering: Counter = Counter()
     for e in s.edges:
@@ -64,8 +66,8 @@ def check_invariants(s: Schedule) -> None:
     # Shard-scatter: an origin only sends pieces from its own shard; trainers receive nothing.
     for b in s.blocks:
         for pc in b.pieces:
-            lo, hi = trainer_region(s.params[pc.param], s.trainer, b.origin)
-            assert lo <= pc.start and pc.stop <= hi
+            runs = trainer_runs(s.params[pc.param], s.trainer, b.origin)
+            assert any(lo <= pc.start and pc.stop <= hi for lo, hi in runs[0])
     assert all(e.dst >= t for e in s.edges)
 
 
@@ -102,7 +104,7 @@ def test_tp_resharding_four_to_two_and_one():
     # A TP=2 rank ends with half of every sharded parameter, a TP=1 rank with all of it.
     for i, p in enumerate(params):
         if p.tp_dim is not None:
-            assert s.region(4, i) == (0, p.split_extent // 2) and s.region(7, i) == (0, p.split_extent)
+            assert s.runs(4, i) == (((0, p.split_extent // 2),), 0) and s.runs(7, i) == (((0, p.split_extent),), 0)
 
 
 def test_relay_sends_one_copy_across_a_shared_cross_link():

@@ -65,7 +65,7 @@ def test_killing_a_receiver_mid_transfer_fails_every_survivor_within_the_timeout
     sch = _mixed_tp_schedule()
     dead = sch.generator_rank(1)  # interior of PoD 1's trees: its children wait for chunks it never sends
     note = tmp_path / "died_at"
-    run = run_sync(sch, timeout_s=TIMEOUT_S, die_after={dead: 2}, death_note=str(note), join_timeout_s=60)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, die_after={dead: 2}, death_note=str(note), wait_s=60)
     assert note.exists(), "the receiver was not killed mid-transfer"
     assert run.results[dead].error_type == "Died"
     died_at = float(note.read_text())
@@ -76,7 +76,7 @@ def test_a_stalled_receiver_is_named_with_its_phase(tmp_path):
     sch = _mixed_tp_schedule()
     stalled = sch.generator_rank(2)
     note = tmp_path / "stopped_at"
-    run = run_sync(sch, timeout_s=TIMEOUT_S, stop_after={stalled: 3}, death_note=str(note), join_timeout_s=60)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, stop_after={stalled: 3}, death_note=str(note), wait_s=60)
     assert note.exists()
     _assert_all_survivors_blame(run, stalled, sch.rank_name(stalled), float(note.read_text()),
                                 r"stopped responding .* while|phase")
@@ -85,7 +85,7 @@ def test_a_stalled_receiver_is_named_with_its_phase(tmp_path):
 def test_a_corrupted_chunk_is_caught_by_its_checksum():
     sch = _mixed_tp_schedule()
     sender = sch.blocks[0].origin
-    run = run_sync(sch, timeout_s=TIMEOUT_S, corrupt_rank=sender, join_timeout_s=60)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, corrupt_rank=sender, wait_s=60)
     assert not any(r.ok for r in run.results)
     for r in run.results:
         assert "checksum mismatch" in r.error, (r.rank, r.error)
@@ -104,4 +104,4 @@ def test_ranks_running_different_schedules_refuse_to_start():
     with RankGroup(run_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * a.world_size) as g:
         results = g.join(60)
     assert not any(r.ok for r in results)
-    assert all("runs schedule" in r.error for r in results), [r.error for r in results]
+    assert all("joined with schedule" in r.error for r in results), [r.error for r in results]
