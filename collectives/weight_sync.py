@@ -124,10 +124,13 @@ class WeightSync:
         How long one ``load_weights`` callback may run before the round fails naming it.
     trace : bool
         Record per-step timings in the report.
+    rejoin : bool
+        This process replaces a rank that died: its first call joins the round the job is in (or the
+        next one, if that round already failed) instead of round 1.
     """
 
     def __init__(self, schedule: Schedule, transport, *, timeout_s: float = 60.0, join_timeout_s: float = 300.0,
-                 load_timeout_s: float = 600.0, trace: bool = False) -> None:
+                 load_timeout_s: float = 600.0, trace: bool = False, rejoin: bool = False) -> None:
         if transport.world_size != schedule.world_size:
             raise ConfigError("WeightSync", "transport.world_size",
                               f"{transport.world_size} ranks but the schedule has {schedule.world_size} "
@@ -140,6 +143,7 @@ class WeightSync:
         self.join_timeout_s = float(join_timeout_s)
         self.load_timeout_s = float(load_timeout_s)
         self.trace = trace
+        self.rejoin = rejoin
         self._round = 0
         self._program = schedule.program(self.rank)
         self._peers = sorted({op.peer for _, ops in self._program for op in ops})
@@ -152,14 +156,14 @@ class WeightSync:
     @classmethod
     def connect(cls, schedule: Schedule | None, host: str, port: int, rank: int, *, backend: str = "gloo",
                 timeout_s: float = 60.0, join_timeout_s: float = 300.0, load_timeout_s: float = 600.0,
-                group_name: str = "orchestrl-weight-sync", trace: bool = False) -> "WeightSync":
+                group_name: str = "orchestrl-weight-sync", trace: bool = False, rejoin: bool = False) -> "WeightSync":
         """Connect rank ``rank`` to the job's store at ``host:port`` and return its ``WeightSync``.
 
         Schedule rank 0 hosts the store and passes the schedule it planned; every other rank passes
         None and receives that schedule from the store, so the job plans once. A rank that passes its
         own schedule is checked against the others by digest when a round starts. A process that
-        replaces a dead rank connects the same way and joins the next round; the other ranks keep
-        their ``WeightSync`` and only rebuild their connections to it.
+        replaces a dead rank connects the same way with ``rejoin=True`` and joins the round the job
+        is in; the other ranks keep their ``WeightSync`` and only rebuild their connections to it.
 
         Raises
         ------
@@ -194,7 +198,7 @@ class WeightSync:
         transport = TorchTransport(store, rank, schedule.world_size, backend=backend, timeout_s=2 * timeout_s,
                                    group_name=group_name)
         return cls(schedule, transport, timeout_s=timeout_s, join_timeout_s=join_timeout_s,
-                   load_timeout_s=load_timeout_s, trace=trace)
+                   load_timeout_s=load_timeout_s, trace=trace, rejoin=rejoin)
 
     # -- public API ----------------------------------------------------------------------------
     def send(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> SyncReport:
@@ -339,8 +343,8 @@ class WeightSync:
 
     # -- rounds ------------------------------------------------------------------------------
     def _next_round(self) -> int:
-        """The round this call joins: the next one, or for a fresh process the one the job is in."""
-        if self._round:
+        """The round this call joins: the next one, or for a rejoining process the one the job is in."""
+        if self._round or not self.rejoin:
             return self._round + 1
         store = self.transport.store
         if not store.check(["latest-round"]):

@@ -12,7 +12,7 @@ from collectives.emulation.netns import Host
 from collectives.emulation.worker import RankJob, run_rank
 from collectives.schedule import Schedule
 
-__all__ = ["SyncRun", "run_sync", "measure_goodput", "free_port"]
+__all__ = ["SyncRun", "run_sync", "exchange", "measure_goodput", "free_port"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,52 @@ def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout
     reports = [r.value["report"] for r in results if r.ok and r.value["report"]]
     elapsed = (max(x["data_done_at"] for x in reports) - min(x["started_at"] for x in reports)) if reports else 0.0
     return SyncRun(results, elapsed)
+
+
+def exchange(schedule: Schedule, sources: Mapping[int, Mapping[str, "object"]], *, timeout_s: float = 30.0,
+             wait_s: float = 120.0, into_dtype: str | None = None, send_async: bool = False) -> list[RankResult]:
+    """Run one round on loopback with given tensors; return every rank's result.
+
+    ``sources[r]`` is what trainer rank ``r`` passes to ``send`` (its names, its local shards);
+    each generator's value is ``{"received": {name: tensor}, "report": ...}`` with every name
+    ``load_weights`` was called with. With ``into_dtype`` generators receive in place into tensors of
+    that dtype instead (to check that a wrong one is refused). Only rank 0 is given the schedule;
+    the others receive it from the store, as :meth:`WeightSync.connect` distributes it.
+    """
+    port = free_port()
+    n = schedule.world_size
+    jobs = [(schedule if r == 0 else None, r, port, dict(sources.get(r, {})), timeout_s, into_dtype, send_async)
+            for r in range(n)]
+    with RankGroup(_exchange_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * n) as g:
+        return g.join(wait_s)
+
+
+def _exchange_rank(schedule, rank: int, port: int, source: dict, timeout_s: float, into_dtype: str | None,
+                   send_async: bool) -> dict:
+    from dataclasses import asdict
+
+    import torch
+
+    from collectives.codec import TORCH_DTYPES
+    from collectives.weight_sync import WeightSync
+
+    torch.set_num_threads(1)
+    sync = WeightSync.connect(schedule, "127.0.0.1", port, rank, timeout_s=timeout_s, join_timeout_s=60)
+    sch = sync.schedule
+    if sch.is_trainer(rank):
+        if send_async:
+            handle = sync.send_async(source)
+            for t in source.values():  # the optimizer steps while the sync runs
+                t.view(torch.uint8).fill_(0x5A)
+            return {"report": asdict(handle.wait())}
+        return {"report": asdict(sync.send(source))}
+    received: dict = {}
+    into = None
+    if into_dtype is not None:
+        into = {p.name: torch.zeros(sch.local_shape(rank, i), dtype=TORCH_DTYPES[into_dtype])
+                for i, p in enumerate(sch.params) if sch.local_shape(rank, i) is not None}
+    report = sync.receive(lambda batch: received.update(batch), into=into)
+    return {"report": asdict(report), "received": received}
 
 
 def _sink(port: int, nbytes: int) -> float:

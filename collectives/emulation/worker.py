@@ -51,6 +51,7 @@ class RankJob:
     into: bool = False  # generators receive in place into pre-allocated tensors
     into_dtype: str = ""  # ... of this dtype instead of the parameter's (to check it is refused)
     rounds: int = 1  # sync rounds to run; a failed round is reported and the next one attempted
+    rejoin: bool = False  # this process replaces a rank that died (WeightSync.connect(rejoin=True))
     torch_threads: int = 1
     extra_env: dict = field(default_factory=dict)
 
@@ -98,7 +99,7 @@ def _connect(job: RankJob, cls):
     given = sch if (job.rank == 0 or not job.distribute) else None
     sync = cls.connect(given, job.store_host, job.store_port, job.rank, backend=job.backend, timeout_s=job.timeout_s,
                        join_timeout_s=job.join_timeout_s, load_timeout_s=job.load_timeout_s, group_name=job.group,
-                       trace=job.trace)
+                       trace=job.trace, rejoin=job.rejoin)
     if job.corrupt_first_send:
         sync.transport = _CorruptingTransport(sync.transport)
     return sync

@@ -179,3 +179,26 @@ def test_per_rank_buffers_depend_on_chunks_not_on_model_size():
     # A rank holds two steps of receive buffers (double buffering), each step at most one chunk
     # (at most one chunk per concurrent block: 8 shards here, whatever the model size).
     assert most_receives_per_step(16 << 20) <= 8 and most_receives_per_step(64 << 20) <= 8
+
+
+def test_an_engine_missing_a_tp_rank_is_refused_at_planning_time():
+    params = [ParamSpec("w", (8, 4), "bfloat16", tp_dim=0)]
+    lonely = GeneratorLayout((GeneratorRank(1, tp_size=2, tp_rank=0),))  # TP 2 engine without its rank 1
+    with pytest.raises(ConfigError, match=r"engine 0 .*rows \[4, 8\) of 'w'.*TP ranks are \[0\]"):
+        plan_weight_sync(params, TrainerLayout(tp=2), lonely, FabricLinks(nic_bps=1e9))
+    twins = GeneratorLayout((GeneratorRank(1, 2, 0, engine=0), GeneratorRank(1, 2, 0, engine=0)))
+    with pytest.raises(ConfigError, match="engine 0"):
+        plan_weight_sync(params, TrainerLayout(tp=2), twins, FabricLinks(nic_bps=1e9))
+
+
+def test_one_huge_lm_head_is_split_so_every_dp_replica_sends_an_equal_share():
+    # TP 2 x DP 8: a 210 MB-shaped lm_head dominates; each half is held by 8 replicas.
+    params = [ParamSpec("lm_head.weight", (128256, 816), "bfloat16", tp_dim=0)] + synthetic_model(16 << 20, hidden=256)
+    s = plan_weight_sync(params, TrainerLayout(tp=2, dp=8), GeneratorLayout.uniform(pods=(1, 2), ranks_per_pod=4, tp=2),
+                         FabricLinks(nic_bps=1e9, cross_bps=1e8))
+    check_invariants(s)
+    sent = Counter()
+    for b in s.blocks:
+        sent[b.origin] += b.nbytes
+    assert len(sent) == 16
+    assert max(sent.values()) <= 1.01 * min(sent.values()), sorted(sent.values())
