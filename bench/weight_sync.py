@@ -98,6 +98,12 @@ def parse_bytes(text: str) -> int:
     return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
 
 
+def model_size(cfg: Config, nic_bps: float, target_s: float) -> int:
+    """Model bytes whose transfer takes about ``target_s`` on the configuration's narrowest resource."""
+    rate_bps = min(cfg.cross_x * nic_bps, cfg.gen_tp * nic_bps, cfg.trainers * nic_bps)
+    return min(256 << 20, max(1 << 20, int(target_s * rate_bps / 8) >> 20 << 20))
+
+
 def _median(runs: list) -> float:
     return statistics.median(r.elapsed_s for r in runs)
 
@@ -109,7 +115,8 @@ def run_config(cfg: Config, args: argparse.Namespace) -> dict:
     trainer = TrainerLayout(tp=cfg.trainer_tp, dp=cfg.trainer_dp)
     pods = tuple(range(1, cfg.pods + 1))
     generator = GeneratorLayout.uniform(pods=pods, ranks_per_pod=cfg.gens_per_pod, tp=cfg.gen_tp)
-    params = synthetic_model(args.model_bytes, hidden=args.hidden)
+    model_bytes = args.model_bytes or model_size(cfg, nic_bps, args.target_s)
+    params = synthetic_model(model_bytes, hidden=args.hidden)
     links = FabricLinks(nic_bps=nic_bps, cross_bps=cross_bps, default_budget=args.budget)
     ours = plan_weight_sync(params, trainer, generator, links, chunk_bytes=args.chunk_bytes)
     chains = {c: plan_chain(params, trainer, generator, links, chunk_bytes=c) for c in args.chain_chunks}
@@ -125,10 +132,12 @@ def run_config(cfg: Config, args: argparse.Namespace) -> dict:
         nic_goodput = measure_goodput(gens[0], gens[1], probe)
         cross_goodput = measure_goodput(cluster.trainers[0], gens[0], probe)
         for _ in range(args.repeat):  # interleaved, so drift hits every contender alike
-            runs["ours"].append(run_sync(ours, hosts=hosts, timeout_s=args.timeout, wait_s=900))
+            # Two rounds per process, the second timed: an RL job syncs every step on connections it
+            # already has (the broadcast baseline builds its groups before its clock starts, too).
+            runs["ours"].append(run_sync(ours, hosts=hosts, timeout_s=args.timeout, wait_s=900, rounds=2))
             for c, sch in chains.items():
                 runs[f"chain {c >> 10}K"].append(run_sync(sch, hosts=hosts, timeout_s=args.timeout, wait_s=900,
-                                                          group="chain"))
+                                                          group="chain", rounds=2))
             for b in args.buckets:
                 runs[f"broadcast {b >> 10}K"].append(run_broadcast(params, trainer, generator, hosts=hosts,
                                                                    bucket_bytes=b, timeout_s=args.timeout))
@@ -180,7 +189,10 @@ def planning_time(ranks: int = 256) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nic-gbps", type=float, default=0.25, help="every NIC's rate; the cross link is a multiple")
-    ap.add_argument("--model-bytes", type=parse_bytes, default=48 << 20, help="model size, e.g. 48M")
+    ap.add_argument("--model-bytes", type=parse_bytes, default=0,
+                    help="model size, e.g. 48M (default: sized per configuration by --target-s)")
+    ap.add_argument("--target-s", type=float, default=3.0,
+                    help="size each configuration's model so its narrowest resource needs about this long")
     ap.add_argument("--hidden", type=int, default=512, help="hidden size of the synthetic model")
     ap.add_argument("--chunk-bytes", type=parse_bytes, default=256 << 10, help="our pipelining unit")
     ap.add_argument("--chain-chunks", type=lambda s: [parse_bytes(x) for x in s.split(",")],
@@ -196,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     configs = SWEEP
     if args.quick:
-        configs, args.repeat, args.model_bytes = QUICK, 1, 6 << 20
+        configs, args.repeat, args.model_bytes = QUICK, 1, args.model_bytes or 6 << 20
         args.chain_chunks, args.buckets = args.chain_chunks[:1], args.buckets[:1]
     configs = tuple(c for c in configs if args.only in c.name)
 
@@ -204,14 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     if reason:  # `make bench` runs every benchmark; say why this one cannot run here instead of failing
         print(f"bench/weight_sync.py skipped: the emulated cluster {reason}; run it as root on Linux with iproute2")
         return 0
-    print(f"weight sync, NIC {args.nic_gbps} Gbps, model {args.model_bytes / 2**20:.1f} MiB, "
-          f"medians of {args.repeat} run(s); seconds", flush=True)
-    print(f"{'configuration':<42}{'ours':>8}{'chain':>8}{'bcast':>8}{'bound':>8}{'speedup':>9}{'eff':>7}  ok", flush=True)
+    print(f"weight sync, NIC {args.nic_gbps} Gbps, medians of {args.repeat} run(s); seconds", flush=True)
+    print(f"{'configuration':<42}{'MiB':>6}{'ours':>8}{'chain':>8}{'bcast':>8}{'bound':>8}{'speedup':>9}{'eff':>7}  ok",
+          flush=True)
     results = []
     for c in configs:
         r = run_config(c, args)
         results.append(r)
-        print(f"{r['config']:<42}{r['ours_s']:>8.3f}{r['chain_s']:>8.3f}{r['broadcast_s']:>8.3f}{r['bound_s']:>8.3f}"
+        print(f"{r['config']:<42}{r['model_bytes'] / 2**20:>6.0f}{r['ours_s']:>8.3f}{r['chain_s']:>8.3f}"
+              f"{r['broadcast_s']:>8.3f}{r['bound_s']:>8.3f}"
               f"{r['speedup_vs_best_baseline']:>8.2f}x{r['efficiency']:>7.3f}  {'yes' if r['verified'] else 'NO'}",
               flush=True)
     plan = planning_time(64 if args.quick else 256)
@@ -228,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                     "efficiency_min": TARGET_EFFICIENCY},
         "planning": plan,
         "configs": results,
-        "settings": {"nic_gbps": args.nic_gbps, "model_bytes": args.model_bytes, "hidden": args.hidden,
+        "settings": {"nic_gbps": args.nic_gbps, "model_bytes": args.model_bytes, "target_s": args.target_s,
+                     "hidden": args.hidden,
                      "chunk_bytes": args.chunk_bytes, "chain_chunks": args.chain_chunks, "buckets": args.buckets,
                      "budget": args.budget, "repeat": args.repeat},
         "date": datetime.date.today().isoformat(),

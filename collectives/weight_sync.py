@@ -44,7 +44,8 @@ import torch.distributed as dist
 from fabric.errors import ConfigError
 
 from collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
-from collectives.errors import IntegrityError, WeightSyncError
+from collectives.errors import WeightSyncError
+from collectives.executor import StreamExecutor
 from collectives.liveness import Liveness
 from collectives.schedule import Op, Schedule
 from collectives.targets import check_tensor, resolve_targets
@@ -144,13 +145,12 @@ class WeightSync:
         self.load_timeout_s = float(load_timeout_s)
         self.trace = trace
         self.rejoin = rejoin
+        self.window = 2  # transfers each peer stream keeps posted (see collectives.executor)
+        self.lookahead = 4  # steps a stream may run ahead of the rank's slowest one
         self._round = 0
-        self._program = schedule.program(self.rank)
-        self._peers = sorted({op.peer for _, ops in self._program for op in ops})
-        self._jobs: "queue.Queue[tuple[list, threading.Event, list]]" = queue.Queue()
-        self._busy: threading.Event | None = None  # set when the waiter finished the current job
+        self._peers = sorted({op.peer for _, ops in schedule.program(self.rank) for op in ops})
+        self._executor: StreamExecutor | None = None
         self._pending: SyncHandle | None = None
-        threading.Thread(target=self._waiter, name=f"weight-sync-wait-{self.rank}", daemon=True).start()
         _LIVE.add(self)
 
     @classmethod
@@ -184,13 +184,7 @@ class WeightSync:
             if rank == 0:
                 raise ConfigError("WeightSync.connect", "schedule", "is None on rank 0, which publishes it",
                                   "the planned Schedule on rank 0 (None on the other ranks)")
-            try:
-                ctl.wait(["schedule-digest"], timedelta(seconds=join_timeout_s))
-            except Exception as exc:
-                raise WeightSyncError(f"rank {rank}: no schedule was published at {host}:{port} within "
-                                      f"{join_timeout_s:.0f} s; rank 0 publishes it in WeightSync.connect",
-                                      peer=0, phase="connecting") from exc
-            schedule = Schedule.from_json(_loads(zlib.decompress(ctl.get("schedule"))))
+            schedule = _fetch(ctl, f"rank {rank}", f"{host}:{port}", join_timeout_s)
         if not 0 <= rank < schedule.world_size:
             raise ConfigError("WeightSync.connect", "rank", f"{rank} is outside the schedule's {schedule.world_size} "
                               f"ranks ({schedule.trainer.world_size} trainers + {schedule.generator.world_size} "
@@ -199,6 +193,13 @@ class WeightSync:
                                    group_name=group_name)
         return cls(schedule, transport, timeout_s=timeout_s, join_timeout_s=join_timeout_s,
                    load_timeout_s=load_timeout_s, trace=trace, rejoin=rejoin)
+
+    @staticmethod
+    def fetch_schedule(host: str, port: int, *, timeout_s: float = 300.0,
+                       group_name: str = "orchestrl-weight-sync") -> Schedule:
+        """Return the schedule rank 0 published at ``host:port`` (e.g. to learn one's schedule rank)."""
+        store = dist.TCPStore(host, port, None, False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+        return _fetch(dist.PrefixStore(f"{group_name}/ctl/", store), "this process", f"{host}:{port}", timeout_s)
 
     # -- public API ----------------------------------------------------------------------------
     def send(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> SyncReport:
@@ -386,12 +387,13 @@ class WeightSync:
                 self.transport.prepare(live.generations)
             except Exception as exc:
                 raise live.fail(-1, f"{sch.rank_name(rank)} could not connect to its peers: {_short(exc)}") from exc
-            stats = _Stats(started=time.time())
+            started = time.time()
             codec, snaps = snapshot if isinstance(snapshot, tuple) else (self._codec(n), None)
             codec.round_id = n
-            forwarded: dict[tuple[int, int], torch.Tensor] = {}
-            for step, ops in self._program:
-                forwarded = self._step(step, ops, live, codec, buffers, forwarded, stats, loader, snaps)
+            executor = StreamExecutor(sch, rank, self.transport, codec, buffers, snaps, loader.complete, self._label,
+                                      window=self.window, lookahead=self.lookahead, trace=self.trace)
+            self._executor = executor
+            executor.run(live, loader.check)
             loader.drain()
             missing = [sch.params[p].name for p, b in buffers.items() if b.missing_bytes]
             if missing:
@@ -408,61 +410,21 @@ class WeightSync:
             raise err from exc
         finally:
             live.close()
-        return SyncReport(rank, "trainer" if sch.is_trainer(rank) else "generator", stats.started, data_done,
-                          time.time(), stats.sent, stats.received, stats.verified, loader.loaded, True,
-                          tuple(stats.trace), n)
+        return SyncReport(rank, "trainer" if sch.is_trainer(rank) else "generator", started, data_done,
+                          time.time(), executor.sent, executor.received, executor.verified, loader.loaded, True,
+                          tuple(sorted(executor.step_times)), n)
 
     def _after_failure(self) -> None:
-        """Abort this rank's connections and let the waiter thread return before the error surfaces."""
+        """End this rank's pending transfers and let its stream threads return before the error surfaces."""
+        executor = self._executor
+        if executor is not None:
+            executor.stop()
         try:
             self.transport.reset()
         except Exception:  # a transport that cannot reset is discarded by the caller (documented)
             pass
-        busy = self._busy
-        if busy is not None:
-            busy.wait(timeout=2 * self.timeout_s)
-
-    def _step(self, step: int, ops: list[Op], live: Liveness, codec: ChunkCodec, buffers: dict[int, ParamBuffer],
-              forwarded: dict[tuple[int, int], torch.Tensor], stats: "_Stats", loader: "_Loader",
-              snaps: dict | None) -> dict[tuple[int, int], torch.Tensor]:
-        """Post every op of one step, wait for all, then verify and store what arrived (returned for forwarding)."""
-        arrived: dict[tuple[int, int], torch.Tensor] = {}
-        works, labels, outgoing = [], [], []  # outgoing keeps packed messages alive until sent
-        for op in ops:
-            label = self._label(op, step)
-            live.poll(label)
-            if op.kind == "recv":
-                msg = codec.new_buffer(op.block, op.chunk)
-                arrived[(op.block, op.chunk)] = msg
-                post = self.transport.irecv
-            else:
-                msg = forwarded[(op.block, op.chunk)] if op.forward else codec.pack(op.block, op.chunk, buffers, snaps)
-                outgoing.append(msg)
-                stats.sent += msg.numel()
-                post = self.transport.isend
-            try:
-                works.append(post(msg, op.peer, op.block))
-            except Exception as exc:
-                raise live.fail(op.peer, f"{label} could not start: {_short(exc)}") from exc
-            labels.append((op, label))
-        posted = time.time()
-        self._wait(live, works, labels)
-        if self.trace:
-            stats.trace.append((step, posted, time.time()))
-        for op, label in labels:
-            if op.kind != "recv":
-                continue
-            msg = arrived[(op.block, op.chunk)]
-            try:
-                codec.verify(msg, op.block, op.chunk, label)
-            except IntegrityError as exc:
-                raise live.fail(op.peer, str(exc), kind="integrity") from exc
-            stats.received += msg.numel()
-            stats.verified += 1
-            for p in codec.unpack(msg, op.block, op.chunk, buffers):
-                loader.complete(p, buffers[p])
-        loader.check()
-        return arrived
+        if executor is not None:
+            executor.join(2 * self.timeout_s)
 
     def _label(self, op: Op, step: int) -> str:
         sch = self.schedule
@@ -470,31 +432,6 @@ class WeightSync:
         prep = "to" if op.kind == "send" else "from"
         return (f"phase {op.phase}: {verb} block {op.block} chunk {op.chunk + 1}/{sch.chunks(op.block)} "
                 f"{prep} {sch.rank_name(op.peer)} (step {step})")
-
-    def _wait(self, live: Liveness, works: list, labels: list) -> None:
-        done = threading.Event()
-        result: list = []
-        self._busy = done
-        self._jobs.put((works, done, result))
-        summary = (labels[0][1] if labels else "idle") + (f" and {len(labels) - 1} more transfer(s)"
-                                                          if len(labels) > 1 else "")
-        while not done.wait(0.05):
-            live.poll(summary)
-        if result:
-            idx, exc = result[0]
-            op, label = labels[idx]
-            raise live.fail(op.peer, f"{label} failed: {_short(exc)}") from exc
-
-    def _waiter(self) -> None:
-        while True:
-            works, done, result = self._jobs.get()
-            for i, w in enumerate(works):
-                try:
-                    w.wait()
-                except Exception as exc:  # reported by the calling thread, which names peer and phase
-                    if not result:
-                        result.append((i, exc))
-            done.set()
 
 
 class _Loader:
@@ -554,21 +491,22 @@ class _Loader:
         self.check()
 
 
-@dataclass
-class _Stats:
-    """Counters of one round on one rank."""
-
-    started: float
-    sent: int = 0
-    received: int = 0
-    verified: int = 0
-    trace: list[tuple[int, float, float]] = field(default_factory=list)
-
-
 def _short(exc: BaseException) -> str:
     """The transport's message without source paths and boilerplate advice."""
     text = re.sub(r"\[/[^\]]*\] ?", "", str(exc)).split(" This is typically")[0].strip()
     return text or type(exc).__name__
+
+
+def _fetch(ctl, who: str, where: str, timeout_s: float) -> Schedule:
+    try:
+        ctl.wait(["schedule-digest"], timedelta(seconds=timeout_s))
+    except Exception as exc:
+        raise WeightSyncError(f"{who}: no schedule was published at {where} within {timeout_s:.0f} s; rank 0 "
+                              "publishes it in WeightSync.connect", peer=0, phase="connecting") from exc
+    schedule = Schedule.from_json(_loads(zlib.decompress(ctl.get("schedule"))))
+    if schedule.digest != ctl.get("schedule-digest").decode():
+        raise WeightSyncError(f"{who}: the schedule at {where} does not match its digest", peer=0, phase="connecting")
+    return schedule
 
 
 def _dumps(doc: object) -> bytes:
@@ -591,6 +529,6 @@ def _quiesce() -> None:
     call ``std::terminate`` (exit status -6, which torchrun and Ray read as a crash).
     """
     for sync in list(_LIVE):
-        busy = sync._busy
-        if busy is not None and not busy.is_set():
+        executor = sync._executor
+        if executor is not None and not executor.idle():
             sync._after_failure()

@@ -12,7 +12,10 @@ from collectives.emulation.netns import Host
 from collectives.emulation.worker import RankJob, run_rank
 from collectives.schedule import Schedule
 
-__all__ = ["SyncRun", "run_sync", "exchange", "measure_goodput", "free_port"]
+__all__ = ["SyncRun", "run_sync", "exchange", "measure_goodput", "free_port", "KEEP"]
+
+#: Objects a rank process keeps until it is killed (its store and connections outlive a failed round).
+KEEP: list = []
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,7 @@ def _exchange_rank(schedule, rank: int, port: int, source: dict, timeout_s: floa
 
     torch.set_num_threads(1)
     sync = WeightSync.connect(schedule, "127.0.0.1", port, rank, timeout_s=timeout_s, join_timeout_s=60)
+    KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
     sch = sync.schedule
     if sch.is_trainer(rank):
         if send_async:

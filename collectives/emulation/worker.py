@@ -60,8 +60,11 @@ def run_rank(job: RankJob) -> dict:
     """Run ``job.rounds`` sync rounds as ``job.rank``; return reports, errors and content mismatches."""
     from collectives.weight_sync import WeightSync
 
+    from collectives.emulation.runner import KEEP
+
     torch.set_num_threads(job.torch_threads)
     sync = _connect(job, WeightSync)
+    KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
     sch = sync.schedule
     out: dict = {"pid": os.getpid(), "rounds": [], "report": None, "mismatches": [], "at": 0.0}
     for _ in range(job.rounds):
