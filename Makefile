@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,comms]'
+	$(PY) -m pip install -q -e '.[test,comms,megatron]'
 	touch $(STAMP)
 
 demo: setup

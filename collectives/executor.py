@@ -26,6 +26,7 @@ Errors in a stream stop every stream of the rank; the calling thread keeps heart
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections import deque
@@ -38,7 +39,10 @@ from collectives.errors import IntegrityError
 from collectives.liveness import Liveness
 from collectives.schedule import Op, Schedule
 
-__all__ = ["StreamExecutor"]
+__all__ = ["StreamExecutor", "Loader", "LoadWeights"]
+
+#: Receiver callback: gets ``[(name, tensor)]`` for parameters whose slice is complete.
+LoadWeights = Callable[[list[tuple[str, torch.Tensor]]], None]
 
 _INF = float("inf")
 
@@ -270,6 +274,63 @@ class StreamExecutor:
             with self._cv:
                 self._arrivals[key].msg = msg
                 self._cv.notify_all()
+
+
+class Loader:
+    """Hands completed parameters to ``load_weights`` on its own thread, in completion order."""
+
+    def __init__(self, fn: LoadWeights | None, live: Liveness, schedule: Schedule,
+                 targets: dict[int, list[torch.Tensor]], keep: bool) -> None:
+        self.fn = fn
+        self.live = live
+        self.schedule = schedule
+        self.targets = targets
+        self.keep = keep  # trainers keep their tensors (they are the caller's)
+        self.loaded = 0
+        self.error: BaseException | None = None
+        self._queue: "queue.Queue[tuple[int, ParamBuffer] | None]" = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def complete(self, p: int, buf: ParamBuffer) -> None:
+        for extra in self.targets.get(p, [])[1:]:  # an alias the engine keeps as a separate tensor
+            extra.copy_(buf.tensor)
+        if self.fn is None:
+            self.loaded += 1
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="weight-sync-load", daemon=True)
+            self._thread.start()
+        self._queue.put((p, buf))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            p, buf = item
+            spec = self.schedule.params[p]
+            self.live.callback_started(f"load_weights({spec.name!r})")
+            try:
+                self.fn([(name, buf.tensor) for name in spec.names])  # type: ignore[misc]
+                self.loaded += 1
+            except BaseException as exc:  # reported by the executing thread
+                self.error = exc
+                return
+            finally:
+                self.live.callback_done()
+            if p not in self.targets and not self.keep:
+                buf.tensor = buf.tensor.new_empty(0)  # release: a rank forwards chunks, not tensors
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.live.fail(self.live.rank, f"{self.schedule.rank_name(self.live.rank)}'s load_weights raised "
+                                                 f"{type(self.error).__name__}: {self.error}")
+
+    def drain(self) -> None:
+        """Wait (heartbeating) until every queued parameter was loaded."""
+        if self._thread is not None:
+            self._queue.put(None)
+            while self._thread.is_alive():
+                self._thread.join(0.05)
+                self.live.poll("waiting for load_weights to finish")
+        self.check()
 
 
 def _short(exc: BaseException) -> str:

@@ -57,7 +57,7 @@ class Edge:
     dst: int
     phase: str
     start_step: int
-    wave: int = -1  # Phase A / relay: the wave the edge runs in
+    wave: int = -1  # Phase A / relay: the wave the edge runs in (-1: follows an earlier edge's circuit, chain)
     circuits: int = 0  # Phase A / relay: circuits allocated (App. E.1); 0 elsewhere
 
 
