@@ -330,7 +330,9 @@ def state_dict_specs(state_dict: Mapping[str, object] | Iterable[tuple[str, obje
         seen[name] = sname
         full = [int(x) for x in tensor.shape]  # type: ignore[attr-defined]
         src = _dtype(tensor)
-        tp_dim, probe = layout(name, 1, shape)
+        # Which dimension is split (and how) does not depend on the row count, but a layout may
+        # need a plausible one (a fused [gate; up] halves it): probe with the local rows times TP.
+        tp_dim, probe = layout(name, (full[0] if full else 1) * tp_size, shape)
         trainer = engine_sharding = Sharding()
         if tp_dim is not None:
             local_rows = full[tp_dim]

@@ -219,3 +219,17 @@ def test_the_end_barrier_is_released_by_the_last_rank_not_found_by_polling():
     last_data = max(x["data_done_at"] for x in reports)
     lag = [x["finished_at"] - last_data for x in reports]
     assert max(lag) < 0.1, lag
+
+
+def test_a_rank_that_never_joins_is_named_after_join_timeout_not_liveness_timeout():
+    sch = _mixed_tp_schedule()
+    port = free_port()
+    missing = sch.generator_rank(3)
+    jobs = [(RankJob(sch, r, "127.0.0.1", port, timeout_s=60, join_timeout_s=2),) for r in range(sch.world_size)
+            if r != missing]
+    start = time.time()
+    with RankGroup(run_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * len(jobs)) as g:
+        results = g.join(60)
+    for r in results:
+        assert not r.ok and f"{sch.rank_name(missing)} never joined the sync within 2 s" in r.error, r.error
+        assert r.finished_at - start < 2 + SLACK_S + 5  # the 60 s liveness timeout plays no part
