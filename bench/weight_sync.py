@@ -11,13 +11,16 @@ shaped to ``--nic-gbps``, the train -> generation cross link to a multiple of it
 behind it) with real processes exchanging real bytes over gloo/TCP; every byte that arrives is
 checked bit for bit. Measured in the same run, on the same cluster:
 
-* ``ours``: the planned schedule (shard-scatter waves + intra-PoD trees, resharding to the
-  generators' TP layout), first start to last chunk;
+* ``ours``: the planned schedule (the planner's pick of direct waves + intra-PoD trees, a relay,
+  or one chain per group of generator ranks needing the same rows, resharding to the generators'
+  TP layout), first start to last chunk;
 * ``chain``: a pipelined chain broadcast (how NCCL's ring broadcast moves data): each owner's
-  bucket goes owner -> g0 -> g1 -> ..., back to back, through the same executor; best of two chunk
-  sizes;
+  bucket goes owner -> g0 -> g1 -> ..., back to back, through the same executor;
 * ``broadcast``: ``torch.distributed.broadcast`` of each bucket from its owner to all generators
   (as checkpoint engines do), owners alternating, two in flight; best of two bucket sizes;
+
+``ours`` and ``chain`` each run at the best of the same chunk sizes (``--chunks``): on a loaded
+CPU host, larger chunks ride out scheduling jitter, and neither side should win by a setting.
 * ``bound``: a lower bound on any schedule: the largest of (the model across the cross link),
   (the most bytes one generator must receive through its NIC) and (the model out of all trainer
   NICs), each at the measured TCP goodput of that link.
@@ -118,12 +121,12 @@ def run_config(cfg: Config, args: argparse.Namespace) -> dict:
     model_bytes = args.model_bytes or model_size(cfg, nic_bps, args.target_s)
     params = synthetic_model(model_bytes, hidden=args.hidden)
     links = FabricLinks(nic_bps=nic_bps, cross_bps=cross_bps, default_budget=args.budget)
-    ours = plan_weight_sync(params, trainer, generator, links, chunk_bytes=args.chunk_bytes)
-    chains = {c: plan_chain(params, trainer, generator, links, chunk_bytes=c) for c in args.chain_chunks}
+    ours = {c: plan_weight_sync(params, trainer, generator, links, chunk_bytes=c) for c in args.chunks}
+    chains = {c: plan_chain(params, trainer, generator, links, chunk_bytes=c) for c in args.chunks}
     spec = ClusterSpec(trainers=cfg.trainers, gen_pods=cfg.pods, gens_per_pod=cfg.gens_per_pod, nic_bps=nic_bps,
                        cross_bps=cross_bps)
-    runs: dict[str, list] = {"ours": []}
-    runs.update({f"chain {c >> 10}K": [] for c in args.chain_chunks})
+    runs: dict[str, list] = {f"ours {c >> 10}K": [] for c in args.chunks}
+    runs.update({f"chain {c >> 10}K": [] for c in args.chunks})
     runs.update({f"broadcast {b >> 10}K": [] for b in args.buckets})
     with EmulatedCluster(spec) as cluster:
         hosts = cluster.trainers + cluster.generators
@@ -134,7 +137,9 @@ def run_config(cfg: Config, args: argparse.Namespace) -> dict:
         for _ in range(args.repeat):  # interleaved, so drift hits every contender alike
             # Two rounds per process, the second timed: an RL job syncs every step on connections it
             # already has (the broadcast baseline builds its groups before its clock starts, too).
-            runs["ours"].append(run_sync(ours, hosts=hosts, timeout_s=args.timeout, wait_s=900, rounds=2))
+            for c, sch in ours.items():
+                runs[f"ours {c >> 10}K"].append(run_sync(sch, hosts=hosts, timeout_s=args.timeout, wait_s=900,
+                                                         rounds=2))
             for c, sch in chains.items():
                 runs[f"chain {c >> 10}K"].append(run_sync(sch, hosts=hosts, timeout_s=args.timeout, wait_s=900,
                                                           group="chain", rounds=2))
@@ -146,29 +151,32 @@ def run_config(cfg: Config, args: argparse.Namespace) -> dict:
             if not run.ok:
                 raise RuntimeError(f"{cfg.name}: {name} failed:\n  " + "\n  ".join(run.errors()))
     med = {name: _median(done) for name, done in runs.items()}
+    ours_best = min((k for k in med if k.startswith("ours")), key=med.get)
     chain_best = min((k for k in med if k.startswith("chain")), key=med.get)
     bcast_best = min((k for k in med if k.startswith("broadcast")), key=med.get)
     best = min((chain_best, bcast_best), key=med.get)
-    model = ours.model_bytes
+    plan = ours[int(ours_best.split()[1][:-1]) << 10]
+    model = plan.model_bytes
     nic_eff = nic_goodput / nic_bps  # TCP payload share of the shaped line rate
     cross_rate = cross_goodput if cross_bps <= nic_bps else cross_bps * nic_eff
-    need = max(sum(b.nbytes for b in ours.blocks if r in b.receivers) for r in range(trainer.world_size, ours.world_size))
+    need = max(sum(b.nbytes for b in plan.blocks if r in b.receivers) for r in range(trainer.world_size, plan.world_size))
     terms = {"cross link": 8.0 * model / cross_rate, "generator NIC": 8.0 * need / nic_goodput,
              "trainer NICs": 8.0 * model / (cfg.trainers * nic_goodput)}
     bound = max(terms.values())
     return {
         "config": cfg.name, "trainers": f"TP{cfg.trainer_tp}xDP{cfg.trainer_dp}", "generators":
             f"{cfg.pods} PoDs x {cfg.gens_per_pod}, TP{cfg.gen_tp}", "cross_x_nic": cfg.cross_x, "wide": cfg.wide,
-        "ours_s": med["ours"], "chain_s": med[chain_best], "chain_config": chain_best,
+        "ours_s": med[ours_best], "ours_config": ours_best, "chain_s": med[chain_best], "chain_config": chain_best,
         "broadcast_s": med[bcast_best], "broadcast_config": bcast_best, "best_baseline": best.split()[0],
         "best_baseline_s": med[best], "bound_s": bound, "bound_by": max(terms, key=terms.get),
-        "speedup_vs_best_baseline": med[best] / med["ours"], "efficiency": bound / med["ours"],
+        "speedup_vs_best_baseline": med[best] / med[ours_best], "efficiency": bound / med[ours_best],
         "verified": all(r.verified for done in runs.values() for r in done),
-        "strategy": ours.strategy, "predicted_ours_s": ours.predicted_s, "model_bytes": model,
+        "strategy": plan.strategy, "predicted_ours_s": plan.predicted_s, "model_bytes": model,
         "nic_goodput_gbps": nic_goodput / 1e9, "cross_goodput_gbps": cross_goodput / 1e9,
         "runs": {name: [r.elapsed_s for r in done] for name, done in runs.items()},
         "barrier_s": max(r.value["report"]["finished_at"] - r.value["report"]["data_done_at"]
-                         for run in runs["ours"] for r in run.results),
+                         for run in runs[ours_best] for r in run.results),
+        "load_avg_1min": os.getloadavg()[0],
     }
 
 
@@ -194,9 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-s", type=float, default=3.0,
                     help="size each configuration's model so its narrowest resource needs about this long")
     ap.add_argument("--hidden", type=int, default=512, help="hidden size of the synthetic model")
-    ap.add_argument("--chunk-bytes", type=parse_bytes, default=256 << 10, help="our pipelining unit")
-    ap.add_argument("--chain-chunks", type=lambda s: [parse_bytes(x) for x in s.split(",")],
-                    default=[256 << 10, 1 << 20], help="chunk sizes tried for the chain baseline")
+    ap.add_argument("--chunks", type=lambda s: [parse_bytes(x) for x in s.split(",")],
+                    default=[256 << 10, 1 << 20], help="chunk sizes tried for ours and the chain baseline alike")
     ap.add_argument("--buckets", type=lambda s: [parse_bytes(x) for x in s.split(",")],
                     default=[1 << 20, 4 << 20], help="bucket sizes tried for the broadcast baseline")
     ap.add_argument("--budget", type=int, default=16, help="boundary budget d_p of every PoD")
@@ -209,14 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     configs = SWEEP
     if args.quick:
         configs, args.repeat, args.model_bytes = QUICK, 1, args.model_bytes or 6 << 20
-        args.chain_chunks, args.buckets = args.chain_chunks[:1], args.buckets[:1]
+        args.chunks, args.buckets = args.chunks[:1], args.buckets[:1]
     configs = tuple(c for c in configs if args.only in c.name)
 
     reason = unavailable_reason()
     if reason:  # `make bench` runs every benchmark; say why this one cannot run here instead of failing
         print(f"bench/weight_sync.py skipped: the emulated cluster {reason}; run it as root on Linux with iproute2")
         return 0
-    print(f"weight sync, NIC {args.nic_gbps} Gbps, medians of {args.repeat} run(s); seconds", flush=True)
+    load_start = os.getloadavg()[0]
+    print(f"weight sync, NIC {args.nic_gbps} Gbps, medians of {args.repeat} run(s); seconds; load average "
+          f"{load_start:.1f} on {os.cpu_count()} cores", flush=True)
     print(f"{'configuration':<42}{'MiB':>6}{'ours':>8}{'chain':>8}{'bcast':>8}{'bound':>8}{'speedup':>9}{'eff':>7}  ok",
           flush=True)
     results = []
@@ -243,10 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         "configs": results,
         "settings": {"nic_gbps": args.nic_gbps, "model_bytes": args.model_bytes, "target_s": args.target_s,
                      "hidden": args.hidden,
-                     "chunk_bytes": args.chunk_bytes, "chain_chunks": args.chain_chunks, "buckets": args.buckets,
+                     "chunks": args.chunks, "buckets": args.buckets,
                      "budget": args.budget, "repeat": args.repeat},
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()}-core {platform.machine()}",
+        "load_avg_1min": {"start": load_start, "end": os.getloadavg()[0]},
     }
     print(f"speedup vs best baseline: min {doc['speedup_vs_best_baseline']['min']:.2f}x (target >= "
           f"{TARGET_SPEEDUP_ANY}x), wide cross-PoD capacity min "
