@@ -181,3 +181,45 @@ def test_a_megatron_core_tp2_model_arrives_in_vllm_tp1_and_tp4_engines():
         assert sorted(got) == sorted(canon)
         for name in canon:
             assert torch.equal(got[name], vllm_shard(name, tp, rank)), (j, name)
+
+
+def _moe_specs(port: int) -> list[dict]:
+    import torch.distributed as dist
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from collectives.specs import ModelShape, megatron_specs
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    ps.initialize_model_parallel(1, 1)
+    cfg = TransformerConfig(num_layers=1, hidden_size=32, num_attention_heads=4, num_query_groups=2,
+                            ffn_hidden_size=48, moe_ffn_hidden_size=16, num_moe_experts=4, moe_router_topk=2,
+                            use_cpu_initialization=True, gated_linear_unit=True,
+                            activation_func=torch.nn.functional.silu, add_bias_linear=False, normalization="RMSNorm",
+                            params_dtype=torch.bfloat16, bf16=True)
+    spec = get_gpt_layer_local_spec(num_experts=4, moe_grouped_gemm=False, normalization="RMSNorm")
+    model = GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=128, max_sequence_length=16,
+                     position_embedding_type="rope")
+    return [p.to_json() for p in megatron_specs(model.named_parameters(), ModelShape.from_megatron(cfg, 100),
+                                                tp_size=1)]
+
+
+def test_megatron_core_moe_experts_become_vllm_stacked_expert_specs():
+    from collectives.emulation.launch import RankGroup
+    from collectives.emulation.runner import free_port
+    from collectives.layout import ParamSpec
+    from collectives.sharding import Sharding
+
+    with RankGroup(_moe_specs, [(free_port(),)], env=[{"GLOO_SOCKET_IFNAME": "lo"}]) as g:
+        (result,) = g.join(240)
+    assert result.ok, result.error
+    specs = {p.name: p for p in map(ParamSpec.from_json, result.value)}
+    for e in range(4):  # SequentialMLP's local_experts.e -> FusedMoE's stacked w13_weight / w2_weight, expert e
+        w13, w2 = specs[f"model.layers.0.mlp.experts.w13_weight[{e}]"], specs[f"model.layers.0.mlp.experts.w2_weight[{e}]"]
+        assert (w13.expert, w13.num_experts, w13.shape, w13.tp_dim) == (e, 4, (32, 32), 0)
+        assert w13.trainer == w13.engine == Sharding.fused(16, 16)  # [gate; up], each split on its own
+        assert (w2.shape, w2.tp_dim) == ((32, 16), 1)
+        assert w13.source == f"decoder.layers.0.mlp.experts.local_experts.{e}.linear_fc1.weight"
+    assert specs["model.layers.0.mlp.gate.weight"].tp_dim is None  # the router is replicated
+    assert specs["lm_head.weight"].shape == (100, 32)  # Megatron's 128 padded rows -> the true vocabulary
