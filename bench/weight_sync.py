@@ -174,8 +174,10 @@ def run_config(cfg: Config, args: argparse.Namespace) -> dict:
         "strategy": plan.strategy, "predicted_ours_s": plan.predicted_s, "model_bytes": model,
         "nic_goodput_gbps": nic_goodput / 1e9, "cross_goodput_gbps": cross_goodput / 1e9,
         "runs": {name: [r.elapsed_s for r in done] for name, done in runs.items()},
-        "barrier_s": max(r.value["report"]["finished_at"] - r.value["report"]["data_done_at"]
-                         for run in runs[ours_best] for r in run.results),
+        # End-of-sync barrier: how long after the last rank's data was done the last rank returned
+        # (not each rank's own wait, which includes waiting for slower ranks' data).
+        "barrier_s": max(max(r.value["report"]["finished_at"] for r in run.results)
+                         - max(r.value["report"]["data_done_at"] for r in run.results) for run in runs[ours_best]),
         "load_avg_1min": os.getloadavg()[0],
     }
 
