@@ -9,14 +9,10 @@ from typing import Mapping, Sequence
 
 from collectives.emulation.launch import RankGroup, RankResult
 from collectives.emulation.netns import Host
-from collectives.emulation.worker import RankJob, run_rank
+from collectives.emulation.worker import KEEP, RankJob, run_rank
 from collectives.schedule import Schedule
 
 __all__ = ["SyncRun", "run_sync", "exchange", "measure_goodput", "free_port", "KEEP"]
-
-#: Objects a rank process keeps until it is killed (its store and connections outlive a failed round).
-KEEP: list = []
-
 
 @dataclass(frozen=True)
 class SyncRun:

@@ -20,7 +20,12 @@ from collectives.codec import HEADER_BYTES, TORCH_DTYPES
 from collectives.emulation.model import synthetic_local
 from collectives.schedule import Schedule
 
-__all__ = ["RankJob", "run_rank", "main"]
+__all__ = ["RankJob", "run_rank", "main", "KEEP"]
+
+
+#: WeightSync objects kept alive for the life of the process: rank 0 hosts the store, so it must
+#: outlive the function that connected it, as in a real job.
+KEEP: list = []
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,6 @@ class RankJob:
 def run_rank(job: RankJob) -> dict:
     """Run ``job.rounds`` sync rounds as ``job.rank``; return reports, errors and content mismatches."""
     from collectives.weight_sync import WeightSync
-
-    from collectives.emulation.runner import KEEP
 
     torch.set_num_threads(job.torch_threads)
     sync = _connect(job, WeightSync)
