@@ -1,26 +1,40 @@
-"""Benchmark topology-aware weight sync against the flat veRL-style path on an emulated cluster.
+"""Benchmark topology-aware weight sync against the baselines RL engineers use, on an emulated cluster.
 
 Run from the repository root, as root (it builds network namespaces)::
 
-    python bench/weight_sync.py                      # 8 trainers -> 8 generators in 2 PoDs, 64 MiB
-    python bench/weight_sync.py --trainers 8 --generators 8 --pods 2 --model-bytes 64M \\
-        --cross-gbps 0.2 --intra-gbps 2 --json
+    python bench/weight_sync.py            # the sweep below, 3 runs of everything, medians
+    python bench/weight_sync.py --quick    # one small configuration, one run (the test suite's smoke run)
+    python bench/weight_sync.py --json
 
-Both schedules run on the same emulated cluster (one network namespace per server, every NIC
-shaped to ``--intra-gbps``, the train -> generation cross link to ``--cross-gbps``) with real
-processes exchanging real bytes over gloo/TCP, and every slice is checked bit for bit.
+Every configuration runs on its own emulated cluster (one network namespace per server, every NIC
+shaped to ``--nic-gbps``, the train -> generation cross link to a multiple of it, PoD bridges
+behind it) with real processes exchanging real bytes over gloo/TCP; every byte that arrives is
+checked bit for bit. Measured in the same run, on the same cluster:
 
-Reported, all measured in the same run:
+* ``ours``: the planned schedule (the planner's pick of direct waves + intra-PoD trees, a relay,
+  or one chain per group of generator ranks needing the same rows, resharding to the generators'
+  TP layout), first start to last chunk;
+* ``chain``: a pipelined chain broadcast (how NCCL's ring broadcast moves data): each owner's
+  bucket goes owner -> g0 -> g1 -> ..., back to back, through the same executor;
+* ``broadcast``: ``torch.distributed.broadcast`` of each bucket from its owner to all generators
+  (as checkpoint engines do), owners alternating, two in flight; best of two bucket sizes;
 
-* ``ours_s``: planned schedule (shard-scatter waves + intra-PoD trees), first start to last chunk;
-* ``flat_s``: trainer 0 gathers, every generator fetches a full copy across the cross link;
-* ``bound_s``: one model copy across the cross link at its *measured* TCP goodput, plus the
-  pipeline tail of the planned schedule (the time after the last byte crosses);
-* ``efficiency = bound_s / ours_s`` (target >= 0.8) and ``speedup = flat_s / ours_s`` (target >= 6
-  for 8 -> 8 in 2 PoDs); ``verified``: every checksum matched and every slice arrived bit-exact.
+``ours`` and ``chain`` each run at the best of the same chunk sizes (``--chunks``): on a loaded
+CPU host, larger chunks ride out scheduling jitter, and neither side should win by a setting.
+* ``bound``: a lower bound on any schedule: the largest of (the model across the cross link),
+  (the most bytes one generator must receive through its NIC) and (the model out of all trainer
+  NICs), each at the measured TCP goodput of that link.
 
-Rates are scaled down from RollMux's testbed (400 Gbps in a cluster, 20 Gbps between) so that two
-CPU cores can push them; the ratio between the two links is what the comparison depends on.
+``speedup_vs_best_baseline = min(chain, broadcast) / ours`` per configuration and its minimum,
+``efficiency = bound / ours`` (its minimum is the headline). Both baselines deliver *whole*
+tensors to every generator rank (an engine's loader then slices them, as vLLM's ``load_weights``
+expects); the planned schedule delivers each rank only its TP slice, which is where its advantage
+over a chain comes from when generators run with TP > 1 and the cross link is not the bottleneck.
+With TP=1 generators every generator must receive the whole model through its own NIC, so no
+schedule can beat a chain by more than the chain's pipeline tail.
+
+Rates are scaled down so that two CPU cores can push them (``--nic-gbps`` 0.25 by default); the
+ratios between links are what the comparison depends on.
 """
 
 from __future__ import annotations
@@ -32,18 +46,52 @@ import os
 import platform
 import statistics
 import sys
+import time
+from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from collectives.baseline import plan_flat  # noqa: E402  (path set up above)
+from collectives.baseline import plan_chain  # noqa: E402  (path set up above)
+from collectives.emulation.broadcast import run_broadcast  # noqa: E402
 from collectives.emulation.model import synthetic_model  # noqa: E402
 from collectives.emulation.netns import ClusterSpec, EmulatedCluster, unavailable_reason  # noqa: E402
 from collectives.emulation.runner import measure_goodput, run_sync  # noqa: E402
 from collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout  # noqa: E402
 from collectives.plan import plan_weight_sync  # noqa: E402
 
-TARGET_EFFICIENCY = 0.8
-TARGET_SPEEDUP = 6.0
+TARGET_EFFICIENCY = 0.85
+TARGET_SPEEDUP_ANY = 1.0  # never slower than the best baseline
+TARGET_SPEEDUP_WIDE = 2.5  # where the cross-PoD capacity is several circuits wide
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of the sweep."""
+
+    name: str
+    trainer_tp: int
+    trainer_dp: int
+    pods: int
+    gens_per_pod: int
+    gen_tp: int
+    cross_x: float  # cross link rate as a multiple of the NIC rate
+    wide: bool = False  # the OCS case: cross-PoD capacity several circuits wide
+
+    @property
+    def trainers(self) -> int:
+        return self.trainer_tp * self.trainer_dp
+
+
+SWEEP = (
+    Config("equal links", 4, 1, 2, 4, 1, 1.0),
+    Config("narrow cross link (1/10)", 4, 1, 2, 4, 1, 0.1),
+    Config("TP change: TP2xDP2 -> TP2", 2, 2, 2, 4, 2, 1.0),
+    Config("TP change: TP4 -> TP2, narrow cross", 4, 1, 2, 4, 2, 0.25),
+    Config("3 PoDs", 4, 1, 3, 2, 1, 1.0),
+    Config("4 PoDs", 4, 1, 4, 2, 1, 1.0),
+    Config("OCS: cross 4 circuits wide, TP4 -> TP4", 4, 1, 2, 4, 4, 4.0, wide=True),
+)
+QUICK = (Config("quick: TP4 -> TP2, cross 2 circuits wide", 4, 1, 2, 2, 2, 2.0, wide=True),)
 
 
 def parse_bytes(text: str) -> int:
@@ -53,98 +101,172 @@ def parse_bytes(text: str) -> int:
     return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trainers", type=int, default=8, help="trainer ranks (one per emulated server)")
-    ap.add_argument("--generators", type=int, default=8, help="generator ranks, spread evenly over the PoDs")
-    ap.add_argument("--pods", type=int, default=2, help="generator PoDs")
-    ap.add_argument("--model-bytes", type=parse_bytes, default=64 << 20, help="model size, e.g. 64M")
-    ap.add_argument("--cross-gbps", type=float, default=0.2, help="train -> generation cross link rate")
-    ap.add_argument("--intra-gbps", type=float, default=2.0, help="every NIC's rate")
-    ap.add_argument("--trainer-tp", type=int, default=0, help="trainer TP degree (default: all trainers, 1 shard each)")
-    ap.add_argument("--gen-tp", type=int, default=1, help="generator engines' TP degree")
-    ap.add_argument("--chunk-bytes", type=parse_bytes, default=256 << 10,
-                    help="pipelining unit (bucket); 256K is ~10 ms of the scaled-down cross link")
-    ap.add_argument("--flat-chunk-bytes", type=parse_bytes, default=4 << 20,
-                    help="bucket of the flat baseline (larger suits it: fewer steps for the same bytes)")
-    ap.add_argument("--budget", type=int, default=16, help="boundary budget d_p of every PoD")
-    ap.add_argument("--timeout", type=float, default=60.0, help="liveness timeout per rank, seconds")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each schedule; the median time is reported")
-    ap.add_argument("--json", action="store_true", help="also print one JSON document")
-    ap.add_argument("--quick", action="store_true",
-                    help="a small case for a smoke run: 4 trainers -> 4 generators in 2 PoDs, 4 MiB")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.trainers, args.generators, args.model_bytes = 4, 4, 4 << 20
+def model_size(cfg: Config, nic_bps: float, target_s: float) -> int:
+    """Model bytes whose transfer takes about ``target_s`` on the configuration's narrowest resource."""
+    rate_bps = min(cfg.cross_x * nic_bps, cfg.gen_tp * nic_bps, cfg.trainers * nic_bps)
+    return min(256 << 20, max(1 << 20, int(target_s * rate_bps / 8) >> 20 << 20))
 
-    reason = unavailable_reason()
-    if reason:  # `make bench` runs every benchmark; say why this one cannot run here instead of failing
-        print(f"bench/weight_sync.py skipped: the emulated cluster {reason}; "
-              "run it as root on Linux with iproute2")
-        return 0
-    if args.generators % args.pods:
-        ap.error(f"--generators {args.generators} must be divisible by --pods {args.pods}")
-    tp = args.trainer_tp or args.trainers
-    trainer = TrainerLayout(tp=tp, dp=args.trainers // tp)
-    per_pod = args.generators // args.pods
-    generator = GeneratorLayout.uniform(pods=tuple(range(1, args.pods + 1)), ranks_per_pod=per_pod, tp=args.gen_tp)
-    params = synthetic_model(args.model_bytes, hidden=256)
-    links = FabricLinks(nic_bps=args.intra_gbps * 1e9, cross_bps=args.cross_gbps * 1e9, default_budget=args.budget)
-    ours = plan_weight_sync(params, trainer, generator, links, chunk_bytes=args.chunk_bytes)
-    flat = plan_flat(params, trainer, generator, links, chunk_bytes=args.flat_chunk_bytes)
-    model_bytes = ours.model_bytes
 
-    spec = ClusterSpec(trainers=args.trainers, gen_pods=args.pods, gens_per_pod=per_pod,
-                       nic_bps=links.nic_bps, cross_bps=args.cross_gbps * 1e9)
+def _median(runs: list) -> float:
+    return statistics.median(r.elapsed_s for r in runs)
+
+
+def run_config(cfg: Config, args: argparse.Namespace) -> dict:
+    """Run ours and both baselines on one emulated cluster; return the measurements."""
+    nic_bps = args.nic_gbps * 1e9
+    cross_bps = cfg.cross_x * nic_bps
+    trainer = TrainerLayout(tp=cfg.trainer_tp, dp=cfg.trainer_dp)
+    pods = tuple(range(1, cfg.pods + 1))
+    generator = GeneratorLayout.uniform(pods=pods, ranks_per_pod=cfg.gens_per_pod, tp=cfg.gen_tp)
+    model_bytes = args.model_bytes or model_size(cfg, nic_bps, args.target_s)
+    params = synthetic_model(model_bytes, hidden=args.hidden)
+    links = FabricLinks(nic_bps=nic_bps, cross_bps=cross_bps, default_budget=args.budget)
+    ours = {c: plan_weight_sync(params, trainer, generator, links, chunk_bytes=c) for c in args.chunks}
+    chains = {c: plan_chain(params, trainer, generator, links, chunk_bytes=c) for c in args.chunks}
+    spec = ClusterSpec(trainers=cfg.trainers, gen_pods=cfg.pods, gens_per_pod=cfg.gens_per_pod, nic_bps=nic_bps,
+                       cross_bps=cross_bps)
+    runs: dict[str, list] = {f"ours {c >> 10}K": [] for c in args.chunks}
+    runs.update({f"chain {c >> 10}K": [] for c in args.chunks})
+    runs.update({f"broadcast {b >> 10}K": [] for b in args.buckets})
     with EmulatedCluster(spec) as cluster:
         hosts = cluster.trainers + cluster.generators
-        probe = max(4 << 20, int(args.cross_gbps * 1e9 / 8))  # about one second of the cross link
-        cross_goodput = measure_goodput(cluster.trainers[0], cluster.generators[0], probe)
-        runs = {"ours": [], "flat": []}
-        for _ in range(max(1, args.repeat)):
-            runs["ours"].append(run_sync(ours, hosts=hosts, timeout_s=args.timeout, join_timeout_s=600))
-            runs["flat"].append(run_sync(flat, hosts=hosts, timeout_s=args.timeout, join_timeout_s=900, group="flat"))
+        gens = cluster.generators
+        probe = max(2 << 20, int(min(nic_bps, cross_bps) / 8 / 2))  # about half a second
+        nic_goodput = measure_goodput(gens[0], gens[1], probe)
+        cross_goodput = measure_goodput(cluster.trainers[0], gens[0], probe)
+        for _ in range(args.repeat):  # interleaved, so drift hits every contender alike
+            # Two rounds per process, the second timed: an RL job syncs every step on connections it
+            # already has (the broadcast baseline builds its groups before its clock starts, too).
+            for c, sch in ours.items():
+                runs[f"ours {c >> 10}K"].append(run_sync(sch, hosts=hosts, timeout_s=args.timeout, wait_s=900,
+                                                         rounds=2))
+            for c, sch in chains.items():
+                runs[f"chain {c >> 10}K"].append(run_sync(sch, hosts=hosts, timeout_s=args.timeout, wait_s=900,
+                                                          group="chain", rounds=2))
+            for b in args.buckets:
+                runs[f"broadcast {b >> 10}K"].append(run_broadcast(params, trainer, generator, hosts=hosts,
+                                                                   bucket_bytes=b, timeout_s=args.timeout))
     for name, done in runs.items():
         for run in done:
             if not run.ok:
-                print(f"{name} failed:\n  " + "\n  ".join(run.errors()), file=sys.stderr)
-                return 1
-    ours_s = statistics.median(r.elapsed_s for r in runs["ours"])
-    flat_s = statistics.median(r.elapsed_s for r in runs["flat"])
-    verified = all(r.verified for done in runs.values() for r in done)
-
-    bound = 8.0 * model_bytes / cross_goodput + ours.predicted_tail_s
-    doc = {
-        "ours_s": ours_s,
-        "flat_s": flat_s,
-        "bound_s": bound,
-        "efficiency": bound / ours_s,
-        "speedup": flat_s / ours_s,
-        "verified": verified,
+                raise RuntimeError(f"{cfg.name}: {name} failed:\n  " + "\n  ".join(run.errors()))
+    med = {name: _median(done) for name, done in runs.items()}
+    ours_best = min((k for k in med if k.startswith("ours")), key=med.get)
+    chain_best = min((k for k in med if k.startswith("chain")), key=med.get)
+    bcast_best = min((k for k in med if k.startswith("broadcast")), key=med.get)
+    best = min((chain_best, bcast_best), key=med.get)
+    plan = ours[int(ours_best.split()[1][:-1]) << 10]
+    model = plan.model_bytes
+    nic_eff = nic_goodput / nic_bps  # TCP payload share of the shaped line rate
+    cross_rate = cross_goodput if cross_bps <= nic_bps else cross_bps * nic_eff
+    need = max(sum(b.nbytes for b in plan.blocks if r in b.receivers) for r in range(trainer.world_size, plan.world_size))
+    terms = {"cross link": 8.0 * model / cross_rate, "generator NIC": 8.0 * need / nic_goodput,
+             "trainer NICs": 8.0 * model / (cfg.trainers * nic_goodput)}
+    bound = max(terms.values())
+    return {
+        "config": cfg.name, "trainers": f"TP{cfg.trainer_tp}xDP{cfg.trainer_dp}", "generators":
+            f"{cfg.pods} PoDs x {cfg.gens_per_pod}, TP{cfg.gen_tp}", "cross_x_nic": cfg.cross_x, "wide": cfg.wide,
+        "ours_s": med[ours_best], "ours_config": ours_best, "chain_s": med[chain_best], "chain_config": chain_best,
+        "broadcast_s": med[bcast_best], "broadcast_config": bcast_best, "best_baseline": best.split()[0],
+        "best_baseline_s": med[best], "bound_s": bound, "bound_by": max(terms, key=terms.get),
+        "speedup_vs_best_baseline": med[best] / med[ours_best], "efficiency": bound / med[ours_best],
+        "verified": all(r.verified for done in runs.values() for r in done),
+        "strategy": plan.strategy, "predicted_ours_s": plan.predicted_s, "model_bytes": model,
+        "nic_goodput_gbps": nic_goodput / 1e9, "cross_goodput_gbps": cross_goodput / 1e9,
         "runs": {name: [r.elapsed_s for r in done] for name, done in runs.items()},
-        "bound_nominal_s": 8.0 * model_bytes / (args.cross_gbps * 1e9) + ours.predicted_tail_s,
-        "cross_goodput_gbps": cross_goodput / 1e9,
-        "predicted_ours_s": ours.predicted_s,
-        "predicted_flat_s": flat.predicted_s,
-        "schedule": ours.summary(),
-        "config": {"trainers": args.trainers, "trainer_tp": tp, "generators": args.generators, "pods": args.pods,
-                   "gen_tp": args.gen_tp, "model_bytes": model_bytes, "cross_gbps": args.cross_gbps,
-                   "intra_gbps": args.intra_gbps, "chunk_bytes": args.chunk_bytes,
-                   "flat_chunk_bytes": args.flat_chunk_bytes, "budget": args.budget,
-                   "repeat": args.repeat},
+        # End-of-sync barrier: how long after the last rank's data was done the last rank returned
+        # (not each rank's own wait, which includes waiting for slower ranks' data).
+        "barrier_s": max(max(r.value["report"]["finished_at"] for r in run.results)
+                         - max(r.value["report"]["data_done_at"] for r in run.results) for run in runs[ours_best]),
+        "load_avg_1min": os.getloadavg()[0],
+    }
+
+
+def planning_time(ranks: int = 256) -> dict:
+    """Plan a 70B-shaped model for ``ranks`` trainers (TP8) -> ``ranks`` generators (TP4, 8 PoDs)."""
+    params = synthetic_model(140 << 30, hidden=8192)
+    trainer = TrainerLayout(tp=8, dp=ranks // 8)
+    generator = GeneratorLayout.uniform(pods=tuple(range(1, 9)), ranks_per_pod=ranks // 8, tp=4)
+    start = time.perf_counter()
+    sch = plan_weight_sync(params, trainer, generator, FabricLinks(nic_bps=400e9, cross_bps=20e9, default_budget=64))
+    plan_s = time.perf_counter() - start
+    start = time.perf_counter()
+    blob = json.dumps(sch.to_json())
+    return {"ranks": f"{ranks}+{ranks}", "params": len(params), "plan_s": plan_s,
+            "serialise_s": time.perf_counter() - start, "schedule_json_bytes": len(blob)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nic-gbps", type=float, default=0.25, help="every NIC's rate; the cross link is a multiple")
+    ap.add_argument("--model-bytes", type=parse_bytes, default=0,
+                    help="model size, e.g. 48M (default: sized per configuration by --target-s)")
+    ap.add_argument("--target-s", type=float, default=3.0,
+                    help="size each configuration's model so its narrowest resource needs about this long")
+    ap.add_argument("--hidden", type=int, default=512, help="hidden size of the synthetic model")
+    ap.add_argument("--chunks", type=lambda s: [parse_bytes(x) for x in s.split(",")],
+                    default=[256 << 10, 1 << 20], help="chunk sizes tried for ours and the chain baseline alike")
+    ap.add_argument("--buckets", type=lambda s: [parse_bytes(x) for x in s.split(",")],
+                    default=[1 << 20, 4 << 20], help="bucket sizes tried for the broadcast baseline")
+    ap.add_argument("--budget", type=int, default=16, help="boundary budget d_p of every PoD")
+    ap.add_argument("--timeout", type=float, default=60.0, help="liveness timeout per rank, seconds")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each contender; medians are reported")
+    ap.add_argument("--only", default="", help="run only configurations whose name contains this")
+    ap.add_argument("--json", action="store_true", help="also print one JSON document")
+    ap.add_argument("--quick", action="store_true", help="one small configuration, one run (smoke test)")
+    args = ap.parse_args(argv)
+    configs = SWEEP
+    if args.quick:
+        configs, args.repeat, args.model_bytes = QUICK, 1, args.model_bytes or 6 << 20
+        args.chunks, args.buckets = args.chunks[:1], args.buckets[:1]
+    configs = tuple(c for c in configs if args.only in c.name)
+
+    reason = unavailable_reason()
+    if reason:  # `make bench` runs every benchmark; say why this one cannot run here instead of failing
+        print(f"bench/weight_sync.py skipped: the emulated cluster {reason}; run it as root on Linux with iproute2")
+        return 0
+    load_start = os.getloadavg()[0]
+    print(f"weight sync, NIC {args.nic_gbps} Gbps, medians of {args.repeat} run(s); seconds; load average "
+          f"{load_start:.1f} on {os.cpu_count()} cores", flush=True)
+    print(f"{'configuration':<42}{'MiB':>6}{'ours':>8}{'chain':>8}{'bcast':>8}{'bound':>8}{'speedup':>9}{'eff':>7}  ok",
+          flush=True)
+    results = []
+    for c in configs:
+        r = run_config(c, args)
+        results.append(r)
+        print(f"{r['config']:<42}{r['model_bytes'] / 2**20:>6.0f}{r['ours_s']:>8.3f}{r['chain_s']:>8.3f}"
+              f"{r['broadcast_s']:>8.3f}{r['bound_s']:>8.3f}"
+              f"{r['speedup_vs_best_baseline']:>8.2f}x{r['efficiency']:>7.3f}  {'yes' if r['verified'] else 'NO'}",
+              flush=True)
+    plan = planning_time(64 if args.quick else 256)
+    speedups = {r["config"]: r["speedup_vs_best_baseline"] for r in results}
+    wide = [r["speedup_vs_best_baseline"] for r in results if r["wide"]]
+    effs = {r["config"]: r["efficiency"] for r in results}
+    doc = {
+        "speedup_vs_best_baseline": {"min": min(speedups.values()), **speedups},
+        "speedup_vs_best_baseline_wide_min": min(wide) if wide else None,
+        "efficiency": min(effs.values()),
+        "efficiency_per_config": effs,
+        "verified": all(r["verified"] for r in results),
+        "targets": {"speedup_vs_best_baseline_min": TARGET_SPEEDUP_ANY, "speedup_wide_min": TARGET_SPEEDUP_WIDE,
+                    "efficiency_min": TARGET_EFFICIENCY},
+        "planning": plan,
+        "configs": results,
+        "settings": {"nic_gbps": args.nic_gbps, "model_bytes": args.model_bytes, "target_s": args.target_s,
+                     "hidden": args.hidden,
+                     "chunks": args.chunks, "buckets": args.buckets,
+                     "budget": args.budget, "repeat": args.repeat},
         "date": datetime.date.today().isoformat(),
         "machine": f"{os.cpu_count()}-core {platform.machine()}",
+        "load_avg_1min": {"start": load_start, "end": os.getloadavg()[0]},
     }
-    print(f"weight sync: {args.trainers} trainers (TP {tp}) -> {args.generators} generators (TP {args.gen_tp}) "
-          f"in {args.pods} PoDs, model {model_bytes / 2**20:.1f} MiB, cross {args.cross_gbps} Gbps "
-          f"(measured {cross_goodput / 1e9:.3f}), NIC {args.intra_gbps} Gbps, strategy {ours.strategy}")
-    print(f"{'':<22}{'seconds':>10}")
-    print(f"{'ours':<22}{doc['ours_s']:>10.3f}")
-    print(f"{'flat (veRL-style)':<22}{doc['flat_s']:>10.3f}")
-    print(f"{'bound':<22}{doc['bound_s']:>10.3f}")
-    print(f"efficiency = bound/ours = {doc['efficiency']:.3f}  (target >= {TARGET_EFFICIENCY})")
-    print(f"speedup    = flat/ours  = {doc['speedup']:.2f}x (target >= {TARGET_SPEEDUP}x)")
-    print(f"verified   = {doc['verified']}")
+    print(f"speedup vs best baseline: min {doc['speedup_vs_best_baseline']['min']:.2f}x (target >= "
+          f"{TARGET_SPEEDUP_ANY}x), wide cross-PoD capacity min "
+          f"{doc['speedup_vs_best_baseline_wide_min'] or float('nan'):.2f}x (target >= {TARGET_SPEEDUP_WIDE}x)")
+    print(f"efficiency = bound/ours: min {doc['efficiency']:.3f} (target >= {TARGET_EFFICIENCY})")
+    print(f"planning {plan['ranks']} ranks, {plan['params']} parameters: {plan['plan_s']:.2f} s "
+          f"(+{plan['serialise_s']:.2f} s to serialise {plan['schedule_json_bytes'] / 2**20:.1f} MiB of JSON)")
+    print(f"verified = {doc['verified']}")
     if args.json:
         print(json.dumps(doc, indent=2))
     return 0 if doc["verified"] else 1

@@ -2,9 +2,12 @@
 
 A chunk message is a ``uint8`` tensor: a 64-byte header (schedule digest, round, block, chunk,
 payload length, checksum, checksum algorithm) followed by the payload, a byte range of the block's
-pieces laid end to end (each piece in row-major order of its own shape). A piece that is
-contiguous in the local tensor (a slice along the first non-unit dimension, or the whole tensor) is
-read or written in place; any other piece goes through one piece-sized staging tensor.
+pieces laid end to end (each piece in row-major order of its own shape, in the engine's dtype). A
+piece that is contiguous in the local tensor (rows of the first non-unit dimension, in the engine's
+dtype) is read or written in place; any other piece -- a column range, or a trainer tensor held in
+another dtype (fp32 master weights) -- goes through one piece-sized staging tensor, cast there.
+Where a piece sits in a local tensor comes from the rank's runs (:mod:`collectives.sharding`), so
+fused, interleaved and padded layouts are read and written row by row where they really are.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collectives.checksum import ALGORITHMS, checksum
 from collectives.errors import IntegrityError
 from collectives.layout import ParamSpec
 from collectives.schedule import Schedule
+from collectives.sharding import Runs
 
 __all__ = ["HEADER_BYTES", "TORCH_DTYPES", "ParamBuffer", "ChunkCodec"]
 
@@ -32,29 +36,48 @@ TORCH_DTYPES = {name: getattr(torch, name) for name in
 
 @dataclass
 class ParamBuffer:
-    """A rank's tensor for the ``[lo, hi)`` region of one parameter, and how much is still missing."""
+    """A rank's local tensor of one parameter, where each canonical row sits in it, what is missing."""
 
     spec: ParamSpec
-    lo: int
-    hi: int
+    runs: Runs
     tensor: torch.Tensor
     missing_bytes: int = 0
     staging: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)  # piece start -> (buf, filled)
+    _index: list[tuple[int, int, int]] = field(default_factory=list, repr=False)  # (lo, hi, local row), by lo
+
+    def __post_init__(self) -> None:
+        row = 0
+        for lo, hi in self.runs[0]:
+            self._index.append((lo, hi, row))
+            row += hi - lo
+        self._index.sort()
+
+    def local_row(self, start: int, stop: int) -> int:
+        """Local row of canonical row ``start``; ``[start, stop)`` must lie inside one run."""
+        k = bisect.bisect_right(self._index, (start, float("inf"), 0)) - 1
+        lo, hi, row = self._index[k]
+        if not lo <= start < stop <= hi:
+            raise ValueError(f"{self.spec.name}: rows [{start}, {stop}) are not inside one local run {self.runs}")
+        return row + start - lo
 
     def piece_view(self, start: int, stop: int) -> torch.Tensor | None:
-        """Bytes of ``[start, stop)`` as a flat uint8 view of the tensor, or None if not contiguous."""
-        d = self.spec.split_dim
-        outer = prod(self.spec.shape[:d]) if self.spec.shape else 1
+        """Bytes of canonical rows ``[start, stop)`` as a flat uint8 view, or None if not contiguous."""
+        if self.tensor.dtype != TORCH_DTYPES[self.spec.dtype]:
+            return None  # held in another dtype: cast through staging
         flat = self.tensor.reshape(-1).view(torch.uint8)
-        if (start, stop) == (self.lo, self.hi):
+        runs, pad = self.runs
+        if pad == 0 and len(runs) == 1 and runs[0] == (start, stop):
             return flat
-        if outer != 1:
+        d = self.spec.split_dim
+        if (prod(self.spec.shape[:d]) if self.spec.shape else 1) != 1:
             return None
-        inner = flat.numel() // (self.hi - self.lo)
-        return flat[(start - self.lo) * inner:(stop - self.lo) * inner]
+        rb = self.spec.row_bytes
+        row = self.local_row(start, stop)
+        return flat[row * rb:(row + stop - start) * rb]
 
     def narrow(self, start: int, stop: int) -> torch.Tensor:
-        return self.tensor.narrow(self.spec.split_dim, start - self.lo, stop - start)
+        """The local tensor's rows holding canonical rows ``[start, stop)``."""
+        return self.tensor.narrow(self.spec.split_dim, self.local_row(start, stop), stop - start)
 
 
 class ChunkCodec:
@@ -87,20 +110,49 @@ class ChunkCodec:
             yield i, pieces[i], a - offsets[i], b - a, a - lo
             i += 1
 
-    def pack(self, block: int, chunk: int, buffers: dict[int, ParamBuffer]) -> torch.Tensor:
-        """Return the chunk message for ``block``/``chunk`` read from this rank's buffers."""
+    def _piece_bytes(self, block: int, i: int, buf: ParamBuffer) -> torch.Tensor:
+        """Piece ``i`` of ``block`` as contiguous bytes in the engine's dtype (cached for the next chunk)."""
+        pc = self.schedule.blocks[block].pieces[i]
+        src = buf.piece_view(pc.start, pc.stop)
+        if src is not None:
+            return src
+        cached = self._packed.get(block)
+        if cached is None or cached[0] != i:
+            data = buf.narrow(pc.start, pc.stop).to(TORCH_DTYPES[buf.spec.dtype]).contiguous()
+            cached = (i, data.reshape(-1).view(torch.uint8))
+            self._packed[block] = cached
+        return cached[1]
+
+    def snapshot(self, buffers: dict[int, ParamBuffer]) -> dict[int, torch.Tensor]:
+        """Copy every block this rank originates into its own payload buffer (cast to the engine dtype).
+
+        What :meth:`pack` then reads instead of the live tensors, so training may change them while
+        the sync runs; memory is the bytes this rank sends, about its shard of the model.
+        """
+        out: dict[int, torch.Tensor] = {}
+        for b in self.schedule.blocks:
+            if b.origin != self.rank:
+                continue
+            payload = torch.empty(b.nbytes, dtype=torch.uint8, device=self.device)
+            at = 0
+            for i, pc in enumerate(b.pieces):
+                payload[at:at + pc.nbytes].copy_(self._piece_bytes(b.id, i, buffers[pc.param]))
+                at += pc.nbytes
+            self._packed.pop(b.id, None)
+            out[b.id] = payload
+        return out
+
+    def pack(self, block: int, chunk: int, buffers: dict[int, ParamBuffer],
+             snapshots: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
+        """Return the chunk message for ``block``/``chunk`` read from this rank's buffers (or snapshot)."""
         msg = self.new_buffer(block, chunk)
         payload = msg[HEADER_BYTES:]
-        for i, pc, off, n, at in self._segments(block, chunk):
-            buf = buffers[pc.param]
-            src = buf.piece_view(pc.start, pc.stop)
-            if src is None:
-                cached = self._packed.get(block)
-                if cached is None or cached[0] != i:
-                    cached = (i, buf.narrow(pc.start, pc.stop).contiguous().reshape(-1).view(torch.uint8))
-                    self._packed[block] = cached
-                src = cached[1]
-            payload[at:at + n].copy_(src[off:off + n])
+        if snapshots is not None and block in snapshots:
+            lo = chunk * self.schedule.chunk_bytes
+            payload.copy_(snapshots[block][lo:lo + payload.numel()])
+        else:
+            for i, pc, off, n, at in self._segments(block, chunk):
+                payload[at:at + n].copy_(self._piece_bytes(block, i, buffers[pc.param])[off:off + n])
         self._write_header(msg, block, chunk, checksum(payload, self.algorithm))
         return msg
 

@@ -3,12 +3,17 @@
 These are the contracts between a trainer, a generation engine and :mod:`collectives.plan`; they are
 plain frozen dataclasses with units in their names, and importing them pulls in no torch.
 
-A parameter is sharded along at most one dimension (``tp_dim``), the way Megatron-style
-column-parallel (``tp_dim=0``) and row-parallel (``tp_dim=1``) layers are; parameters with
-``tp_dim=None`` (norms, biases of row-parallel layers) are replicated on every TP rank. Trainer
-rank ``r`` holds, for the parameters of its pipeline stage, the ``tp_rank(r)``-th of ``tp`` equal
-slices; a generator rank with TP degree ``t`` needs the ``tp_rank``-th of ``t`` equal slices of
-*every* parameter (generation engines run without pipeline stages).
+A :class:`ParamSpec` describes one parameter as the engine's checkpoint holds it (the *canonical*
+tensor) and, through a :class:`~collectives.sharding.Sharding` per side, how the trainer and the
+engine lay its split dimension (``tp_dim``) out over their tensor-parallel ranks: evenly
+(column-parallel ``tp_dim=0``, row-parallel ``tp_dim=1``), fused (Megatron's SwiGLU ``linear_fc1``,
+vLLM's ``gate_up_proj`` and ``qkv_proj`` with replicated KV heads), interleaved (Megatron's
+``linear_qkv``) or padded (vocabularies). Parameters with ``tp_dim=None`` are replicated. Trainer
+rank ``r`` holds, for the parameters of its pipeline stage, the rows its sharding gives its TP rank;
+a generator rank needs the rows the engine's sharding gives its TP rank of *every* parameter
+(generation engines run without pipeline stages). Expert (MoE) parameters are described one expert
+at a time (``expert``, ``num_experts``) and live on the expert-parallel rank that owns the expert,
+split over the expert tensor-parallel group.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from typing import Mapping, Sequence
 
 from fabric.errors import ConfigError
 from fabric.layout import ParallelLayout, parallel_groups
+
+from collectives.sharding import Sharding
 
 __all__ = [
     "DTYPE_BYTES",
@@ -35,23 +42,36 @@ DTYPE_BYTES: dict[str, int] = {
     "float8_e4m3fn": 1, "float8_e5m2": 1, "int64": 8, "int32": 4, "int8": 1, "uint8": 1,
 }
 
+_EVEN = Sharding()
+
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One named parameter of the model, as the *unsharded* checkpoint holds it.
+    """One named parameter of the model, as the engine's *unsharded* checkpoint holds it.
 
     Parameters
     ----------
     name : str
-        The name both sides use (the generator's name: a trainer converts its own naming first).
+        The engine's name (what receivers are keyed by).
     shape : tuple of int
-        Full (unsharded) shape.
+        Full canonical shape (true vocabulary, fused parts concatenated).
     dtype : str
-        A key of :data:`DTYPE_BYTES`.
+        A key of :data:`DTYPE_BYTES`: what is sent and what the engine holds.
     tp_dim : int or None
         Dimension split across tensor-parallel ranks, or None for a replicated parameter.
     pp_stage : int
         Trainer pipeline stage that owns the parameter.
+    trainer, engine : Sharding
+        How the trainer and the engine lay ``tp_dim`` out over their TP ranks (default: evenly).
+    source : str
+        The trainer's name for the parameter ("" = ``name``): what :meth:`WeightSync.send` looks up.
+    source_dtype : str
+        The trainer's dtype ("" = ``dtype``), e.g. ``"float32"`` for fp32 master weights; each
+        trainer rank casts its own shard to ``dtype`` while sending.
+    aliases : tuple of str
+        Other engine names of the same tensor (tied weights): sent once, delivered under every name.
+    expert, num_experts : int or None, int
+        For an expert (MoE) parameter: its global expert index and the number of experts of its layer.
 
     Examples
     --------
@@ -65,26 +85,58 @@ class ParamSpec:
     dtype: str = "bfloat16"
     tp_dim: int | None = None
     pp_stage: int = 0
+    trainer: Sharding = _EVEN
+    engine: Sharding = _EVEN
+    source: str = ""
+    source_dtype: str = ""
+    aliases: tuple[str, ...] = ()
+    expert: int | None = None
+    num_experts: int = 0
 
     def __post_init__(self) -> None:
         src = f"ParamSpec {self.name!r}"
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "aliases", tuple(self.aliases))
         if not self.name:
             raise ConfigError("ParamSpec", "name", "is empty", "a non-empty parameter name")
         if any(s < 1 for s in self.shape):
             raise ConfigError(src, "shape", f"has a dimension < 1: {self.shape}", "positive dimensions")
-        if self.dtype not in DTYPE_BYTES:
-            raise ConfigError(src, "dtype", f"unknown dtype {self.dtype!r}", ", ".join(DTYPE_BYTES))
+        for fname in ("dtype", "source_dtype"):
+            value = getattr(self, fname)
+            if value not in DTYPE_BYTES and not (fname == "source_dtype" and value == ""):
+                raise ConfigError(src, fname, f"unknown dtype {value!r}", ", ".join(DTYPE_BYTES))
         if self.tp_dim is not None and not 0 <= self.tp_dim < len(self.shape):
             raise ConfigError(src, "tp_dim", f"{self.tp_dim} is not a dimension of shape {self.shape}",
                               f"None or 0..{len(self.shape) - 1}")
+        if self.tp_dim is None and not (self.trainer.is_even and self.engine.is_even):
+            raise ConfigError(src, "tp_dim", "is None but a sharding is given", "a split dimension, or no sharding")
         if self.pp_stage < 0:
             raise ConfigError(src, "pp_stage", f"negative stage {self.pp_stage}", "a stage >= 0")
+        if self.expert is not None and not 0 <= self.expert < self.num_experts:
+            raise ConfigError(src, "expert", f"{self.expert} with num_experts={self.num_experts}",
+                              "0 <= expert < num_experts")
+        if self.name in self.aliases:
+            raise ConfigError(src, "aliases", "repeats the parameter's own name", "other names only")
 
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def source_name(self) -> str:
+        """The trainer's name for this parameter."""
+        return self.source or self.name
+
+    @property
+    def trainer_dtype(self) -> str:
+        """The dtype the trainer holds the parameter in."""
+        return self.source_dtype or self.dtype
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every engine name the parameter is delivered under."""
+        return (self.name,) + self.aliases
 
     @property
     def numel(self) -> int:
@@ -112,7 +164,7 @@ class ParamSpec:
         return self.nbytes // self.split_extent
 
     def region_shape(self, lo: int, hi: int) -> tuple[int, ...]:
-        """Shape of the slice ``[lo, hi)`` along :attr:`split_dim`."""
+        """Shape of ``hi - lo`` rows along :attr:`split_dim`."""
         if not self.shape:
             return ()
         s = list(self.shape)
@@ -120,23 +172,41 @@ class ParamSpec:
         return tuple(s)
 
     def to_json(self) -> dict[str, object]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "tp_dim": self.tp_dim,
-                "pp_stage": self.pp_stage}
+        doc: dict[str, object] = {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                                  "tp_dim": self.tp_dim, "pp_stage": self.pp_stage}
+        # Optional fields only when set, so plain models keep their old documents and digests.
+        for key, value in (("trainer", self.trainer.to_json()), ("engine", self.engine.to_json()),
+                           ("source", self.source), ("source_dtype", self.source_dtype),
+                           ("aliases", list(self.aliases)), ("num_experts", self.num_experts)):
+            if value:
+                doc[key] = value
+        if self.expert is not None:
+            doc["expert"] = self.expert
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> "ParamSpec":
         return cls(str(doc["name"]), tuple(doc["shape"]), str(doc["dtype"]),  # type: ignore[arg-type]
-                   doc.get("tp_dim"), int(doc.get("pp_stage", 0)))  # type: ignore[arg-type]
+                   doc.get("tp_dim"), int(doc.get("pp_stage", 0)),  # type: ignore[arg-type]
+                   Sharding.from_json(doc.get("trainer")), Sharding.from_json(doc.get("engine")),  # type: ignore[arg-type]
+                   str(doc.get("source", "")), str(doc.get("source_dtype", "")),
+                   tuple(doc.get("aliases", ())), doc.get("expert"), int(doc.get("num_experts", 0)))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class TrainerLayout:
-    """The training job's parallel layout (Megatron rank order) and where its ranks sit.
+    """The training job's parallel layout (Megatron-core rank order) and where its ranks sit.
 
     Parameters
     ----------
-    tp, pp, dp : int
-        Tensor, pipeline and data parallel sizes; the world is ``tp * pp * dp`` ranks.
+    tp, pp, dp, cp : int
+        Tensor, pipeline, data and context parallel sizes; the world is ``tp * cp * dp * pp`` ranks.
+        Context-parallel ranks hold the same weights, like data-parallel ones.
+    ep : int
+        Expert-parallel size: expert parameters are split over ``ep`` ranks (Megatron re-partitions
+        the same ranks for expert layers).
+    expert_tp : int or None
+        Tensor-parallel size inside expert layers (None: ``tp``, Megatron's default).
     pods : tuple of int
         PoD of each trainer rank; empty means every rank is in PoD 0.
     gpus : tuple of int
@@ -149,6 +219,9 @@ class TrainerLayout:
     >>> lay = TrainerLayout(tp=2, pp=2)
     >>> [lay.tp_rank(r) for r in range(4)], [lay.pp_rank(r) for r in range(4)]
     ([0, 1, 0, 1], [0, 0, 1, 1])
+    >>> moe = TrainerLayout(tp=2, dp=2, ep=2, expert_tp=1)
+    >>> [moe.ep_rank(r) for r in range(4)], [moe.expert_tp_rank(r) for r in range(4)]
+    ([0, 1, 0, 1], [0, 0, 0, 0])
     """
 
     tp: int = 1
@@ -157,10 +230,14 @@ class TrainerLayout:
     pods: tuple[int, ...] = ()
     gpus: tuple[int, ...] = ()
     order: str = "tp-cp-ep-dp-pp"
-    _coords: tuple[tuple[int, int], ...] = field(default=(), init=False, repr=False, compare=False)
+    cp: int = 1
+    ep: int = 1
+    expert_tp: int | None = None
+    _coords: tuple[tuple[int, int, int, int], ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        layout = ParallelLayout(tp=self.tp, pp=self.pp, dp=self.dp, order=self.order)
+        layout = ParallelLayout(tp=self.tp, cp=self.cp, ep=self.ep, dp=self.dp, pp=self.pp, order=self.order,
+                                expert_tp=self.expert_tp)
         n = layout.world_size
         object.__setattr__(self, "pods", tuple(int(p) for p in self.pods) or (0,) * n)
         object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
@@ -171,14 +248,22 @@ class TrainerLayout:
             raise ConfigError("TrainerLayout", "gpus", f"has {len(self.gpus)} entries for {n} ranks",
                               f"one GPU per rank ({n}) or empty")
         groups = parallel_groups(layout, list(range(n)))
-        tp_rank = {r: i for grp in groups["tp"] for i, r in enumerate(grp)}
-        pp_rank = {r: i for grp in groups["pp"] for i, r in enumerate(grp)}
-        object.__setattr__(self, "_coords", tuple((tp_rank[r], pp_rank[r]) for r in range(n)))
+
+        def index(kind: str) -> dict[int, int]:
+            return {r: i for grp in groups[kind] for i, r in enumerate(grp)}
+
+        tp, pp, ep, etp = index("tp"), index("pp"), index("ep"), index("expert-tp")
+        object.__setattr__(self, "_coords", tuple((tp[r], pp[r], ep[r], etp[r]) for r in range(n)))
 
     @property
     def world_size(self) -> int:
         """Number of trainer ranks."""
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def expert_tp_size(self) -> int:
+        """Tensor-parallel size inside expert layers."""
+        return self.tp if self.expert_tp is None else self.expert_tp
 
     def tp_rank(self, rank: int) -> int:
         """Tensor-parallel rank of trainer ``rank``."""
@@ -188,48 +273,120 @@ class TrainerLayout:
         """Pipeline stage of trainer ``rank``."""
         return self._coords[rank][1]
 
+    def ep_rank(self, rank: int) -> int:
+        """Expert-parallel rank of trainer ``rank``."""
+        return self._coords[rank][2]
+
+    def expert_tp_rank(self, rank: int) -> int:
+        """Tensor-parallel rank of trainer ``rank`` inside expert layers."""
+        return self._coords[rank][3]
+
     def to_json(self) -> dict[str, object]:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "pods": list(self.pods), "gpus": list(self.gpus),
-                "order": self.order}
+        doc: dict[str, object] = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "pods": list(self.pods),
+                                  "gpus": list(self.gpus), "order": self.order}
+        for key, value, default in (("cp", self.cp, 1), ("ep", self.ep, 1), ("expert_tp", self.expert_tp, None)):
+            if value != default:
+                doc[key] = value
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, object]) -> "TrainerLayout":
         return cls(int(doc["tp"]), int(doc["pp"]), int(doc["dp"]), tuple(doc["pods"]),  # type: ignore[arg-type]
-                   tuple(doc.get("gpus", ())), str(doc.get("order", "tp-cp-ep-dp-pp")))  # type: ignore[arg-type]
+                   tuple(doc.get("gpus", ())), str(doc.get("order", "tp-cp-ep-dp-pp")),  # type: ignore[arg-type]
+                   int(doc.get("cp", 1)), int(doc.get("ep", 1)), doc.get("expert_tp"))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class GeneratorRank:
-    """One generation GPU: its PoD and its place in its engine's tensor-parallel group."""
+    """One generation GPU: its PoD, its engine and its place in the engine's parallel groups.
+
+    Parameters
+    ----------
+    pod : int
+        PoD of the GPU.
+    tp_size, tp_rank : int
+        The engine's tensor-parallel degree and this rank's place in it.
+    gpu : int
+        Fabric GPU index, for fabric demand; -1 when unknown.
+    ep_size, ep_rank : int
+        Expert parallelism of the engine (vLLM's ``enable_expert_parallel``): which share of the
+        experts this rank holds. 1 and 0 when experts are not split by expert.
+    expert_tp_size, expert_tp_rank : int
+        Tensor parallelism inside expert layers; 0 means ``tp_size`` / ``tp_rank`` without expert
+        parallelism and 1 / 0 with it (vLLM's rule).
+    engine : int
+        Which model replica (engine) the rank belongs to; -1 lets :class:`GeneratorLayout` infer it
+        (a new engine starts at each rank with ``tp_rank == ep_rank == 0``).
+    """
 
     pod: int
     tp_size: int = 1
     tp_rank: int = 0
-    gpu: int = -1  # fabric GPU index, for fabric demand; -1 when unknown
+    gpu: int = -1
+    ep_size: int = 1
+    ep_rank: int = 0
+    expert_tp_size: int = 0
+    expert_tp_rank: int = 0
+    engine: int = -1
 
     def __post_init__(self) -> None:
         if self.tp_size < 1 or not 0 <= self.tp_rank < self.tp_size:
             raise ConfigError("GeneratorRank", "tp_rank", f"{self.tp_rank} with tp_size {self.tp_size}",
                               "tp_size >= 1 and 0 <= tp_rank < tp_size")
+        if self.ep_size < 1 or not 0 <= self.ep_rank < self.ep_size:
+            raise ConfigError("GeneratorRank", "ep_rank", f"{self.ep_rank} with ep_size {self.ep_size}",
+                              "ep_size >= 1 and 0 <= ep_rank < ep_size")
+        if not self.expert_tp_size:
+            object.__setattr__(self, "expert_tp_size", self.tp_size if self.ep_size == 1 else 1)
+            object.__setattr__(self, "expert_tp_rank", self.tp_rank if self.ep_size == 1 else 0)
+        if not 0 <= self.expert_tp_rank < self.expert_tp_size:
+            raise ConfigError("GeneratorRank", "expert_tp_rank",
+                              f"{self.expert_tp_rank} with expert_tp_size {self.expert_tp_size}",
+                              "0 <= expert_tp_rank < expert_tp_size")
+
+    def to_json(self) -> list[int]:
+        row = [self.pod, self.tp_size, self.tp_rank, self.gpu]
+        extra = [self.ep_size, self.ep_rank, self.expert_tp_size, self.expert_tp_rank, self.engine]
+        plain = GeneratorRank(self.pod, self.tp_size, self.tp_rank, self.gpu)
+        if extra != [plain.ep_size, plain.ep_rank, plain.expert_tp_size, plain.expert_tp_rank, plain.engine]:
+            row += extra  # only when set, so plain layouts keep their old documents and digests
+        return row
 
 
 @dataclass(frozen=True)
 class GeneratorLayout:
     """All generation GPUs, in generator-rank order (engines may differ in TP degree).
 
+    ``engines`` groups generator ranks into model replicas: every engine must hold the whole
+    model between its ranks, which :func:`collectives.plan.plan_weight_sync` checks.
+
     Examples
     --------
     >>> g = GeneratorLayout.uniform(pods=(1, 2), ranks_per_pod=2, tp=2)
-    >>> [(r.pod, r.tp_rank) for r in g.ranks]
-    [(1, 0), (1, 1), (2, 0), (2, 1)]
+    >>> [(r.pod, r.tp_rank) for r in g.ranks], g.engines
+    ([(1, 0), (1, 1), (2, 0), (2, 1)], ((0, 1), (2, 3)))
     """
 
     ranks: tuple[GeneratorRank, ...]
+    engines: tuple[tuple[int, ...], ...] = field(default=(), init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", tuple(self.ranks))
         if not self.ranks:
             raise ConfigError("GeneratorLayout", "ranks", "is empty", "at least one generator rank")
+        groups: dict[tuple[str, int], list[int]] = {}
+        inferred = 0
+        for j, r in enumerate(self.ranks):
+            prev = self.ranks[j - 1] if j else None
+            if r.engine >= 0:
+                key = ("given", r.engine)
+            else:
+                if prev is None or prev.engine >= 0 or (r.tp_rank, r.ep_rank) == (0, 0) \
+                        or (prev.tp_size, prev.ep_size) != (r.tp_size, r.ep_size):
+                    inferred += 1
+                key = ("inferred", inferred)
+            groups.setdefault(key, []).append(j)
+        object.__setattr__(self, "engines", tuple(tuple(v) for v in groups.values()))
 
     @classmethod
     def uniform(cls, pods: Sequence[int], ranks_per_pod: int, tp: int = 1,
@@ -255,7 +412,7 @@ class GeneratorLayout:
         return tuple(sorted({r.pod for r in self.ranks}))
 
     def to_json(self) -> list[list[int]]:
-        return [[r.pod, r.tp_size, r.tp_rank, r.gpu] for r in self.ranks]
+        return [r.to_json() for r in self.ranks]
 
     @classmethod
     def from_json(cls, doc: Sequence[Sequence[int]]) -> "GeneratorLayout":

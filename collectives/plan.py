@@ -9,8 +9,9 @@ boundary on its way to the generators, and that the fast intra-PoD fabric does t
    (balanced shards) and groups pieces into blocks by origin and receiver set.
 2. **Phase A (App. E.1).** Each block is sent from its origin to one *seed* receiver per
    destination PoD (``direct``), or -- when every trainer-to-generator edge shares one slow
-   cross-cluster link -- to one seed in a single *home* PoD, which relays it to one seed in each
-   other generator PoD (``relay``), so one copy crosses the shared link. Seeds are the receivers
+   cross-cluster link -- to one seed in a single *home* PoD, from which it is relayed seed to seed
+   through every other generator PoD (``relay``), so one copy crosses the shared link and no seed
+   sends a block more than once. Seeds are the receivers
    with the least seeded bytes, so ingress spreads over NICs. Inter-PoD edges are packed into
    *waves* first-fit-decreasing so that no PoD exceeds its boundary concurrency budget ``d_p``
    in any wave; within a wave, circuits are added greedily to the bottleneck edge while both its
@@ -40,13 +41,18 @@ from collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerL
 from collectives.schedule import Block, Edge, Schedule, Wave
 from collectives.slicing import assign_origins, group_blocks, split_pieces
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "STRATEGIES", "plan_weight_sync", "make_blocks"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "STRATEGIES", "plan_weight_sync", "make_blocks", "check_names"]
 
 #: Chunk (bucket) size: the unit of pipelining and the bound on per-stream buffer memory.
 DEFAULT_CHUNK_BYTES = 4 << 20
 
-#: Phase A strategies; "auto" picks the faster predicted one.
-STRATEGIES = ("auto", "direct", "relay")
+#: Strategies; "auto" picks the faster predicted one (see the module note).
+STRATEGIES = ("auto", "direct", "relay", "chain")
+
+#: "auto" keeps a chain unless another strategy is predicted faster by more than this share: the
+#: link model is fluid, but several TCP flows sharing a NIC lose throughput to each other (a relay
+#: tree measured 24% slower than a chain at equal link rates in bench/weight_sync.py).
+CHAIN_PREFERENCE = 0.10
 
 
 def plan_weight_sync(params: Sequence[ParamSpec], trainer: TrainerLayout, generator: GeneratorLayout,
@@ -103,33 +109,43 @@ def plan_weight_sync(params: Sequence[ParamSpec], trainer: TrainerLayout, genera
     blocks = make_blocks(params, trainer, generator, max_block_bytes)
     best: Schedule | None = None
     failures: list[InfeasiblePlanError] = []
-    auto = ("direct", "relay") if links.cross_bps else ("direct",)
+    auto = ("direct", "relay", "chain") if links.cross_bps else ("direct",)
+    built: dict[str, Schedule] = {}
     for s in (auto if strategy == "auto" else (strategy,)):
         try:
-            cand = _build(s, tuple(params), trainer, generator, links, blocks, chunk_bytes)
+            build = _build_chain if s == "chain" else _build
+            built[s] = build(s, tuple(params), trainer, generator, links, blocks, chunk_bytes)
         except InfeasiblePlanError as exc:
             failures.append(exc)
-            continue
-        if best is None or cand.predicted_s < best.predicted_s * (1 - 1e-9):
-            best = cand
-    if best is None:
+    if not built:
         raise failures[0]
+    best = min(built.values(), key=lambda c: (c.predicted_s, STRATEGIES.index(c.strategy)))
+    chain = built.get("chain")
+    if chain is not None and chain.predicted_s <= best.predicted_s * (1 + CHAIN_PREFERENCE):
+        return chain
     return best
 
 
 def make_blocks(params: Sequence[ParamSpec], trainer: TrainerLayout, generator: GeneratorLayout,
                 max_block_bytes: int = 0) -> list[Block]:
     """Return the blocks (origin, pieces, receivers as schedule ranks) for the layouts."""
-    names = Counter(p.name for p in params)
-    dup = [n for n, c in names.items() if c > 1]
-    if dup or not params:
-        raise ConfigError("plan_weight_sync", "params", f"duplicate names {dup[:3]}" if dup else "is empty",
-                          "a non-empty list of uniquely named parameters")
+    check_names(params)
     infos = split_pieces(params, trainer, generator)
-    groups = group_blocks(infos, assign_origins(infos), max_block_bytes)
+    groups = group_blocks(assign_origins(infos, [p.row_bytes for p in params]), max_block_bytes)
     t = trainer.world_size
     return [Block(i, o, pcs, sum(p.nbytes for p in pcs), tuple(t + g for g in needers))
             for i, (o, needers, pcs) in enumerate(groups)]
+
+
+def check_names(params: Sequence[ParamSpec]) -> None:
+    """Raise ConfigError unless the engine names (aliases included) and trainer names are unique."""
+    if not params:
+        raise ConfigError("plan_weight_sync", "params", "is empty", "a non-empty list of parameters")
+    for what, names in (("name", [n for p in params for n in p.names]), ("source", [p.source_name for p in params])):
+        dup = [n for n, c in Counter(names).items() if c > 1]
+        if dup:
+            raise ConfigError("plan_weight_sync", f"params[].{what}", f"duplicate names {dup[:3]}",
+                              "one ParamSpec per tensor; tied weights as one spec with aliases")
 
 
 # -- one strategy ------------------------------------------------------------------------------
@@ -162,9 +178,12 @@ def _build(strategy: str, params: tuple[ParamSpec, ...], trainer: TrainerLayout,
         else:
             home = min(pods_b, key=lambda p: (home_load[p], (pods_b.index(p) - b.id) % len(pods_b)))
             home_load[home] += b.nbytes
-            seed = pick(home)
-            units.append([(b.id, b.origin, seed, "A")] + [(b.id, seed, pick(p), "A-relay")
-                                                          for p in pods_b if p != home])
+            others = [p for p in pods_b if p != home]
+            shift = b.id % len(others) if others else 0
+            seeds = [pick(p) for p in [home] + others[shift:] + others[:shift]]
+            # The copy that crossed goes PoD to PoD along a chain of seeds, so no seed sends it more than
+            # once (a star from the home seed would make its NIC carry one copy per PoD).
+            units.append([(b.id, b.origin, seeds[0], "A")] + [(b.id, a, c, "A-relay") for a, c in zip(seeds, seeds[1:])])
 
     # Waves: first-fit decreasing under every PoD's boundary budget.
     wave_units: list[list[int]] = []
@@ -199,12 +218,13 @@ def _build(strategy: str, params: tuple[ParamSpec, ...], trainer: TrainerLayout,
         flat = [e for u in members for e in units[u]]
         circuits = _equalise(flat, pod, blocks, links, wave_use[w])
         wave_s = _wave_time(flat, circuits, pod, blocks, links, t)
-        for (b, src, dst, phase), c in zip(flat, circuits):
-            start = step if phase == "A" else step + 1
+        hop = [k for u in members for k in range(len(units[u]))]  # position along the unit's relay chain
+        for (b, src, dst, phase), c, k in zip(flat, circuits, hop):
+            start = step + k
             edges.append(Edge(b, src, dst, phase, start, w, c if pod[src] != pod[dst] else 0))
             arrival[(b, dst)] = start
-        # A relay edge runs one step behind its seed, so it holds its circuit one step longer.
-        steps = max(chunks[units[u][0][0]] + (len(units[u]) > 1) for u in members)
+        # Each relay hop runs one step behind the one before, so the unit holds its circuits that much longer.
+        steps = max(chunks[units[u][0][0]] + len(units[u]) - 1 for u in members)
         waves.append(Wave(w, step, steps, wave_s, dict(wave_use[w])))
         step += steps
         phase_a_s += wave_s
@@ -219,7 +239,7 @@ def _build(strategy: str, params: tuple[ParamSpec, ...], trainer: TrainerLayout,
         if e.dst >= t:
             ingress[e.dst] += blocks[e.block].nbytes
     busiest = max(list(egress.values()) + list(ingress.values()) + [0])
-    relay_hop = 1 if strategy == "relay" and any(e.phase == "A-relay" for e in edges) else 0
+    relay_hop = max((len(units[u]) - 1 for u in range(len(units))), default=0) if strategy == "relay" else 0
     return Schedule(
         params=params, trainer=trainer, generator=generator, links=links, blocks=tuple(blocks),
         edges=tuple(sorted(edges, key=lambda e: (e.start_step, e.block, e.src, e.dst))), waves=tuple(waves),
@@ -227,6 +247,68 @@ def _build(strategy: str, params: tuple[ParamSpec, ...], trainer: TrainerLayout,
         predicted_phase_b_s=8.0 * busiest / links.nic_bps,
         predicted_tail_s=tail_s + relay_hop * 8.0 * chunk_bytes / links.nic_bps, tail_hops=tail_hops + relay_hop,
     )
+
+
+def _build_chain(strategy: str, params: tuple[ParamSpec, ...], trainer: TrainerLayout, generator: GeneratorLayout,
+                 links: FabricLinks, blocks: list[Block], chunk_bytes: int) -> Schedule:
+    """One pipelined chain per receiver group: every link carries one flow, every boundary one copy.
+
+    The blocks needed by the same generator ranks follow each other through one chain of those
+    ranks, PoD after PoD (their origins take turns feeding its head); chains of different groups
+    run side by side. The group's start member rotates, so chain heads and tails differ.
+    """
+    t = trainer.world_size
+    pod = list(trainer.pods) + [r.pod for r in generator.ranks]
+    groups: dict[tuple[int, ...], list[Block]] = {}
+    for b in blocks:
+        groups.setdefault(b.receivers, []).append(b)
+    edges: list[Edge] = []
+    use: Counter[int] = Counter()
+    egress: Counter[int] = Counter()
+    ingress: Counter[int] = Counter()
+    cross = 0
+    longest = 0
+    steps = 0
+    for g, (receivers, members) in enumerate(sorted(groups.items())):
+        pods = sorted({pod[r] for r in receivers})
+        pods = pods[g % len(pods):] + pods[:g % len(pods)]
+        order = []
+        for p in pods:
+            inside = [r for r in receivers if pod[r] == p]
+            order += inside[g % len(inside):] + inside[:g % len(inside)]
+        cursor = 0
+        for n, b in enumerate(members):
+            hops = [b.origin] + order
+            for k, (a, c) in enumerate(zip(hops, hops[1:])):
+                inter = pod[a] != pod[c]
+                phase = "A" if k == 0 else ("A-relay" if inter else "B")
+                # The group's first block opens one circuit per boundary hop; the blocks after it follow
+                # on the same circuit (the trainer PoD's circuit serves whichever origin feeds the head).
+                opens = inter and n == 0
+                edges.append(Edge(b.id, a, c, phase, cursor + k, 0 if opens else -1, 1 if opens else 0))
+                egress[a] += b.nbytes
+                ingress[c] += b.nbytes
+                cross += b.nbytes if a < t <= c else 0
+            cursor += max(1, -(-b.nbytes // chunk_bytes))
+        for a, c in zip([members[0].origin] + order, order):
+            if pod[a] != pod[c]:
+                use[pod[a]] += 1
+                use[pod[c]] += 1
+        longest = max(longest, len(order))
+        steps = max(steps, cursor + len(order) - 1)
+    for p, n in use.items():
+        if n > links.budget(p):
+            raise InfeasiblePlanError(f"strategy 'chain' needs {n} concurrent boundary circuit(s) at PoD {p}, whose "
+                                      f"budget is {links.budget(p)}")
+    trainer_s = 8.0 * max((egress[r] for r in range(t)), default=0) / links.nic_bps
+    phase_a_s = max(trainer_s, 8.0 * cross / links.cross_bps if links.cross_bps else 0.0)
+    gen_bytes = max([egress[r] for r in egress if r >= t] + list(ingress.values()) + [0])
+    return Schedule(
+        params=params, trainer=trainer, generator=generator, links=links, blocks=tuple(blocks),
+        edges=tuple(sorted(edges, key=lambda e: (e.start_step, e.block, e.src, e.dst))),
+        waves=(Wave(0, 0, steps, phase_a_s, dict(use)),) if use else (), chunk_bytes=chunk_bytes,
+        strategy=strategy, predicted_phase_a_s=phase_a_s, predicted_phase_b_s=8.0 * gen_bytes / links.nic_bps,
+        predicted_tail_s=longest * 8.0 * chunk_bytes / links.nic_bps, tail_hops=longest)
 
 
 def _edge_s(nbytes: int, circuits: int, links: FabricLinks) -> float:

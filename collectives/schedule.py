@@ -26,14 +26,15 @@ from functools import cached_property
 from typing import Any, Mapping
 
 from collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
-from collectives.slicing import Piece, generator_region, trainer_region
+from collectives.sharding import Runs
+from collectives.slicing import Piece, generator_runs, trainer_runs
 
 __all__ = ["PHASES", "Block", "Edge", "Wave", "Op", "Schedule"]
 
 #: Edge phases: Phase A seeds a destination PoD across its boundary; "A-relay" copies a seeded
 #: block to another generator PoD (one copy crosses a shared cross-cluster link); Phase B is the
-#: intra-PoD tree; "gather" and "fetch" belong to the flat baseline.
-PHASES = ("A", "A-relay", "B", "gather", "fetch")
+#: intra-PoD tree; "chain" belongs to the chain-broadcast baseline, "gather" and "fetch" to the flat one.
+PHASES = ("A", "A-relay", "B", "chain", "gather", "fetch")
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Edge:
     dst: int
     phase: str
     start_step: int
-    wave: int = -1  # Phase A / relay: the wave the edge runs in
+    wave: int = -1  # Phase A / relay: the wave the edge runs in (-1: follows an earlier edge's circuit, chain)
     circuits: int = 0  # Phase A / relay: circuits allocated (App. E.1); 0 elsewhere
 
 
@@ -99,7 +100,7 @@ class Schedule:
     edges: tuple[Edge, ...]
     waves: tuple[Wave, ...]
     chunk_bytes: int
-    strategy: str  # "direct" | "relay" | "flat"
+    strategy: str  # "direct" | "relay" | "chain" | "flat"
     predicted_phase_a_s: float
     predicted_phase_b_s: float
     predicted_tail_s: float
@@ -156,21 +157,32 @@ class Schedule:
         """Payload bytes of one chunk."""
         return min(self.chunk_bytes, self.blocks[block].nbytes - chunk * self.chunk_bytes)
 
-    # -- what ranks hold --------------------------------------------------------------------
-    def region(self, rank: int, param: int) -> tuple[int, int] | None:
-        """``[lo, hi)`` of ``param`` that ``rank`` holds when the sync is done (None: nothing)."""
+    # -- what ranks hold ---------------------------------------------------------------------
+    def runs(self, rank: int, param: int) -> Runs | None:
+        """Canonical rows of ``param`` that ``rank`` holds when the sync is done, in its local order.
+
+        None when the rank holds nothing of it. See :mod:`collectives.sharding` for the format.
+        """
         p = self.params[param]
         if rank in self._full:
-            return (0, p.split_extent)
+            return (((0, p.split_extent),), 0)
         if self.is_trainer(rank):
-            return trainer_region(p, self.trainer, rank)
-        return generator_region(p, self.generator.ranks[rank - self.trainer.world_size])
+            return trainer_runs(p, self.trainer, rank)
+        return generator_runs(p, self.generator.ranks[rank - self.trainer.world_size])
 
-    def initial_region(self, rank: int, param: int) -> tuple[int, int] | None:
-        """``[lo, hi)`` of ``param`` that ``rank`` brings to the sync (trainers only)."""
+    def initial_runs(self, rank: int, param: int) -> Runs | None:
+        """Canonical rows of ``param`` that ``rank`` brings to the sync (trainers only)."""
         if not self.is_trainer(rank):
             return None
-        return trainer_region(self.params[param], self.trainer, rank)
+        return trainer_runs(self.params[param], self.trainer, rank)
+
+    def local_shape(self, rank: int, param: int, initial: bool = False) -> tuple[int, ...] | None:
+        """Shape of ``rank``'s local tensor of ``param`` (padding rows included), or None."""
+        runs = self.initial_runs(rank, param) if initial else self.runs(rank, param)
+        if runs is None:
+            return None
+        rows = sum(hi - lo for lo, hi in runs[0]) + runs[1]
+        return self.params[param].region_shape(0, rows)
 
     @cached_property
     def _full(self) -> frozenset[int]:

@@ -2,34 +2,40 @@
 
 vLLM mixes an extension class into every worker when the engine is created with
 ``worker_extension_cls`` and lets the driver call its methods on all workers with
-``collective_rpc`` (the mechanism of vLLM's RLHF examples). The extension joins the schedule's
-transport as generator rank ``rank_offset + <worker's rank in the engine>`` and receives each
-parameter slice in place, into the engine's own tensor-parallel parameters, when the schedule's
-parameter names and local shapes match the engine's (write schedules in vLLM's naming; a trainer
-converts its own names and fused layouts before sending). A parameter vLLM does not expose under
-that name is handed to ``model.load_weights``, which only accepts whole (unsharded) tensors: fine
-for replicated parameters and TP=1 engines, refused up front otherwise.
+``collective_rpc`` (the mechanism of vLLM's RLHF examples). The extension connects as generator
+rank ``rank_offset + <worker's rank in the engine>`` (the schedule comes from the store, published
+by the trainer's rank 0) and receives each parameter slice in place, into the engine's own
+tensor-parallel parameters. Plan the schedule with vLLM's names and layouts
+(:func:`collectives.specs.megatron_specs` maps Megatron-core's; :func:`collectives.specs.vllm_layout`
+describes vLLM's fused QKV with replicated KV heads, fused gate/up, padded vocabularies and
+stacked experts, addressed as ``"<name>[<expert>]"``). Every target is checked for dtype, shape and
+device before a byte moves; a parameter vLLM does not expose under that name is handed to
+``model.load_weights``, which only accepts whole (unsharded) tensors: fine for replicated
+parameters and TP=1 engines, refused up front otherwise.
 
 Example (driver process of one engine; the trainer runs ``WeightSync.send`` meanwhile)::
 
     llm = LLM(model=path, tensor_parallel_size=2,
               worker_extension_cls="collectives.vllm_ext.WeightSyncWorkerExtension")
-    llm.collective_rpc("orchestrl_join", args=(schedule.to_json(), store_host, store_port, rank_offset))
+    llm.collective_rpc("orchestrl_join", args=(None, store_host, store_port, rank_offset))
     reports = llm.collective_rpc("orchestrl_receive")   # once per RL step
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
+from fabric.errors import ConfigError
+
 from collectives.schedule import Schedule
-from collectives.transport.torch_dist import TorchTransport
+from collectives.targets import check_tensor, resolve_targets
 from collectives.weight_sync import WeightSync
 
-__all__ = ["WeightSyncWorkerExtension", "vllm_unavailable"]
+__all__ = ["WeightSyncWorkerExtension", "vllm_unavailable", "engine_targets"]
 
 
 def vllm_unavailable() -> str | None:
@@ -43,57 +49,83 @@ def vllm_unavailable() -> str | None:
     return None
 
 
+def engine_targets(schedule: Schedule, rank: int, params: Mapping[str, torch.Tensor],
+                   device: torch.device) -> dict[int, list[torch.Tensor]]:
+    """Return the engine tensors each parameter is written into on ``rank``, all checked.
+
+    Parameters missing from the engine must be whole on this rank (they go through
+    ``load_weights``); stacked expert tensors are indexed from this rank's first expert.
+
+    Raises
+    ------
+    ConfigError
+        If an engine tensor has the wrong dtype, shape or device, or a sharded parameter has none.
+    """
+    first: dict[str, int] = {}
+    me = schedule.generator.ranks[rank - schedule.trainer.world_size]
+    for spec in schedule.params:
+        m = re.match(r"^(.+)\[\d+\]$", spec.name)
+        if m and spec.expert is not None:
+            first[m.group(1)] = me.ep_rank * (spec.num_experts // me.ep_size)
+    targets = resolve_targets(schedule, rank, params, device, where="vLLM engine", first_expert=first)
+    for i, spec in enumerate(schedule.params):
+        runs = schedule.runs(rank, i)
+        if i in targets or runs is None:
+            continue
+        if runs != (((0, spec.split_extent),), 0):
+            raise ConfigError("vLLM engine", spec.name, f"has no parameter of this rank's shard shape "
+                              f"{schedule.local_shape(rank, i)} under that name, and a slice cannot go through "
+                              "load_weights", "a schedule planned with vLLM's parameter names and layouts")
+    return targets
+
+
 class WeightSyncWorkerExtension:
     """Methods vLLM adds to each worker (``self`` is the worker: ``self.model_runner.model``)."""
 
-    def orchestrl_join(self, schedule_json: dict[str, Any], store_host: str, store_port: int, rank_offset: int,
-                       backend: str = "nccl", timeout_s: float = 60.0) -> str:
-        """Join the weight-sync transport; return the schedule digest (the driver checks they agree)."""
+    def orchestrl_join(self, schedule_json: dict[str, Any] | None, store_host: str, store_port: int,
+                       rank_offset: int, backend: str = "nccl", timeout_s: float = 60.0, rejoin: bool = False) -> str:
+        """Connect to the weight-sync store; return the schedule digest (the driver checks they agree).
+
+        ``schedule_json`` may be None: the schedule then comes from the store (rank 0 publishes it).
+        """
         from vllm.distributed.parallel_state import get_tensor_model_parallel_rank, get_world_group
 
-        schedule = Schedule.from_json(schedule_json)
         j = rank_offset + get_world_group().rank
-        mine = schedule.generator.ranks[j]
-        if mine.tp_rank != get_tensor_model_parallel_rank():
-            raise ValueError(f"generator {j} is TP rank {mine.tp_rank} in the schedule but this worker is TP rank "
-                             f"{get_tensor_model_parallel_rank()}; fix rank_offset or the GeneratorLayout")
+        schedule = (Schedule.from_json(schedule_json) if schedule_json is not None
+                    else WeightSync.fetch_schedule(store_host, store_port, timeout_s=timeout_s))
         rank = schedule.generator_rank(j)
-        self._orl_transport = TorchTransport.connect(store_host, store_port, rank, schedule.world_size,
-                                                     backend=backend, timeout_s=2 * timeout_s)
-        self._orl_sync = WeightSync(schedule, self._orl_transport, timeout_s=timeout_s)
-        self._orl_into = self._orl_targets(schedule, rank)
-        return schedule.digest
-
-    def _orl_targets(self, schedule: Schedule, rank: int) -> dict[str, torch.Tensor]:
+        self._orl_sync = WeightSync.connect(schedule, store_host, store_port, rank, backend=backend,
+                                            timeout_s=timeout_s, rejoin=rejoin)
+        sch = self._orl_sync.schedule
+        mine = sch.generator.ranks[j]
+        if mine.tp_rank != get_tensor_model_parallel_rank():
+            raise ConfigError("orchestrl_join", "rank_offset", f"generator {j} is TP rank {mine.tp_rank} in the "
+                              f"schedule but this worker is TP rank {get_tensor_model_parallel_rank()}",
+                              "the engine's first generator rank, and a GeneratorLayout in vLLM's worker order")
         params = dict(self.model_runner.model.named_parameters())
-        device = self._orl_transport.device
-        into: dict[str, torch.Tensor] = {}
-        for i, spec in enumerate(schedule.params):
-            lo, hi = schedule.region(rank, i)
-            p = params.get(spec.name)
-            if p is not None and tuple(p.shape) == spec.region_shape(lo, hi) and p.is_contiguous():
-                into[spec.name] = p.data
-            elif (lo, hi) != (0, spec.split_extent):  # a whole tensor can go through the model's own loader
-                raise ValueError(f"parameter {spec.name!r}: vLLM has no contiguous parameter of local shape "
-                                 f"{spec.region_shape(lo, hi)} under that name, and a slice cannot go through "
-                                 "load_weights; plan the schedule with vLLM's parameter names")
-        return into if device.type == "cuda" else {}  # gloo receives on the host; copied in on completion
+        self._orl_into = engine_targets(sch, rank, params, self._orl_sync.transport.device)
+        return sch.digest
 
     def orchestrl_receive(self) -> dict[str, Any]:
         """Receive one sync round; return this worker's :class:`~collectives.weight_sync.SyncReport`."""
         model = self.model_runner.model
         params = dict(model.named_parameters())
+        sch = self._orl_sync.schedule
+        names = {name: i for i, p in enumerate(sch.params) for name in p.names}
+        into = {sch.params[i].name: ts[0] for i, ts in self._orl_into.items()}
 
         def load(batch: list[tuple[str, torch.Tensor]]) -> None:
             for name, tensor in batch:
-                if name in self._orl_into:
+                if names.get(name) in self._orl_into:
                     continue  # already written in place
-                if name in params and tuple(params[name].shape) == tuple(tensor.shape):
+                if name in params:  # whole tensor under the engine's own name: same dtype, no conversion
+                    check_tensor(tensor, where="vLLM engine", name=name, shape=tuple(params[name].shape),
+                                 dtype=str(params[name].dtype).removeprefix("torch."), device=tensor.device)
                     params[name].data.copy_(tensor)
                 else:
                     model.load_weights(weights=[(name, tensor.to(next(iter(params.values())).device))])
 
-        report = self._orl_sync.receive(load, into=self._orl_into)
+        report = self._orl_sync.receive(load, into=into)
         torch.cuda.synchronize()
         return asdict(report)
 
@@ -108,5 +140,5 @@ class WeightSyncWorkerExtension:
                 for n, p in self.model_runner.model.named_parameters()}
 
     def orchestrl_close(self) -> None:
-        """Drop the transport (call after a failed sync before joining again)."""
-        self._orl_transport.close()
+        """Drop the transport's connections (the next orchestrl_receive reconnects)."""
+        self._orl_sync.close()

@@ -7,41 +7,51 @@ step it posts every receive, packs or forwards every send, then waits for all of
 received in step ``s`` are verified (header and checksum) and written to the rank's tensors, and
 forwarded unchanged in step ``s + 1``. So a rank holds at most two steps of chunk buffers
 (double buffering) besides its own parameter slices, and a slice streams down a Phase B tree while
-it is still arriving.
+it is still arriving. A completed parameter goes to the user's ``load_weights`` on a separate
+*loader* thread, so a slow engine loader neither stalls forwarding nor stops heartbeats.
 
-Transport waits block and cannot be interrupted, so they run on a helper thread while the calling
-thread keeps heartbeating through :class:`collectives.liveness.Liveness`; a dead or stalled peer,
-a checksum mismatch or a failed transfer anywhere ends the sync on every rank within
-``timeout_s`` with a :class:`WeightSyncError` naming the peer and the phase. After such an error
-the transport must be discarded (a wait may still be pending on it).
+Transport waits block and cannot be interrupted, so they run on a helper thread while
+:class:`collectives.liveness.Liveness` heartbeats from its own thread; a dead or stalled peer, a
+checksum mismatch (:class:`IntegrityError`) or a failed transfer anywhere ends the sync on every
+rank with an error naming the peer and the phase. After a failure the transport's connections are
+aborted and the helper thread is idle before the error reaches the caller, so the process can go
+on (the next call starts a new round, and a replaced rank can rejoin) or exit cleanly.
 
-Usage (trainer rank, generator rank)::
+Usage (every rank; rank 0 plans and hosts the store)::
 
-    sync = WeightSync(schedule, transport, timeout_s=60)
-    sync.send(model.named_parameters())                 # trainer: its own TP/PP shards, by name
+    sync = WeightSync.connect(schedule if rank == 0 else None, host, port, rank, backend="nccl")
+    sync.send(model.named_parameters())                 # trainer: its own shards, trainer names
+    handle = sync.send_async(model.named_parameters())  # ... or snapshot now, overlap with training
     sync.receive(load_weights=engine.load_weights)      # generator: called with [(name, tensor)]
 """
 
 from __future__ import annotations
 
-import queue
+import atexit
 import re
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+import weakref
+import zlib
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterable, Mapping
 
 import torch
+import torch.distributed as dist
+
+from fabric.errors import ConfigError
 
 from collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
 from collectives.errors import WeightSyncError
+from collectives.executor import Loader, LoadWeights, StreamExecutor
 from collectives.liveness import Liveness
 from collectives.schedule import Op, Schedule
+from collectives.targets import check_tensor, resolve_targets
 
-__all__ = ["SyncReport", "WeightSync", "LoadWeights"]
+__all__ = ["SyncReport", "SyncHandle", "WeightSync", "LoadWeights"]
 
-#: Receiver callback: gets ``[(name, tensor)]`` for parameters whose slice is complete.
-LoadWeights = Callable[[list[tuple[str, torch.Tensor]]], None]
+_LIVE: "weakref.WeakSet[WeightSync]" = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -59,10 +69,36 @@ class SyncReport:
     params_loaded: int
     verified: bool  # every chunk this rank received matched its checksum and every needed slice arrived
     step_times: tuple[tuple[int, float, float], ...] = ()  # (step, posted, done) wall clock; only when tracing
+    round: int = 0  # round number (rounds of one job count up from 1)
 
     @property
     def elapsed_s(self) -> float:
         return self.finished_at - self.started_at
+
+    @property
+    def barrier_s(self) -> float:
+        """Time spent in the end-of-sync barrier after this rank's own data was done."""
+        return self.finished_at - self.data_done_at
+
+
+class SyncHandle:
+    """A sync running in the background (:meth:`WeightSync.send_async`)."""
+
+    def __init__(self, thread: threading.Thread, box: dict) -> None:
+        self._thread = thread
+        self._box = box
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout_s: float | None = None) -> SyncReport:
+        """Block until the round ends; return its report or raise its error."""
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the weight sync did not finish within {timeout_s} s")
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["report"]
 
 
 class WeightSync:
@@ -71,44 +107,131 @@ class WeightSync:
     Parameters
     ----------
     schedule : Schedule
-        The same schedule on every rank (checked by digest when a round starts).
+        The same schedule on every rank (checked by digest and world size when a round starts).
     transport : Transport
         Point-to-point transport for this rank (``transport.rank`` is the schedule rank).
     timeout_s : float
-        Liveness timeout: a peer that stops heartbeating (dead, stopped, hung) for this long fails the
-        sync on every rank. Give the transport a longer timeout (2x is the convention here): its
-        timeout bounds a transfer that makes no progress while every process is alive, and a shorter
-        one would blame the live rank waiting behind a dead one instead of the dead one.
+        Liveness timeout: a peer that stops heartbeating (dead, stopped) for this long fails the sync
+        on every rank. Give the transport a longer timeout (2x, as :meth:`connect` does): its timeout
+        bounds a transfer that makes no progress while every process is alive, and a shorter one
+        would blame the live rank waiting behind a dead one instead of the dead one.
+    join_timeout_s : float
+        How long a round waits for every rank to join (ranks reach the sync at different times).
+    load_timeout_s : float
+        How long one ``load_weights`` callback may run before the round fails naming it.
+    trace : bool
+        Record per-step timings in the report.
+    rejoin : bool
+        This process replaces a rank that died: its first call joins the round the job is in (or the
+        next one, if that round already failed) instead of round 1.
     """
 
-    def __init__(self, schedule: Schedule, transport, *, timeout_s: float = 60.0, trace: bool = False) -> None:
+    def __init__(self, schedule: Schedule, transport, *, timeout_s: float = 60.0, join_timeout_s: float = 300.0,
+                 load_timeout_s: float = 600.0, trace: bool = False, rejoin: bool = False) -> None:
         if transport.world_size != schedule.world_size:
-            raise ValueError(f"transport has {transport.world_size} ranks but the schedule needs "
-                             f"{schedule.world_size} ({schedule.trainer.world_size} trainers + "
-                             f"{schedule.generator.world_size} generators)")
+            raise ConfigError("WeightSync", "transport.world_size",
+                              f"{transport.world_size} ranks but the schedule has {schedule.world_size} "
+                              f"({schedule.trainer.world_size} trainers + {schedule.generator.world_size} generators)",
+                              "a transport built for the schedule's world size")
         self.schedule = schedule
         self.transport = transport
         self.rank = transport.rank
         self.timeout_s = float(timeout_s)
-        self.trace = trace  # record per-step timings in the report
+        self.join_timeout_s = float(join_timeout_s)
+        self.load_timeout_s = float(load_timeout_s)
+        self.trace = trace
+        self.rejoin = rejoin
+        self.window = 2  # transfers each peer stream keeps posted (see collectives.executor)
+        self.lookahead = 4  # steps a stream may run ahead of the rank's slowest one
         self._round = 0
-        self._program = schedule.program(self.rank)
-        self._origin_params = {pc.param for b in schedule.blocks if b.origin == self.rank for pc in b.pieces}
-        self._jobs: "queue.Queue[tuple[list, threading.Event, list]]" = queue.Queue()
-        threading.Thread(target=self._waiter, name=f"weight-sync-wait-{self.rank}", daemon=True).start()
+        self._peers = sorted({op.peer for _, ops in schedule.program(self.rank) for op in ops})
+        self._executor: StreamExecutor | None = None
+        self._pending: SyncHandle | None = None
+        _LIVE.add(self)
+
+    @classmethod
+    def connect(cls, schedule: Schedule | None, host: str, port: int, rank: int, *, backend: str = "gloo",
+                timeout_s: float = 60.0, join_timeout_s: float = 300.0, load_timeout_s: float = 600.0,
+                group_name: str = "orchestrl-weight-sync", trace: bool = False, rejoin: bool = False) -> "WeightSync":
+        """Connect rank ``rank`` to the job's store at ``host:port`` and return its ``WeightSync``.
+
+        Schedule rank 0 hosts the store and passes the schedule it planned; every other rank passes
+        None and receives that schedule from the store, so the job plans once. A rank that passes its
+        own schedule is checked against the others by digest when a round starts. A process that
+        replaces a dead rank connects the same way with ``rejoin=True`` and joins the round the job
+        is in; the other ranks keep their ``WeightSync`` and only rebuild their connections to it.
+
+        Raises
+        ------
+        ConfigError
+            If ``rank`` is outside the schedule, or rank 0 has no schedule to publish.
+        WeightSyncError
+            If no schedule appears in the store within ``join_timeout_s``.
+        """
+        from collectives.transport.torch_dist import TorchTransport
+
+        store = dist.TCPStore(host, port, None, rank == 0, timeout=timedelta(seconds=join_timeout_s),
+                              wait_for_workers=False)
+        ctl = dist.PrefixStore(f"{group_name}/ctl/", store)
+        if schedule is not None and rank == 0:
+            ctl.set("schedule", zlib.compress(_dumps(schedule.to_json()), 1))
+            ctl.set("schedule-digest", schedule.digest)
+        elif schedule is None:
+            if rank == 0:
+                raise ConfigError("WeightSync.connect", "schedule", "is None on rank 0, which publishes it",
+                                  "the planned Schedule on rank 0 (None on the other ranks)")
+            schedule = _fetch(ctl, f"rank {rank}", f"{host}:{port}", join_timeout_s)
+        if not 0 <= rank < schedule.world_size:
+            raise ConfigError("WeightSync.connect", "rank", f"{rank} is outside the schedule's {schedule.world_size} "
+                              f"ranks ({schedule.trainer.world_size} trainers + {schedule.generator.world_size} "
+                              "generators)", f"0..{schedule.world_size - 1}")
+        transport = TorchTransport(store, rank, schedule.world_size, backend=backend, timeout_s=2 * timeout_s,
+                                   group_name=group_name)
+        return cls(schedule, transport, timeout_s=timeout_s, join_timeout_s=join_timeout_s,
+                   load_timeout_s=load_timeout_s, trace=trace, rejoin=rejoin)
+
+    @staticmethod
+    def fetch_schedule(host: str, port: int, *, timeout_s: float = 300.0,
+                       group_name: str = "orchestrl-weight-sync") -> Schedule:
+        """Return the schedule rank 0 published at ``host:port`` (e.g. to learn one's schedule rank)."""
+        store = dist.TCPStore(host, port, None, False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+        return _fetch(dist.PrefixStore(f"{group_name}/ctl/", store), "this process", f"{host}:{port}", timeout_s)
 
     # -- public API ----------------------------------------------------------------------------
     def send(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> SyncReport:
         """Trainer side: send this rank's shards (its TP slice of its PP stage's parameters).
 
-        ``named_params`` is what ``model.named_parameters()`` yields, already in the schedule's naming;
-        only parameters this rank holds are looked up, and nothing is copied unless a tensor is not
-        contiguous.
+        ``named_params`` is what ``model.named_parameters()`` yields, under the trainer's names
+        (:attr:`ParamSpec.source_name`) and dtypes; only parameters this rank holds are looked up,
+        each is checked for shape, dtype and device, and nothing is copied unless a piece is not
+        contiguous or has to be cast.
         """
-        if not self.schedule.is_trainer(self.rank):
-            raise ValueError(f"{self.schedule.rank_name(self.rank)} receives; call receive()")
-        items = named_params.items() if isinstance(named_params, Mapping) else named_params
-        return self._run(dict(items), None, None)
+        self._wait_pending()
+        return self._run(self._trainer_buffers(named_params), None, snapshot=False)
+
+    def send_async(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> SyncHandle:
+        """Trainer side: snapshot this rank's shards now and send them in the background.
+
+        Returns as soon as the bytes this rank sends (its shard, cast to the engine's dtype) are
+        copied, so the optimizer may update the weights while the sync runs (one-step-async RL).
+        A previous handle is waited for first (its error, if any, is raised here).
+        """
+        self._wait_pending()
+        buffers = self._trainer_buffers(named_params)
+        codec = self._codec(0)  # the round number is set when the round starts
+        snapshots = codec.snapshot(buffers)
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["report"] = self._run({}, None, snapshot=(codec, snapshots))
+            except BaseException as exc:  # handed to the caller of wait()
+                box["error"] = exc
+
+        thread = threading.Thread(target=run, name=f"weight-sync-send-{self.rank}", daemon=True)
+        thread.start()
+        self._pending = SyncHandle(thread, box)
+        return self._pending
 
     def receive(self, load_weights: LoadWeights | None = None, *,
                 into: Mapping[str, torch.Tensor] | None = None) -> SyncReport:
@@ -117,129 +240,187 @@ class WeightSync:
         Parameters
         ----------
         load_weights : callable, optional
-            Called with ``[(name, tensor)]`` as soon as a parameter's slice is complete and verified
-            (e.g. a wrapper around the engine's loader); the tensor is released afterwards.
+            Called (on a loader thread) with ``[(name, tensor)]`` as soon as a parameter's slice is
+            complete and verified, once per engine name (aliases of tied weights included).
         into : mapping name -> tensor, optional
-            Pre-allocated destination tensors (e.g. the engine's own parameters) written in place.
+            Pre-allocated destination tensors (e.g. the engine's own parameters) written in place;
+            each must have the parameter's dtype, this rank's shard shape and the transport's device.
+
+        Raises
+        ------
+        ConfigError
+            If a target has the wrong dtype, shape or device, or a parameter has no target and
+            there is no ``load_weights``. The other ranks fail the round naming this rank.
         """
         if self.schedule.is_trainer(self.rank):
             raise ValueError(f"{self.schedule.rank_name(self.rank)} sends; call send()")
-        return self._run({}, load_weights, into)
-
-    # -- execution -----------------------------------------------------------------------------
-    def _run(self, local: dict[str, torch.Tensor], load_weights: LoadWeights | None,
-             into: Mapping[str, torch.Tensor] | None) -> SyncReport:
-        sch, rank = self.schedule, self.rank
-        self._round += 1
-        store = _prefixed(self.transport.store, f"round/{self._round}/")
-        live = Liveness(store, rank, sch.world_size, sch.digest, self.timeout_s, sch.rank_name)
-        live.join()
+        sch = self.schedule
         try:
-            buffers = self._buffers(local, into)
-            stats = _Stats(started=time.time())
-            forwarded: dict[tuple[int, int], torch.Tensor] = {}
-            codec = ChunkCodec(sch, rank, self.transport.device, self.transport.checksum, self._round)
-            for step, ops in self._program:
-                forwarded = self._step(step, ops, live, codec, buffers, forwarded, stats, load_weights, into)
+            targets = resolve_targets(sch, self.rank, into or {}, self.transport.device,
+                                      required=load_weights is None)
+        except ConfigError as exc:
+            self._refuse(exc)
+        return self._run(self._generator_buffers(targets), load_weights, targets=targets)
+
+    def close(self) -> None:
+        """Drop the transport's connections (pending transfers of a failed round are abandoned)."""
+        self.transport.close()
+
+    # -- buffers -------------------------------------------------------------------------------
+    def _trainer_buffers(self, named_params) -> dict[int, ParamBuffer]:
+        sch, rank = self.schedule, self.rank
+        if not sch.is_trainer(rank):
+            raise ValueError(f"{sch.rank_name(rank)} receives; call receive()")
+        items = named_params.items() if isinstance(named_params, Mapping) else named_params
+        local = dict(items)
+        out: dict[int, ParamBuffer] = {}
+        try:
+            for i, spec in enumerate(sch.params):
+                runs, init = sch.runs(rank, i), sch.initial_runs(rank, i)
+                if runs is None:
+                    continue
+                if init is None:  # gathers a parameter of another stage (the flat baseline's rank 0)
+                    tensor = torch.zeros(sch.local_shape(rank, i), dtype=TORCH_DTYPES[spec.dtype],
+                                         device=self.transport.device)
+                    out[i] = ParamBuffer(spec, runs, tensor, sum(hi - lo for lo, hi in runs[0]) * spec.row_bytes)
+                    continue
+                where = f"{sch.rank_name(rank)}: send()"
+                if spec.source_name not in local:
+                    raise ConfigError(where, spec.source_name, "is missing from the tensors given",
+                                      f"this rank's shard of shape {sch.local_shape(rank, i, initial=True)}")
+                given = check_tensor(local[spec.source_name].detach(), where=where, name=spec.source_name,
+                                     shape=sch.local_shape(rank, i, initial=True), dtype=spec.trainer_dtype,
+                                     device=self.transport.device, contiguous=False)
+                if runs == init:
+                    out[i] = ParamBuffer(spec, runs, given)
+                    continue
+                # Holds more at the end than it brings (the flat baseline's gathering rank).
+                tensor = torch.zeros(sch.local_shape(rank, i), dtype=TORCH_DTYPES[spec.dtype],
+                                     device=self.transport.device)
+                buf = ParamBuffer(spec, runs, tensor)
+                row = 0
+                for lo, hi in init[0]:
+                    buf.narrow(lo, hi).copy_(given.narrow(spec.split_dim, row, hi - lo))
+                    row += hi - lo
+                buf.missing_bytes = sum(hi - lo for lo, hi in runs[0]) * spec.row_bytes - row * spec.row_bytes
+                out[i] = buf
+        except ConfigError as exc:
+            self._refuse(exc)
+        return out
+
+    def _generator_buffers(self, targets: dict[int, list[torch.Tensor]]) -> dict[int, ParamBuffer]:
+        sch, rank = self.schedule, self.rank
+        out: dict[int, ParamBuffer] = {}
+        for i, spec in enumerate(sch.params):
+            runs = sch.runs(rank, i)
+            if runs is None:
+                continue
+            if i in targets:
+                tensor = targets[i][0]
+            else:
+                alloc = torch.zeros if runs[1] else torch.empty  # padding rows read as zeros
+                tensor = alloc(sch.local_shape(rank, i), dtype=TORCH_DTYPES[spec.dtype], device=self.transport.device)
+            out[i] = ParamBuffer(spec, runs, tensor, sum(hi - lo for lo, hi in runs[0]) * spec.row_bytes)
+        return out
+
+    def _refuse(self, exc: ConfigError) -> None:
+        """Fail the next round for every rank with this rank's argument error, then raise it here."""
+        sch = self.schedule
+        n = self._next_round()
+        store = dist.PrefixStore(f"round/{n}/", self.transport.store)
+        live = Liveness(store, self.rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
+                        join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
+                        rank_name=sch.rank_name)
+        live.fail(self.rank, f"{sch.rank_name(self.rank)} refused its arguments: {exc}", kind="config")
+        self._round = n
+        raise exc
+
+    def _codec(self, round_id: int) -> ChunkCodec:
+        return ChunkCodec(self.schedule, self.rank, self.transport.device, self.transport.checksum, round_id)
+
+    # -- rounds ------------------------------------------------------------------------------
+    def _next_round(self) -> int:
+        """The round this call joins: the next one, or for a rejoining process the one the job is in."""
+        if self._round or not self.rejoin:
+            return self._round + 1
+        store = self.transport.store
+        if not store.check(["latest-round"]):
+            return 1
+        latest = int(store.get("latest-round"))
+        rnd = dist.PrefixStore(f"round/{latest}/", store)
+        deadline = time.monotonic() + 4 * self.timeout_s
+        while time.monotonic() < deadline:
+            if rnd.check(["abort"]) and rnd.get("abort").decode() != "-":
+                return latest + 1  # that round failed; the survivors start the next one
+            if rnd.check(["release"]):
+                return latest + 1
+            if not rnd.check(["go"]):
+                return latest  # the others are waiting for this rank to join
+            time.sleep(0.05)  # the round runs without this rank: it will fail; join the next one
+        return latest + 1
+
+    def _wait_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
+
+    def _run(self, buffers: dict[int, ParamBuffer], load_weights: LoadWeights | None, *,
+             snapshot: tuple[ChunkCodec, dict] | bool = False,
+             targets: dict[int, list[torch.Tensor]] | None = None) -> SyncReport:
+        sch, rank = self.schedule, self.rank
+        n = self._next_round()
+        self._round = n
+        self.transport.store.set("latest-round", str(n))
+        store = dist.PrefixStore(f"round/{n}/", self.transport.store)
+        live = Liveness(store, rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
+                        join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
+                        rank_name=sch.rank_name, peers=self._peers, generation=self.transport.generation)
+        loader = Loader(load_weights, live, sch, targets or {}, self.schedule.is_trainer(rank))
+        try:
+            live.join()
+            live.phase = "connecting to peers"
+            try:
+                self.transport.prepare(live.generations)
+            except Exception as exc:
+                raise live.fail(-1, f"{sch.rank_name(rank)} could not connect to its peers: {_short(exc)}") from exc
+            started = time.time()
+            codec, snaps = snapshot if isinstance(snapshot, tuple) else (self._codec(n), None)
+            codec.round_id = n
+            executor = StreamExecutor(sch, rank, self.transport, codec, buffers, snaps, loader.complete, self._label,
+                                      window=self.window, lookahead=self.lookahead, trace=self.trace)
+            self._executor = executor
+            executor.run(live, loader.check)
+            loader.drain()
             missing = [sch.params[p].name for p, b in buffers.items() if b.missing_bytes]
             if missing:
                 raise live.fail(rank, f"{sch.rank_name(rank)} ended without {len(missing)} parameter slice(s) "
                                       f"(first: {missing[0]!r}); the schedule does not cover its layout")
+            data_done = time.time()
+            live.finish()
         except WeightSyncError:
+            self._after_failure()
             raise
-        except Exception as exc:  # a bad argument or a failing load_weights: end the round everywhere
-            raise live.fail(rank, f"{sch.rank_name(rank)} raised {type(exc).__name__}: {exc}") from exc
-        data_done = time.time()
-        live.finish()
-        return SyncReport(rank, "trainer" if sch.is_trainer(rank) else "generator", stats.started, data_done,
-                          time.time(), stats.sent, stats.received, stats.verified, stats.loaded, True,
-                          tuple(stats.trace))
+        except Exception as exc:  # a failing load_weights or an internal error: end the round everywhere
+            err = live.fail(rank, f"{sch.rank_name(rank)} raised {type(exc).__name__}: {exc}")
+            self._after_failure()
+            raise err from exc
+        finally:
+            live.close()
+        return SyncReport(rank, "trainer" if sch.is_trainer(rank) else "generator", started, data_done,
+                          time.time(), executor.sent, executor.received, executor.verified, loader.loaded, True,
+                          tuple(sorted(executor.step_times)), n)
 
-    def _step(self, step: int, ops: list[Op], live: Liveness, codec: ChunkCodec, buffers: dict[int, ParamBuffer],
-              forwarded: dict[tuple[int, int], torch.Tensor], stats: "_Stats", load_weights: LoadWeights | None,
-              into: Mapping[str, torch.Tensor] | None) -> dict[tuple[int, int], torch.Tensor]:
-        """Post every op of one step, wait for all, then verify and store what arrived (returned for forwarding)."""
-        arrived: dict[tuple[int, int], torch.Tensor] = {}
-        works, labels, outgoing = [], [], []  # outgoing keeps packed messages alive until sent
-        for op in ops:
-            label = self._label(op, step)
-            live.poll(label)
-            if op.kind == "recv":
-                msg = codec.new_buffer(op.block, op.chunk)
-                arrived[(op.block, op.chunk)] = msg
-                post = self.transport.irecv
-            else:
-                msg = forwarded[(op.block, op.chunk)] if op.forward else codec.pack(op.block, op.chunk, buffers)
-                outgoing.append(msg)
-                stats.sent += msg.numel()
-                post = self.transport.isend
-            try:
-                works.append(post(msg, op.peer, op.block))
-            except Exception as exc:
-                raise live.fail(op.peer, f"{label} could not start: {_short(exc)}") from exc
-            labels.append((op, label))
-        posted = time.time()
-        self._wait(live, works, labels)
-        if self.trace:
-            stats.trace.append((step, posted, time.time()))
-        for op, label in labels:
-            if op.kind != "recv":
-                continue
-            msg = arrived[(op.block, op.chunk)]
-            try:
-                codec.verify(msg, op.block, op.chunk, label)
-            except WeightSyncError as exc:
-                raise live.fail(op.peer, str(exc)) from exc
-            stats.received += msg.numel()
-            stats.verified += 1
-            for p in codec.unpack(msg, op.block, op.chunk, buffers):
-                stats.loaded += self._complete(p, buffers, load_weights, into)
-        return arrived
-
-    def _buffers(self, local: dict[str, torch.Tensor], into: Mapping[str, torch.Tensor] | None) -> dict[int, ParamBuffer]:
-        """This rank's tensor per parameter region it sends from or receives into."""
-        sch, rank = self.schedule, self.rank
-        out: dict[int, ParamBuffer] = {}
-        for i, spec in enumerate(sch.params):
-            region = sch.region(rank, i)
-            if region is None:
-                continue
-            lo, hi = region
-            shape = spec.region_shape(lo, hi)
-            init = sch.initial_region(rank, i)
-            tensor = None
-            if init is not None:
-                given = local.get(spec.name)
-                init_shape = spec.region_shape(*init)
-                if given is None or tuple(given.shape) != init_shape or str(given.dtype) != f"torch.{spec.dtype}":
-                    got = "nothing" if given is None else f"{tuple(given.shape)} {given.dtype}"
-                    raise ValueError(f"{sch.rank_name(rank)}: parameter {spec.name!r} must be its local shard of shape "
-                                     f"{init_shape} and dtype {spec.dtype}, got {got}")
-                given = given.detach()
-                if init == region:
-                    tensor = given.contiguous()
-                else:  # holds more at the end than it brings (flat baseline's gathering rank)
-                    tensor = torch.empty(shape, dtype=given.dtype, device=self.transport.device)
-                    tensor.narrow(spec.split_dim, init[0] - lo, init[1] - init[0]).copy_(given)
-            elif into is not None and spec.name in into:
-                tensor = into[spec.name]
-                if tuple(tensor.shape) != shape or not tensor.is_contiguous():
-                    raise ValueError(f"into[{spec.name!r}] must be a contiguous tensor of shape {shape}, "
-                                     f"got {tuple(tensor.shape)}")
-            missing = (hi - lo) * spec.row_bytes - ((init[1] - init[0]) * spec.row_bytes if init else 0)
-            if tensor is None:
-                tensor = torch.empty(shape, dtype=TORCH_DTYPES[spec.dtype], device=self.transport.device)
-            out[i] = ParamBuffer(spec, lo, hi, tensor, missing)
-        return out
-
-    def _complete(self, p: int, buffers: dict[int, ParamBuffer], load_weights: LoadWeights | None,
-                  into: Mapping[str, torch.Tensor] | None) -> int:
-        buf = buffers[p]
-        if load_weights is not None:
-            load_weights([(buf.spec.name, buf.tensor)])
-        if into is None and p not in self._origin_params:
-            buf.tensor = buf.tensor.new_empty(0)  # release: a rank forwards chunks, not tensors
-        return 1
+    def _after_failure(self) -> None:
+        """End this rank's pending transfers and let its stream threads return before the error surfaces."""
+        executor = self._executor
+        if executor is not None:
+            executor.stop()
+        try:
+            self.transport.reset()
+        except Exception:  # a transport that cannot reset is discarded by the caller (documented)
+            pass
+        if executor is not None:
+            executor.join(2 * self.timeout_s)
 
     def _label(self, op: Op, step: int) -> str:
         sch = self.schedule
@@ -248,42 +429,6 @@ class WeightSync:
         return (f"phase {op.phase}: {verb} block {op.block} chunk {op.chunk + 1}/{sch.chunks(op.block)} "
                 f"{prep} {sch.rank_name(op.peer)} (step {step})")
 
-    def _wait(self, live: Liveness, works: list, labels: list) -> None:
-        done = threading.Event()
-        result: list = []
-        self._jobs.put((works, done, result))
-        summary = (labels[0][1] if labels else "idle") + (f" and {len(labels) - 1} more transfer(s)"
-                                                          if len(labels) > 1 else "")
-        while not done.wait(0.05):
-            live.poll(summary)
-        if result:
-            idx, exc = result[0]
-            op, label = labels[idx]
-            raise live.fail(op.peer, f"{label} failed: {_short(exc)}") from exc
-
-    def _waiter(self) -> None:
-        while True:
-            works, done, result = self._jobs.get()
-            for i, w in enumerate(works):
-                try:
-                    w.wait()
-                except Exception as exc:  # reported by the calling thread, which names peer and phase
-                    result.append((i, exc))
-                    break
-            done.set()
-
-
-@dataclass
-class _Stats:
-    """Counters of one round on one rank."""
-
-    started: float
-    sent: int = 0
-    received: int = 0
-    verified: int = 0
-    loaded: int = 0
-    trace: list[tuple[int, float, float]] = field(default_factory=list)
-
 
 def _short(exc: BaseException) -> str:
     """The transport's message without source paths and boilerplate advice."""
@@ -291,6 +436,38 @@ def _short(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _prefixed(store, prefix: str):
-    from torch.distributed import PrefixStore
-    return PrefixStore(prefix, store)
+def _fetch(ctl, who: str, where: str, timeout_s: float) -> Schedule:
+    try:
+        ctl.wait(["schedule-digest"], timedelta(seconds=timeout_s))
+    except Exception as exc:
+        raise WeightSyncError(f"{who}: no schedule was published at {where} within {timeout_s:.0f} s; rank 0 "
+                              "publishes it in WeightSync.connect", peer=0, phase="connecting") from exc
+    schedule = Schedule.from_json(_loads(zlib.decompress(ctl.get("schedule"))))
+    if schedule.digest != ctl.get("schedule-digest").decode():
+        raise WeightSyncError(f"{who}: the schedule at {where} does not match its digest", peer=0, phase="connecting")
+    return schedule
+
+
+def _dumps(doc: object) -> bytes:
+    import json
+
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _loads(blob: bytes) -> object:
+    import json
+
+    return json.loads(blob)
+
+
+@atexit.register
+def _quiesce() -> None:
+    """At exit, abort connections a failed round left pending, so no helper thread is inside a wait.
+
+    A daemon thread still blocked in a transport wait when the interpreter finalizes makes libstdc++
+    call ``std::terminate`` (exit status -6, which torchrun and Ray read as a crash).
+    """
+    for sync in list(_LIVE):
+        executor = sync._executor
+        if executor is not None and not executor.idle():
+            sync._after_failure()

@@ -12,11 +12,12 @@ from math import prod
 from typing import TYPE_CHECKING
 
 from collectives.layout import ParamSpec
+from collectives.sharding import Runs
 
 if TYPE_CHECKING:  # torch is only needed to generate tensors, not to describe the model
     import torch
 
-__all__ = ["synthetic_model", "synthetic_region"]
+__all__ = ["synthetic_model", "synthetic_region", "synthetic_local"]
 
 
 def synthetic_model(model_bytes: int, *, hidden: int = 256, dtype: str = "bfloat16", pp: int = 1) -> list[ParamSpec]:
@@ -53,9 +54,10 @@ def synthetic_model(model_bytes: int, *, hidden: int = 256, dtype: str = "bfloat
 
 def synthetic_region(spec: ParamSpec, index: int, lo: int, hi: int, device: "str | torch.device" = "cpu",
                      seed: int = 0) -> "torch.Tensor":
-    """Return the ``[lo, hi)`` slice (along ``spec.split_dim``) of synthetic parameter ``index``.
+    """Return canonical rows ``[lo, hi)`` (along ``spec.split_dim``) of synthetic parameter ``index``.
 
-    The same element always gets the same bits, whichever slice it is generated in.
+    The same element always gets the same bits, whichever slice it is generated in. Floating-point
+    values are finite (the top exponent bit is clear), so casting them up and back is exact.
     """
     import torch
 
@@ -72,6 +74,27 @@ def synthetic_region(spec: ParamSpec, index: int, lo: int, hi: int, device: "str
     x = g * 0x9E3779B1 + (index + 1) * 0x85EBCA77 + seed * 0xC2B2AE3D
     x = (x ^ (x >> 15)) * 0x2C1B3C6D
     x = x ^ (x >> 13)
+    if spec.dtype.startswith("float"):
+        x = x & ~(1 << (8 * spec.itemsize - 2))  # no Inf/NaN: keeps values exact through casts
     bits = x.to(words[spec.itemsize]) if spec.itemsize < 8 else x
     out = bits.view(TORCH_DTYPES[spec.dtype])
     return out.reshape(spec.region_shape(lo, hi))
+
+
+def synthetic_local(spec: ParamSpec, index: int, runs: Runs, device: "str | torch.device" = "cpu", seed: int = 0,
+                    dtype: str = "") -> "torch.Tensor":
+    """Return a rank's local tensor of synthetic parameter ``index``: its runs in order, then zero padding.
+
+    ``dtype`` (default: the parameter's) lets a trainer hold the values in another dtype (fp32
+    masters); they are exact casts of the parameter's values.
+    """
+    import torch
+
+    from collectives.codec import TORCH_DTYPES
+
+    rows, pad = runs
+    parts = [synthetic_region(spec, index, lo, hi, device, seed) for lo, hi in rows]
+    if pad:
+        parts.append(torch.zeros(spec.region_shape(0, pad), dtype=TORCH_DTYPES[spec.dtype], device=device))
+    out = torch.cat(parts, dim=spec.split_dim) if len(parts) > 1 else parts[0]
+    return out.to(TORCH_DTYPES[dtype]) if dtype and dtype != spec.dtype else out

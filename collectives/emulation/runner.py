@@ -9,11 +9,10 @@ from typing import Mapping, Sequence
 
 from collectives.emulation.launch import RankGroup, RankResult
 from collectives.emulation.netns import Host
-from collectives.emulation.worker import RankJob, run_rank
+from collectives.emulation.worker import KEEP, RankJob, run_rank
 from collectives.schedule import Schedule
 
-__all__ = ["SyncRun", "run_sync", "measure_goodput", "free_port"]
-
+__all__ = ["SyncRun", "run_sync", "exchange", "measure_goodput", "free_port", "KEEP"]
 
 @dataclass(frozen=True)
 class SyncRun:
@@ -42,15 +41,18 @@ def free_port() -> int:
 
 
 def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout_s: float = 30.0,
-             join_timeout_s: float = 120.0, check: bool = True, die_after: Mapping[int, int] | None = None,
+             wait_s: float = 120.0, die_after: Mapping[int, int] | None = None,
              stop_after: Mapping[int, int] | None = None, group: str = "orchestrl-weight-sync",
-             trace: bool = False, death_note: str = "", corrupt_rank: int = -1, backend: str = "gloo") -> SyncRun:
-    """Run ``schedule`` once with one process per rank and return every rank's result.
+             corrupt_rank: int = -1, per_rank: Mapping[int, Mapping[str, object]] | None = None,
+             **job: object) -> SyncRun:
+    """Run ``schedule`` with one process per rank and return every rank's result.
 
     ``hosts`` maps schedule ranks to emulated servers (trainers first, as schedule ranks are
     numbered); None runs every rank on loopback. ``die_after`` / ``stop_after`` map a generator
     rank to the number of parameters after which it SIGKILLs / SIGSTOPs itself (writing the time
     to ``death_note`` first); ``corrupt_rank`` flips a byte in that rank's first chunk on the wire.
+    ``per_rank`` overrides :class:`RankJob` fields for single ranks; other keywords set
+    :class:`RankJob` fields for every rank. ``wait_s`` bounds the whole run.
     """
     n = schedule.world_size
     if hosts is None:
@@ -63,16 +65,62 @@ def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout
         store_host, port = hosts[0].ip, 29500  # ports are private to each namespace
         netns = [h.netns for h in hosts]
         env = [{"GLOO_SOCKET_IFNAME": "eth0"}] * n
-    base = RankJob(schedule, 0, store_host, port, timeout_s=timeout_s, check=check, group=group, trace=trace,
-                   backend=backend)
+    base = RankJob(schedule, 0, store_host, port, timeout_s=timeout_s, group=group, **job)  # type: ignore[arg-type]
     jobs = [(replace(base, rank=r, host_ip=hosts[r].ip if hosts else "127.0.0.1",
                      die_after_params=(die_after or {}).get(r, -1), stop_after_params=(stop_after or {}).get(r, -1),
-                     death_note=death_note, corrupt_first_send=r == corrupt_rank),) for r in range(n)]
+                     corrupt_first_send=r == corrupt_rank, **dict((per_rank or {}).get(r, {}))),) for r in range(n)]
     with RankGroup(run_rank, jobs, netns=netns, env=env) as g:
-        results = g.join(join_timeout_s, ignore=sorted(stop_after or {}))
-    reports = [r.value["report"] for r in results if r.ok]
+        results = g.join(wait_s, ignore=sorted(stop_after or {}))
+    reports = [r.value["report"] for r in results if r.ok and r.value["report"]]
     elapsed = (max(x["data_done_at"] for x in reports) - min(x["started_at"] for x in reports)) if reports else 0.0
     return SyncRun(results, elapsed)
+
+
+def exchange(schedule: Schedule, sources: Mapping[int, Mapping[str, "object"]], *, timeout_s: float = 30.0,
+             wait_s: float = 120.0, into_dtype: str | None = None, send_async: bool = False) -> list[RankResult]:
+    """Run one round on loopback with given tensors; return every rank's result.
+
+    ``sources[r]`` is what trainer rank ``r`` passes to ``send`` (its names, its local shards);
+    each generator's value is ``{"received": {name: tensor}, "report": ...}`` with every name
+    ``load_weights`` was called with. With ``into_dtype`` generators receive in place into tensors of
+    that dtype instead (to check that a wrong one is refused). Only rank 0 is given the schedule;
+    the others receive it from the store, as :meth:`WeightSync.connect` distributes it.
+    """
+    port = free_port()
+    n = schedule.world_size
+    jobs = [(schedule if r == 0 else None, r, port, dict(sources.get(r, {})), timeout_s, into_dtype, send_async)
+            for r in range(n)]
+    with RankGroup(_exchange_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * n) as g:
+        return g.join(wait_s)
+
+
+def _exchange_rank(schedule, rank: int, port: int, source: dict, timeout_s: float, into_dtype: str | None,
+                   send_async: bool) -> dict:
+    from dataclasses import asdict
+
+    import torch
+
+    from collectives.codec import TORCH_DTYPES
+    from collectives.weight_sync import WeightSync
+
+    torch.set_num_threads(1)
+    sync = WeightSync.connect(schedule, "127.0.0.1", port, rank, timeout_s=timeout_s, join_timeout_s=60)
+    KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
+    sch = sync.schedule
+    if sch.is_trainer(rank):
+        if send_async:
+            handle = sync.send_async(source)
+            for t in source.values():  # the optimizer steps while the sync runs
+                t.view(torch.uint8).fill_(0x5A)
+            return {"report": asdict(handle.wait())}
+        return {"report": asdict(sync.send(source))}
+    received: dict = {}
+    into = None
+    if into_dtype is not None:
+        into = {p.name: torch.zeros(sch.local_shape(rank, i), dtype=TORCH_DTYPES[into_dtype])
+                for i, p in enumerate(sch.params) if sch.local_shape(rank, i) is not None}
+    report = sync.receive(lambda batch: received.update(batch), into=into)
+    return {"report": asdict(report), "received": received}
 
 
 def _sink(port: int, nbytes: int) -> float:

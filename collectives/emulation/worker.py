@@ -1,21 +1,31 @@
-"""What one emulated rank runs: build a transport, then send or receive synthetic weights and check them."""
+"""What one emulated rank runs: connect, then send or receive synthetic weights and check them.
+
+``run_rank`` runs inside a :class:`~collectives.emulation.launch.RankGroup` process; ``python -m
+collectives.emulation.worker JOB.pickle`` runs the same job as a plain process that exits the way a
+trainer or engine process would (for exit-status checks).
+"""
 
 from __future__ import annotations
 
 import os
+import pickle
 import signal
+import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
-from collectives.codec import HEADER_BYTES
-from collectives.emulation.model import synthetic_region
+from collectives.codec import HEADER_BYTES, TORCH_DTYPES
+from collectives.emulation.model import synthetic_local
 from collectives.schedule import Schedule
-from collectives.transport.torch_dist import TorchTransport
-from collectives.weight_sync import WeightSync
 
-__all__ = ["RankJob", "run_rank"]
+__all__ = ["RankJob", "run_rank", "main", "KEEP"]
+
+
+#: WeightSync objects kept alive for the life of the process: rank 0 hosts the store, so it must
+#: outlive the function that connected it, as in a real job.
+KEEP: list = []
 
 
 @dataclass(frozen=True)
@@ -27,59 +37,56 @@ class RankJob:
     store_host: str
     store_port: int
     timeout_s: float = 30.0
+    join_timeout_s: float = 120.0
+    load_timeout_s: float = 120.0
     backend: str = "gloo"  # "gloo" | "nccl" (one GPU per rank) | "ucx"
     host_ip: str = ""  # this rank's address (UCX listener); default: store_host
     group: str = "orchestrl-weight-sync"
     check: bool = True  # compare every received slice with the synthetic model, bit for bit
     die_after_params: int = -1  # >= 0: SIGKILL this rank after loading that many parameters
     stop_after_params: int = -1  # >= 0: SIGSTOP this rank (a stalled peer) after that many
+    raise_after_params: int = -1  # >= 0: load_weights raises after that many (an engine that refuses)
+    load_delay_s: float = 0.0  # each load_weights call sleeps this long (a slow engine loader)
     seed: int = 0
     trace: bool = False  # record per-step timings
     death_note: str = ""  # file the rank writes its wall-clock time of death to before SIGKILL/SIGSTOP
     corrupt_first_send: bool = False  # flip one payload byte of this rank's first chunk after checksumming
+    distribute: bool = False  # only rank 0 has the schedule; the others get it from the store
+    send_async: bool = False  # trainers snapshot, then overwrite their tensors before the sync finishes
+    into: bool = False  # generators receive in place into pre-allocated tensors
+    into_dtype: str = ""  # ... of this dtype instead of the parameter's (to check it is refused)
+    rounds: int = 1  # sync rounds to run; a failed round is reported and the next one attempted
+    rejoin: bool = False  # this process replaces a rank that died (WeightSync.connect(rejoin=True))
+    torch_threads: int = 1
+    extra_env: dict = field(default_factory=dict)
 
 
 def run_rank(job: RankJob) -> dict:
-    """Run one sync round as ``job.rank``; return its report and any content mismatches."""
-    torch.set_num_threads(1)
+    """Run ``job.rounds`` sync rounds as ``job.rank``; return reports, errors and content mismatches."""
+    from collectives.weight_sync import WeightSync
+
+    torch.set_num_threads(job.torch_threads)
+    sync = _connect(job, WeightSync)
+    KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
+    sch = sync.schedule
+    out: dict = {"pid": os.getpid(), "rounds": [], "report": None, "mismatches": [], "at": 0.0}
+    for _ in range(job.rounds):
+        try:
+            report, mismatches = _one_round(job, sync, sch)
+            out["rounds"].append({"report": asdict(report), "mismatches": mismatches})
+            out["report"], out["mismatches"] = asdict(report), mismatches
+        except Exception as exc:  # noqa: BLE001 -- reported per round; the last one is re-raised
+            out["rounds"].append({"error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__})
+            if job.rounds == 1:
+                raise
+    out["at"] = time.time()
+    if out["report"] is None and out["rounds"]:
+        raise RuntimeError(out["rounds"][-1]["error"])
+    return out
+
+
+def _connect(job: RankJob, cls):
     sch = job.schedule
-    transport = _transport(job)
-    device = transport.device
-    if job.corrupt_first_send:
-        transport = _CorruptingTransport(transport)
-    sync = WeightSync(sch, transport, timeout_s=job.timeout_s, trace=job.trace)
-    index = {p.name: i for i, p in enumerate(sch.params)}
-    mismatches: list[str] = []
-    if sch.is_trainer(job.rank):
-        local = {}
-        for i, spec in enumerate(sch.params):
-            region = sch.initial_region(job.rank, i)
-            if region is not None:
-                local[spec.name] = synthetic_region(spec, i, *region, device=device, seed=job.seed)
-        report = sync.send(local)
-    else:
-        got: list[tuple[int, torch.Tensor]] = []
-
-        def load_weights(batch: list[tuple[str, torch.Tensor]]) -> None:
-            got.extend((index[name], tensor) for name, tensor in batch)  # checked after the timed round
-            for limit, sig in ((job.die_after_params, signal.SIGKILL), (job.stop_after_params, signal.SIGSTOP)):
-                if len(got) == limit:
-                    if job.death_note:
-                        with open(job.death_note, "w") as f:
-                            f.write(repr(time.time()))
-                    os.kill(os.getpid(), sig)
-
-        report = sync.receive(load_weights)
-        for i, tensor in got if job.check else ():
-            want = synthetic_region(sch.params[i], i, *sch.region(job.rank, i), device=device, seed=job.seed)
-            if not torch.equal(tensor.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
-                mismatches.append(sch.params[i].name)
-        if job.check and len(got) != sum(sch.region(job.rank, i) is not None for i in range(len(sch.params))):
-            mismatches.append(f"loaded {len(got)} parameters")
-    return {"report": asdict(report), "mismatches": mismatches, "pid": os.getpid(), "at": time.time()}
-
-
-def _transport(job: RankJob):
     if job.backend == "ucx":
         from datetime import timedelta
 
@@ -87,21 +94,77 @@ def _transport(job: RankJob):
 
         from collectives.transport.ucx import UcxTransport
 
-        store = dist.TCPStore(job.store_host, job.store_port, job.schedule.world_size, job.rank == 0,
+        store = dist.TCPStore(job.store_host, job.store_port, sch.world_size, job.rank == 0,
                               timeout=timedelta(seconds=job.timeout_s), wait_for_workers=False)
-        return UcxTransport(store, job.rank, job.schedule.world_size, host_ip=job.host_ip or job.store_host,
-                            timeout_s=2 * job.timeout_s, group_name=job.group)
+        transport = UcxTransport(store, job.rank, sch.world_size, host_ip=job.host_ip or job.store_host,
+                                 timeout_s=2 * job.timeout_s, group_name=job.group)
+        return cls(sch, transport, timeout_s=job.timeout_s, join_timeout_s=job.join_timeout_s,
+                   load_timeout_s=job.load_timeout_s, trace=job.trace)
     if job.backend == "nccl":
         torch.cuda.set_device(job.rank % torch.cuda.device_count())
-    # Transfers time out later than liveness, so a dead peer is named by liveness, not by a follow-on stall.
-    return TorchTransport.connect(job.store_host, job.store_port, job.rank, job.schedule.world_size,
-                                  backend=job.backend, timeout_s=2 * job.timeout_s, group_name=job.group)
+    given = sch if (job.rank == 0 or not job.distribute) else None
+    sync = cls.connect(given, job.store_host, job.store_port, job.rank, backend=job.backend, timeout_s=job.timeout_s,
+                       join_timeout_s=job.join_timeout_s, load_timeout_s=job.load_timeout_s, group_name=job.group,
+                       trace=job.trace, rejoin=job.rejoin)
+    if job.corrupt_first_send:
+        sync.transport = _CorruptingTransport(sync.transport)
+    return sync
+
+
+def _one_round(job: RankJob, sync, sch: Schedule):
+    device = sync.transport.device
+    index = {p.name: i for i, p in enumerate(sch.params)}
+    mismatches: list[str] = []
+    if sch.is_trainer(job.rank):
+        local = {}
+        for i, spec in enumerate(sch.params):
+            runs = sch.initial_runs(job.rank, i)
+            if runs is not None:
+                local[spec.source_name] = synthetic_local(spec, i, runs, device=device, seed=job.seed,
+                                                          dtype=spec.trainer_dtype)
+        if job.send_async:
+            handle = sync.send_async(local)
+            for t in local.values():  # the optimizer steps while the sync runs
+                t.view(torch.uint8).fill_(0xA5)
+            return handle.wait(), mismatches
+        return sync.send(local), mismatches
+    got: list[tuple[int, torch.Tensor]] = []
+    into = None
+    if job.into:
+        into = {}
+        for i, spec in enumerate(sch.params):
+            shape = sch.local_shape(job.rank, i)
+            if shape is not None:
+                into[spec.name] = torch.zeros(shape, dtype=TORCH_DTYPES[job.into_dtype or spec.dtype], device=device)
+
+    def load_weights(batch: list[tuple[str, torch.Tensor]]) -> None:
+        name, tensor = batch[0]
+        got.append((index[name], tensor))  # checked after the timed round
+        if job.load_delay_s:
+            time.sleep(job.load_delay_s)
+        if len(got) == job.raise_after_params:
+            raise RuntimeError("the engine refused the weights")
+        for limit, sig in ((job.die_after_params, signal.SIGKILL), (job.stop_after_params, signal.SIGSTOP)):
+            if len(got) == limit:
+                if job.death_note:
+                    with open(job.death_note, "w") as f:
+                        f.write(repr(time.time()))
+                os.kill(os.getpid(), sig)
+
+    report = sync.receive(load_weights, into=into)
+    for i, tensor in got if job.check else ():
+        want = synthetic_local(sch.params[i], i, sch.runs(job.rank, i), device=device, seed=job.seed)
+        if not torch.equal(tensor.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
+            mismatches.append(sch.params[i].name)
+    if job.check and len(got) != sum(sch.runs(job.rank, i) is not None for i in range(len(sch.params))):
+        mismatches.append(f"loaded {len(got)} parameters")
+    return report, mismatches
 
 
 class _CorruptingTransport:
     """The real transport, except that the first chunk sent has one payload byte flipped (bit rot)."""
 
-    def __init__(self, inner: TorchTransport) -> None:
+    def __init__(self, inner) -> None:
         self._inner = inner
         self._done = False
 
@@ -113,3 +176,22 @@ class _CorruptingTransport:
             self._done = True
             buf[HEADER_BYTES] ^= 0xFF
         return self._inner.isend(buf, peer, tag)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the pickled :class:`RankJob` in ``argv[0]`` as a plain process; print one line; exit 0 or 1."""
+    path = (argv if argv is not None else sys.argv[1:])[0]
+    with open(path, "rb") as f:
+        job: RankJob = pickle.load(f)
+    os.environ.update(job.extra_env)
+    try:
+        result = run_rank(job)
+        print(f"rank {job.rank}: ok, verified={result['report']['verified']}", flush=True)
+        return 0
+    except Exception as exc:  # noqa: BLE001 -- a real job logs the error and exits with a status
+        print(f"rank {job.rank}: {type(exc).__name__}: {exc}", flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -112,6 +112,16 @@ class UcxTransport:
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=self.timeout_s)
 
+    # -- rounds -----------------------------------------------------------------------------------------
+    generation = 0  # endpoints are built once, at construction
+
+    def prepare(self, generations: dict[int, int]) -> None:
+        """Nothing to do: every pair of ranks shares one endpoint from construction on."""
+
+    def reset(self) -> None:
+        """Close every endpoint: after a failed round a UCX transport is discarded and rebuilt on all ranks."""
+        self.close()
+
     # -- transport protocol --------------------------------------------------------------------------
     def _buffer(self, buf: torch.Tensor):
         if buf.device != self.device:

@@ -14,7 +14,7 @@ from collectives.emulation.model import synthetic_model
 from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
 from collectives.plan import plan_weight_sync
 from collectives.schedule import Schedule
-from collectives.slicing import trainer_region
+from collectives.slicing import trainer_runs
 from fabric.errors import ConfigError, InfeasiblePlanError
 
 
@@ -38,7 +38,8 @@ def check_invariants(s: Schedule) -> None:
     # ... and waves do not overlap in time: a wave's circuits are released before the next starts.
     spans = defaultdict(list)
     for e in _inter_pod(s):
-        spans[e.wave].append((e.start_step, e.start_step + s.chunks(e.block)))
+        if e.wave >= 0:  # -1: a chain's later blocks follow the circuit their group's first block opened
+            spans[e.wave].append((e.start_step, e.start_step + s.chunks(e.block)))
     ordered = [(min(a for a, _ in v), max(b for _, b in v)) for _, v in sorted(spans.items())]
     assert all(x[1] <= y[0] for x, y in zip(ordered, ordered[1:])), ordered
     # Coverage: each generator rank receives every piece of its slice exactly once and nothing else.
@@ -50,10 +51,12 @@ def check_invariants(s: Schedule) -> None:
         r = t + j
         assert all(n == 1 for n in got[r].values()), r
         for i, p in enumerate(s.params):
-            lo, hi = s.region(r, i)
+            rows = set()
+            for lo, hi in s.runs(r, i)[0]:
+                rows.update(range(lo, hi))
             spans = sorted((a, b) for (q, a, b) in got[r] if q == i)
-            assert spans and spans[0][0] == lo and spans[-1][1] == hi
-            assert all(x[1] == y[0] for x, y in zip(spans, spans[1:])), (r, p.name, spans)
+            received = [x for a, b in spans for x in range(a, b)]
+            assert len(received) == len(set(received)) and set(received) == rows, (r, p.name, spans)
     # One copy per boundary: a piece enters each generator PoD that needs it exactly once.
     entering: Counter = Counter()
     for e in s.edges:
@@ -64,8 +67,8 @@ def check_invariants(s: Schedule) -> None:
     # Shard-scatter: an origin only sends pieces from its own shard; trainers receive nothing.
     for b in s.blocks:
         for pc in b.pieces:
-            lo, hi = trainer_region(s.params[pc.param], s.trainer, b.origin)
-            assert lo <= pc.start and pc.stop <= hi
+            runs = trainer_runs(s.params[pc.param], s.trainer, b.origin)
+            assert any(lo <= pc.start and pc.stop <= hi for lo, hi in runs[0])
     assert all(e.dst >= t for e in s.edges)
 
 
@@ -102,7 +105,7 @@ def test_tp_resharding_four_to_two_and_one():
     # A TP=2 rank ends with half of every sharded parameter, a TP=1 rank with all of it.
     for i, p in enumerate(params):
         if p.tp_dim is not None:
-            assert s.region(4, i) == (0, p.split_extent // 2) and s.region(7, i) == (0, p.split_extent)
+            assert s.runs(4, i) == (((0, p.split_extent // 2),), 0) and s.runs(7, i) == (((0, p.split_extent),), 0)
 
 
 def test_relay_sends_one_copy_across_a_shared_cross_link():
@@ -177,3 +180,26 @@ def test_per_rank_buffers_depend_on_chunks_not_on_model_size():
     # A rank holds two steps of receive buffers (double buffering), each step at most one chunk
     # (at most one chunk per concurrent block: 8 shards here, whatever the model size).
     assert most_receives_per_step(16 << 20) <= 8 and most_receives_per_step(64 << 20) <= 8
+
+
+def test_an_engine_missing_a_tp_rank_is_refused_at_planning_time():
+    params = [ParamSpec("w", (8, 4), "bfloat16", tp_dim=0)]
+    lonely = GeneratorLayout((GeneratorRank(1, tp_size=2, tp_rank=0),))  # TP 2 engine without its rank 1
+    with pytest.raises(ConfigError, match=r"engine 0 .*rows \[4, 8\) of 'w'.*TP ranks are \[0\]"):
+        plan_weight_sync(params, TrainerLayout(tp=2), lonely, FabricLinks(nic_bps=1e9))
+    twins = GeneratorLayout((GeneratorRank(1, 2, 0, engine=0), GeneratorRank(1, 2, 0, engine=0)))
+    with pytest.raises(ConfigError, match="engine 0"):
+        plan_weight_sync(params, TrainerLayout(tp=2), twins, FabricLinks(nic_bps=1e9))
+
+
+def test_one_huge_lm_head_is_split_so_every_dp_replica_sends_an_equal_share():
+    # TP 2 x DP 8: a 210 MB-shaped lm_head dominates; each half is held by 8 replicas.
+    params = [ParamSpec("lm_head.weight", (128256, 816), "bfloat16", tp_dim=0)] + synthetic_model(16 << 20, hidden=256)
+    s = plan_weight_sync(params, TrainerLayout(tp=2, dp=8), GeneratorLayout.uniform(pods=(1, 2), ranks_per_pod=4, tp=2),
+                         FabricLinks(nic_bps=1e9, cross_bps=1e8))
+    check_invariants(s)
+    sent = Counter()
+    for b in s.blocks:
+        sent[b.origin] += b.nbytes
+    assert len(sent) == 16
+    assert max(sent.values()) <= 1.01 * min(sent.values()), sorted(sent.values())

@@ -5,16 +5,24 @@ Each test starts every rank as its own OS process; they exchange real bytes over
 
 from __future__ import annotations
 
+import os
+import pickle
 import re
+import subprocess
+import sys
+import time
+from dataclasses import replace
 
 import pytest
 
 pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
 from collectives.baseline import plan_flat
+from collectives.emulation.launch import RankGroup
 from collectives.emulation.model import synthetic_model
-from collectives.emulation.runner import run_sync
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, TrainerLayout
+from collectives.emulation.runner import free_port, run_sync
+from collectives.emulation.worker import RankJob, run_rank
+from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
 from collectives.plan import plan_weight_sync
 
 TIMEOUT_S = 4.0  # liveness timeout the failure tests hold every survivor to
@@ -65,7 +73,7 @@ def test_killing_a_receiver_mid_transfer_fails_every_survivor_within_the_timeout
     sch = _mixed_tp_schedule()
     dead = sch.generator_rank(1)  # interior of PoD 1's trees: its children wait for chunks it never sends
     note = tmp_path / "died_at"
-    run = run_sync(sch, timeout_s=TIMEOUT_S, die_after={dead: 2}, death_note=str(note), join_timeout_s=60)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, die_after={dead: 2}, death_note=str(note), wait_s=60)
     assert note.exists(), "the receiver was not killed mid-transfer"
     assert run.results[dead].error_type == "Died"
     died_at = float(note.read_text())
@@ -76,27 +84,24 @@ def test_a_stalled_receiver_is_named_with_its_phase(tmp_path):
     sch = _mixed_tp_schedule()
     stalled = sch.generator_rank(2)
     note = tmp_path / "stopped_at"
-    run = run_sync(sch, timeout_s=TIMEOUT_S, stop_after={stalled: 3}, death_note=str(note), join_timeout_s=60)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, stop_after={stalled: 3}, death_note=str(note), wait_s=60)
     assert note.exists()
     _assert_all_survivors_blame(run, stalled, sch.rank_name(stalled), float(note.read_text()),
                                 r"stopped responding .* while|phase")
 
 
-def test_a_corrupted_chunk_is_caught_by_its_checksum():
+def test_a_corrupted_chunk_is_caught_by_its_checksum_as_an_integrity_error_everywhere():
     sch = _mixed_tp_schedule()
     sender = sch.blocks[0].origin
-    run = run_sync(sch, timeout_s=TIMEOUT_S, corrupt_rank=sender, join_timeout_s=60)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, corrupt_rank=sender, wait_s=60)
     assert not any(r.ok for r in run.results)
     for r in run.results:
+        assert r.error_type == "IntegrityError", (r.rank, r.error)  # as documented, on every rank
         assert "checksum mismatch" in r.error, (r.rank, r.error)
         assert sch.rank_name(sender) in r.error
 
 
 def test_ranks_running_different_schedules_refuse_to_start():
-    from collectives.emulation.launch import RankGroup
-    from collectives.emulation.runner import free_port
-    from collectives.emulation.worker import RankJob, run_rank
-
     a = _mixed_tp_schedule()
     b = _mixed_tp_schedule(chunk_bytes=64 << 10)  # same ranks, different plan
     port = free_port()
@@ -104,4 +109,127 @@ def test_ranks_running_different_schedules_refuse_to_start():
     with RankGroup(run_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * a.world_size) as g:
         results = g.join(60)
     assert not any(r.ok for r in results)
-    assert all("runs schedule" in r.error for r in results), [r.error for r in results]
+    assert all("joined with schedule" in r.error for r in results), [r.error for r in results]
+
+
+def _two_params():
+    return [ParamSpec("a", (64, 64), "bfloat16", tp_dim=0), ParamSpec("b", (64,), "bfloat16")]
+
+
+def test_no_rank_aborts_at_exit_after_a_failed_round(tmp_path):
+    """torchrun and Ray read exit status -6 (SIGABRT) as a crash: a failed sync must exit cleanly."""
+    sch = plan_weight_sync(synthetic_model(2 << 20, hidden=64), TrainerLayout(tp=2),
+                           GeneratorLayout.uniform(pods=(1, 2), ranks_per_pod=2), FabricLinks(nic_bps=1e9),
+                           chunk_bytes=64 << 10)
+    port = free_port()
+    procs = []
+    for r in range(sch.world_size):  # plain processes that end the way a training script ends
+        path = tmp_path / f"job{r}.pickle"
+        path.write_bytes(pickle.dumps(RankJob(sch, r, "127.0.0.1", port, timeout_s=TIMEOUT_S, distribute=True,
+                                              raise_after_params=3 if r == sch.generator_rank(1) else -1)))
+        procs.append(subprocess.Popen([sys.executable, "-m", "collectives.emulation.worker", str(path)],
+                                      env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"}, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    for r, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 1, (r, p.returncode, out[-2000:])  # failed, reported, exited: no -6
+        assert "the engine refused the weights" in out, (r, out[-2000:])
+
+
+def test_a_slow_load_weights_callback_is_not_mistaken_for_a_dead_rank():
+    sch = plan_weight_sync(_two_params(), TrainerLayout(tp=2), GeneratorLayout.uniform(pods=(1,), ranks_per_pod=2),
+                           FabricLinks(nic_bps=1e9))
+    run = run_sync(sch, timeout_s=1.5, load_delay_s=2.5, load_timeout_s=30, wait_s=60)  # each call > timeout_s
+    assert run.ok and run.verified, run.errors()
+
+
+def test_a_load_weights_callback_that_never_returns_is_named_after_load_timeout():
+    sch = plan_weight_sync(_two_params(), TrainerLayout(tp=2), GeneratorLayout.uniform(pods=(1,), ranks_per_pod=2),
+                           FabricLinks(nic_bps=1e9))
+    stuck = sch.generator_rank(1)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, load_timeout_s=2, wait_s=60, per_rank={stuck: {"load_delay_s": 600}})
+    for r in run.results:
+        assert not r.ok and "load_weights('a')" in r.error and "has not returned" in r.error, (r.rank, r.error)
+        assert sch.rank_name(stuck) in r.error
+
+
+def test_a_rank_with_another_world_size_is_named_before_anything_connects():
+    sch = _mixed_tp_schedule()
+    ranks = sch.generator.ranks
+    other = plan_weight_sync(sch.params, sch.trainer, GeneratorLayout(ranks + (GeneratorRank(2, 1, 0),)),
+                             FabricLinks(nic_bps=1e9), chunk_bytes=sch.chunk_bytes)  # one generator more
+    port = free_port()
+    odd = 5
+    jobs = [(RankJob(other if r == odd else sch, r, "127.0.0.1", port, timeout_s=TIMEOUT_S),)
+            for r in range(sch.world_size)]
+    start = time.time()
+    with RankGroup(run_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * sch.world_size) as g:
+        results = g.join(60)
+    for r in results:
+        assert not r.ok and r.error_type == "WeightSyncError", (r.rank, r.error)
+        assert f"rank(s) {odd} joined with schedule {other.digest} for {other.world_size} ranks" in r.error, r.error
+        assert r.finished_at - start < TIMEOUT_S + SLACK_S  # named at once, not after a connect timeout
+
+
+def test_a_replaced_generator_rejoins_and_the_others_keep_their_weight_sync(tmp_path):
+    sch = _mixed_tp_schedule()
+    port = free_port()
+    dead = sch.generator_rank(1)
+    note = tmp_path / "died_at"
+    base = RankJob(sch, 0, "127.0.0.1", port, timeout_s=TIMEOUT_S, rounds=2, distribute=True)
+    jobs = [(replace(base, rank=r, die_after_params=2 if r == dead else -1,
+                     death_note=str(note) if r == dead else ""),) for r in range(sch.world_size)]
+    env = [{"GLOO_SOCKET_IFNAME": "lo"}] * sch.world_size
+    with RankGroup(run_rank, jobs, env=env) as survivors:
+        deadline = time.time() + 60
+        while not note.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert note.exists(), "the generator was not killed"
+        replacement = replace(base, rank=dead, rounds=1, rejoin=True)
+        with RankGroup(run_rank, [(replacement,)], env=env[:1]) as new:
+            (joined,) = new.join(90)
+        results = survivors.join(90)
+    assert joined.ok and joined.value["report"]["verified"] and not joined.value["mismatches"], joined.error
+    assert joined.value["report"]["round"] == 2
+    for r in results:
+        if r.rank == dead:
+            assert r.error_type == "Died"
+            continue
+        first, second = r.value["rounds"]
+        assert sch.rank_name(dead) in first["error"], (r.rank, first)
+        assert second["report"]["verified"] and not second["mismatches"] and second["report"]["round"] == 2, second
+
+
+def test_send_async_snapshots_the_weights_so_training_can_overwrite_them():
+    run = run_sync(_mixed_tp_schedule(), timeout_s=30, send_async=True)  # trainers scribble right after
+    assert run.ok and run.verified, run.errors()
+
+
+def test_only_rank_0_plans_and_every_other_rank_gets_the_schedule_from_the_store():
+    sch = _mixed_tp_schedule()
+    run = run_sync(sch, timeout_s=30, distribute=True)
+    assert run.ok and run.verified, run.errors()
+
+
+def test_the_end_barrier_is_released_by_the_last_rank_not_found_by_polling():
+    sch = _mixed_tp_schedule()
+    run = run_sync(sch, timeout_s=60)  # heartbeat interval 0.25 s: a polled barrier would lag by up to that
+    assert run.ok, run.errors()
+    reports = [r.value["report"] for r in run.results]
+    last_data = max(x["data_done_at"] for x in reports)
+    lag = [x["finished_at"] - last_data for x in reports]
+    assert max(lag) < 0.1, lag
+
+
+def test_a_rank_that_never_joins_is_named_after_join_timeout_not_liveness_timeout():
+    sch = _mixed_tp_schedule()
+    port = free_port()
+    missing = sch.generator_rank(3)
+    jobs = [(RankJob(sch, r, "127.0.0.1", port, timeout_s=60, join_timeout_s=2),) for r in range(sch.world_size)
+            if r != missing]
+    start = time.time()
+    with RankGroup(run_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * len(jobs)) as g:
+        results = g.join(60)
+    for r in results:
+        assert not r.ok and f"{sch.rank_name(missing)} never joined the sync within 2 s" in r.error, r.error
+        assert r.finished_at - start < 2 + SLACK_S + 5  # the 60 s liveness timeout plays no part
