@@ -43,7 +43,7 @@ from sim.network.netsim import NetworkSim
 from sim.network.reconfig import RFabricDriver
 from sim.stages.base import StageResult
 from sim.train.flops import ArchSpec
-from sim.train.mfu import MfuParams, default_calibration, efficiency
+from sim.train.mfu import MfuParams, default_params, efficiency
 from sim.train.periods import busy_intervals, enter_period, feed_events
 from sim.train.schedule import one_f_one_b
 from sim.train.step import (OPTIMIZER_BYTES_PER_PARAM, LayerComm, TrainLayout, grad_traffic, microbatch_times,
@@ -156,7 +156,7 @@ class TrainingStage:
         self._validate()
         self.arch = ArchSpec.from_model(model)
         self.lay = TrainLayout.from_parallel(layout)
-        self.params = mfu or default_calibration().params
+        self.params = mfu or default_params()
         self.eff = efficiency(self.arch, self.lay.tp, self.lay.etp, self.params)
         self.groups = parallel_groups(layout, self.gpus)
         self._crosses = {k: any(len({g // GPUS_PER_SERVER for g in grp}) > 1 for grp in v)
@@ -282,8 +282,27 @@ class TrainingStage:
         if self.driver is None or intent is None:
             return t_s, {}
         entry = enter_period(self.driver, intent, t_s, per_period=self.options.reconfigure == "per-period", cost=cost)
-        return entry.ready_s, {"period": intent.period, "action": entry.action, "reason": entry.reason,
-                               "switching_s": entry.switching_s, "reconfigured": entry.reconfigured}
+        ready = entry.ready_s
+        if entry.action == "unchanged" and self.driver.changes:  # announced earlier (prepare): wait if still switching
+            ready = max(ready, self.driver.changes[-1].end_s)
+        return ready, {"period": intent.period, "action": entry.action, "reason": entry.reason,
+                       "switching_s": entry.switching_s, "reconfigured": entry.reconfigured}
+
+    def prepare(self, batch: TrainBatch, t_s: float) -> dict:
+        """Announce the next step's fwd-bwd intent at ``t_s`` (RFabric), ahead of :meth:`run`.
+
+        The iteration loop calls this when the train job's circuits are free again (e.g. when weight
+        sync ends), so the gate can commit the plan in the idle gap and the switch is off the
+        critical path; :meth:`run` then finds it in force. Returns the period entry (empty without a
+        driver).
+        """
+        if self.driver is None:
+            return {}
+        self._mb_tokens = max(self.options.microbatch_tokens, batch.max_len)
+        m = max(1, math.ceil(batch.tokens / self.options.optimizer_steps / self.lay.dp / self._mb_tokens))
+        self._mb_flops = self.arch.flops(np.asarray(batch.seq_lens, dtype=np.float64)).scaled(
+            1.0 / (self.options.optimizer_steps * self.lay.dp * m))
+        return self._enter(self._fwd_bwd_intent(m), t_s, self._pipeline_cost(m, t_s))[1]
 
     # ------------------------------------------------------------------ the step
     def _schedule(self, m: int, fwd: float, bwd: float, p2p: float):
@@ -345,7 +364,7 @@ class TrainingStage:
             for k, v in (("compute_s", mb.compute_s), ("ep_s", mb.ep_exposed_s), ("cp_s", mb.cp_exposed_s),
                          ("tp_s", mb.tp_exposed_s)):
                 parts[k] += m * v
-            parts["bubble_s"] += no_p2p - m * mb.total_s
+            parts["bubble_s"] += max(0.0, no_p2p - m * mb.total_s)
             parts["pp_s"] += run.makespan_s - no_p2p
             if self.driver is not None and fwd_intent is not None:
                 s, e = busy_intervals(run, max(1, round(arch.layers / lay.pp)), self._gate_slots(comm, mb),
@@ -369,11 +388,12 @@ class TrainingStage:
             t = ag_start + ag
         time_s = t - now_s
         reconfigs = sum(p["reconfigured"] for p in periods) + sum(d.action == "commit" for d in late)
-        detail = {"mfu": flops.total / (lay.world * peak * time_s) if time_s > 0 else 0.0,
+        detail = {"mfu": float(flops.total / (lay.world * peak * time_s)) if time_s > 0 else 0.0,
                   "microbatches": m, "microbatch_tokens": self._mb_tokens, "optimizer_steps": steps,
                   "layout": {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep, "etp": lay.etp},
                   "efficiency": {"dense": self.eff.dense, "expert": self.eff.expert, "attention": self.eff.attention},
-                  "model_flops": flops.total, "periods": periods, "gate_events": events,
+                  "model_flops": float(flops.total), "periods": periods, "gate_events": events,
                   "late_commits": [d.reason for d in late if d.action == "commit"]}
-        return StageResult("train", time_s, parts, tokens=float(batch.tokens), samples=batch.samples,
+        parts = {k: float(v) for k, v in parts.items()}
+        return StageResult("train", float(time_s), parts, tokens=float(batch.tokens), samples=batch.samples,
                            intents=len(periods), reconfigurations=int(reconfigs), detail=detail)

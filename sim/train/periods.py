@@ -80,7 +80,14 @@ def enter_period(driver: RFabricDriver, intent: Intent, t_s: float, *, per_perio
             return PeriodEntry(t_s, "refused", "; ".join(result.violations[:2]), 0.0, False)
         driver.install(result, at_s=t_s)
         return PeriodEntry(t_s, "installed", "first plan of the job, installed before any traffic", 0.0, True)
-    d: DriverDecision = driver.announce(intent, now_s=t_s)
+    try:
+        d: DriverDecision = driver.announce(intent, now_s=t_s)
+    except ValueError as exc:  # fabric.reconfig_order found no make-before-break order between the plans
+        result = driver.controller.materialize(intent)
+        delay = _teardown_delay_s(driver)
+        driver.install(result, at_s=t_s + delay)
+        return PeriodEntry(t_s + delay, "forced", f"no non-blocking order ({str(exc)[:160]}); switched by tearing "
+                           "down and re-adding in one step", delay, True)
     if d.action == "commit":
         return PeriodEntry(max(t_s, d.change.end_s), "commit", d.reason, d.change.switching_s, True)
     if d.action in ("unchanged", "refused"):
@@ -89,7 +96,10 @@ def enter_period(driver: RFabricDriver, intent: Intent, t_s: float, *, per_perio
     # the traffic and switches now; either way the gate's pending copy must not commit later
     driver.gate(job, stage).withdraw(job)
     result = d.result
-    delay = driver.switching_time_s(order_plan_change(driver.active, result.plan))
+    try:
+        delay = driver.switching_time_s(order_plan_change(driver.active, result.plan))
+    except ValueError:
+        delay = _teardown_delay_s(driver)
     if not per_period:
         keep = cost(None)
         switch = delay + cost(driver.fabric.with_circuits(result.plan.circuits, driver.failures))
@@ -99,6 +109,13 @@ def enter_period(driver: RFabricDriver, intent: Intent, t_s: float, *, per_perio
     driver.install(result, at_s=t_s + delay)
     why = "reconfigured every period (Appendix I)" if per_period else "switching beats the circuits in force"
     return PeriodEntry(t_s + delay, "forced", f"{why}; gate said: {d.reason}", delay, True)
+
+
+def _teardown_delay_s(driver: RFabricDriver) -> float:
+    """One switching of the slowest OCS device: what a change costs when it is applied all at once."""
+    if driver.switch_delay_s is not None:
+        return driver.switch_delay_s
+    return max(dev.technology.switch_delay_s for dev in driver.fabric.topology.devices.values())
 
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

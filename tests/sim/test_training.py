@@ -252,3 +252,36 @@ def test_bad_inputs_name_the_field():
         TrainBatch(())
     assert math.isfinite(TrainingStage(MOE57, ParallelLayout(tp=4, ep=16, dp=16), range(64), H800, net)
                          .run(TrainBatch.uniform(64, 2048)).time_s)
+
+
+def test_announcing_the_next_step_ahead_takes_the_switch_off_the_critical_path():
+    fab = build_fabric("rfabric", 512)
+    stage = TrainingStage(MOE57, ParallelLayout(tp=4, ep=16, dp=128), range(512), H800,
+                          NetworkSim(fab, circuits="fixed"), RFabricDriver(fab, switch_delay_s=1.0),
+                          options=TrainingOptions(reconfigure="per-period"))
+    batch, t = TrainBatch.uniform(1024, 5120), 0.0
+    for _ in range(6):  # the gate learns that 60 s pass between steps
+        t += stage.run(batch, t).time_s + 60.0
+    late = stage.run(batch, t)  # announced at the step's start: waits 1 s per add step
+    t += late.time_s + 30.0
+    entry = stage.prepare(batch, t)  # announced 30 s ahead, in the gap
+    ahead = stage.run(batch, t + 30.0)
+    assert entry["action"] == "commit"
+    assert ahead.detail["periods"][0]["action"] == "unchanged"
+    assert late.time_s - ahead.time_s == pytest.approx(late.breakdown_s["reconfig_wait_s"] / 2, rel=0.05)
+
+
+def test_the_stage_uses_the_calibrated_model():
+    from sim.train.mfu import default_params
+    assert default_params() == default_calibration().params
+
+
+def test_the_breakdown_adds_up_to_the_stage_time():
+    fab = build_fabric("rfabric", 512)
+    stage = TrainingStage(load_model("Qwen3-235B-A22B"), train_layout("Qwen3-235B-A22B", 256), range(256), H800,
+                          NetworkSim(fab, circuits="fixed"), RFabricDriver(fab),
+                          options=TrainingOptions(recompute=True, optimizer_steps=2))
+    for t in (0.0, 100.0):
+        r = stage.run(TrainBatch.uniform(256, 4096), t)
+        assert sum(r.breakdown_s.values()) == pytest.approx(r.time_s, rel=1e-9)
+        assert min(r.breakdown_s.values()) >= 0.0 and r.breakdown_s["bubble_s"] > 0
