@@ -163,6 +163,7 @@ class TrainingStage:
                          for k, v in self.groups.items()}
         self._memo: dict[tuple, object] = {}
         self._schedules: dict[tuple, object] = {}
+        self._last_end_s = float("-inf")  # RFabric: the gate needs events in time order
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
@@ -261,14 +262,14 @@ class TrainingStage:
     def _fwd_bwd_intent(self, m: int) -> Intent | None:
         lay, arch = self.lay, self.arch
         tr = microbatch_traffic(arch, lay, self._mb_tokens)
-        per_stage = m * (2.0 if self.options.recompute else 1.0)
+        redo = 1 if self.options.recompute else 0  # recomputation repeats the forward's collectives
         colls = []
-        if arch.is_moe and lay.ep > 1 and self._crosses["ep"]:
+        if arch.is_moe and lay.ep > 1 and self._crosses["ep"]:  # 2 all-to-alls forward, 2 backward, per MoE layer
             colls.append(Collective("all-to-all", _groups(self.groups, "ep"),
-                                    tr.ep_bytes * 4 * arch.moe_layers / lay.pp * per_stage))
-        if lay.cp > 1 and self._crosses["cp"]:
+                                    tr.ep_bytes * (4 + 2 * redo) * arch.moe_layers / lay.pp * m))
+        if lay.cp > 1 and self._crosses["cp"]:  # one ring pass forward, two backward, per layer
             colls.append(Collective("all-gather", _groups(self.groups, "cp"),
-                                    lay.cp * tr.cp_chunk_bytes * 3 * arch.layers / lay.pp * per_stage))
+                                    lay.cp * tr.cp_chunk_bytes * (3 + redo) * arch.layers / lay.pp * m))
         if lay.pp > 1 and self._crosses["pp"]:
             colls.append(Collective("p2p", _groups(self.groups, "pp"), tr.pp_bytes * m))
         return Intent("train", self.job, "fwd-bwd", tuple(colls)) if colls else None
@@ -340,6 +341,10 @@ class TrainingStage:
         RFabric O(S M L) gate events; collective timings are cached per fabric state.
         """
         opt, lay, arch, peak = self.options, self.lay, self.arch, self.gpu.bf16_flops
+        if self.driver is not None and now_s < self._last_end_s:
+            raise ConfigError("TrainingStage.run", "now_s", f"{now_s} precedes the end of the previous step at "
+                              f"{self._last_end_s} (the gate sees the job's collectives in time order)",
+                              f">= {self._last_end_s}")
         self._mb_tokens = max(opt.microbatch_tokens, batch.max_len)
         flops = arch.flops(np.asarray(batch.seq_lens, dtype=np.float64))
         steps = opt.optimizer_steps
@@ -387,6 +392,7 @@ class TrainingStage:
             parts["optimizer_s"] += opt_s
             t = ag_start + ag
         time_s = t - now_s
+        self._last_end_s = t
         reconfigs = sum(p["reconfigured"] for p in periods) + sum(d.action == "commit" for d in late)
         detail = {"mfu": float(flops.total / (lay.world * peak * time_s)) if time_s > 0 else 0.0,
                   "microbatches": m, "microbatch_tokens": self._mb_tokens, "optimizer_steps": steps,

@@ -30,7 +30,6 @@ import numpy as np
 
 from compute_sched.hardware import ModelSpec
 from fabric.config import Reader
-from fabric.errors import ConfigError
 
 __all__ = ["ArchSpec", "TokenFlops", "RECOMPUTE_FACTOR"]
 

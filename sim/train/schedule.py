@@ -111,7 +111,7 @@ def one_f_one_b(stages: int, microbatches: int, fwd_s: float | np.ndarray, bwd_s
                     ready = 0.0 if s == 0 else fe[s - 1, i] + p2p_s
                 else:
                     ready = fe[s, i] if s == S - 1 else be[s + 1, i] + p2p_s
-                if ready != ready:  # the input is not computed yet (NaN)
+                if np.isnan(ready):  # the input is not computed yet
                     break
                 start = max(free[s], ready)
                 if kind == "F":

@@ -285,3 +285,20 @@ def test_the_breakdown_adds_up_to_the_stage_time():
         r = stage.run(TrainBatch.uniform(256, 4096), t)
         assert sum(r.breakdown_s.values()) == pytest.approx(r.time_s, rel=1e-9)
         assert min(r.breakdown_s.values()) >= 0.0 and r.breakdown_s["bubble_s"] > 0
+
+
+def test_plans_that_move_a_boundary_fibre_to_another_pod_still_switch():
+    # Qwen2.5-72B on 960 of 2,048 GPUs: the grad-sync plan lifts some boundary fibres towards other
+    # PoDs than the fwd-bwd plan did, which fabric.reconfig_order cannot order make-before-break
+    fab = build_fabric("rfabric", 2048)
+    name = "Qwen2.5-72B"
+    stage = TrainingStage(load_model(name), train_layout(name, 960), range(960), H800,
+                          NetworkSim(fab, circuits="fixed"), RFabricDriver(fab))
+    t = 0.0
+    for _ in range(2):
+        r = stage.run(TrainBatch.uniform(512, 5120), t)
+        t += r.time_s + 60.0
+    assert math.isfinite(r.time_s) and r.reconfigurations >= 1
+    assert r.breakdown_s["reconfig_wait_s"] > 0
+    with pytest.raises(ConfigError, match="now_s"):
+        stage.run(TrainBatch.uniform(512, 5120), 1.0)
