@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from compute_sched.costs import CostModel
@@ -52,13 +52,18 @@ class _Seq:
     group: str
     ready_at: float = 0.0
     kv_ready: bool = False  # True: KV already resident (new requests and recomputes still need a prefill)
+    _state: RequestState | None = field(default=None, repr=False, compare=False)  # last snapshot's, reused
+    # while ``generated`` stands still (a waiting request): snapshots are taken every tick
 
     @property
     def ctx(self) -> int:
         return self.prompt + self.generated
 
     def state(self) -> RequestState:
-        return RequestState(self.rid, self.prompt, self.generated, self.max_tokens, self.group)
+        st = self._state
+        if st is None or st.generated_tokens != self.generated:
+            st = self._state = RequestState(self.rid, self.prompt, self.generated, self.max_tokens, self.group)
+        return st
 
 
 class _Instance:
@@ -77,9 +82,10 @@ class _Instance:
         self.window_tokens = 0
         self.window_start = 0.0
         self.rate_tps = 0.0
+        self.kv_used = 0  # context tokens of the running requests, kept up to date by every change of ``running``
 
     def used(self) -> int:
-        return sum(s.ctx for s in self.running)
+        return self.kv_used
 
 
 class SimEngine:
@@ -152,6 +158,7 @@ class SimEngine:
         for i in self._insts:
             for s in [s for s in i.running if s.rid in wanted]:
                 i.running.remove(s)
+                i.kv_used -= s.ctx
                 out.append(s.rid)
             kept = deque(s for s in i.waiting if s.rid not in wanted)
             out += [s.rid for s in i.waiting if s.rid in wanted]
@@ -163,6 +170,7 @@ class SimEngine:
         for s in inst.running:
             if s.rid == rid:
                 inst.running.remove(s)
+                inst.kv_used -= s.ctx
                 return s
         for s in inst.waiting:
             if s.rid == rid:
@@ -278,13 +286,18 @@ class SimEngine:
         prev_of = {v: k for k, v in kept_from.items()}
         movers: dict[int, list[tuple[_Seq, str, tuple[int, ...]]]] = {}
         for oi in self._insts:
+            running = {id(s) for s in oi.running}
             for s in [*oi.running, *oi.waiting]:
                 dst = placement.get(s.rid)
                 if dst is None or not 0 <= dst < len(new_insts):
                     raise ConfigError("change_layout", "placement", f"request {s.rid!r} has no valid instance",
                                       f"an instance 0..{len(new_insts) - 1} for every pending request")
                 if prev_of.get(oi.index) == dst:
-                    (new_insts[dst].running if s in oi.running else new_insts[dst].waiting).append(s)
+                    if id(s) in running:
+                        new_insts[dst].running.append(s)
+                        new_insts[dst].kv_used += s.ctx
+                    else:
+                        new_insts[dst].waiting.append(s)
                 else:
                     movers.setdefault(dst, []).append((s, "auto", kv_gpus(oi.inst)))
         if self.network is not None:
@@ -374,6 +387,7 @@ class SimEngine:
                 prefill.append(s.ctx)
             s.kv_ready = True
         inst.waiting.extendleft(reversed(later))
+        inst.kv_used = used
         return prefill
 
     def _run(self, inst: _Instance, horizon: float, done: list[FinishedRequest]) -> None:
@@ -397,6 +411,7 @@ class SimEngine:
             room = inst.cap - used
             if room < b:  # KV overflow: preempt the newest request, recompute it later
                 s = inst.running.pop()
+                inst.kv_used -= s.ctx
                 s.kv_ready = False
                 inst.waiting.appendleft(s)
                 self.preemptions += 1
@@ -413,11 +428,13 @@ class SimEngine:
             k = max(1, k)
             inst.clock += k * perf.decode_step_s(inst.cfg, b, used + b * (k - 1) / 2.0)
             inst.window_tokens += b * k
+            inst.kv_used += b * k
             still = []
             for s in inst.running:
                 s.generated += k
                 if s.generated >= s.target:
                     done.append(FinishedRequest(s.rid, s.generated, inst.clock, inst.index, s.group))
+                    inst.kv_used -= s.ctx
                 else:
                     still.append(s)
             inst.running = still
