@@ -185,12 +185,14 @@ class SimEngine:
             if crosses_nodes(i.cfg, gpn):
                 i.available_at = max(i.available_at, ready_s)
 
-    def _land(self, movers: dict[int, list[tuple[_Seq, str, tuple[int, ...]]]], start: dict[int, float]
-              ) -> MigrationReport:
+    def _land(self, movers: dict[int, list[tuple[_Seq, str, tuple[int, ...]]]], start: dict[int, float],
+              boundary: bool = False) -> MigrationReport:
         """Queue moved requests on their destinations, paying the cheaper of transfer and recompute.
 
         ``movers`` maps a destination to (request, method, GPUs holding its KV now). With a network
-        seam the KV transfers of all destinations are timed together as flows.
+        seam, the KV transfers of a deployment ``boundary`` are timed together as flows on the
+        fabric; migrations while decoding (balancer, re-homing) are priced by the cost model at the
+        fabric's rate -- they are small, overlap decoding, and come by the hundred.
         """
         methods: dict[str, int] = {}
         worst = 0.0
@@ -215,10 +217,10 @@ class SimEngine:
                 methods[how] = methods.get(how, 0) + 1
                 moved.append(s.rid)
             tr = [s for s, m in items if s.kv_ready]
-            if tr and self.network is not None:
+            if tr and self.network is not None and boundary:
                 batch += [(dst, s, src) for s, _, src in all_items if s.kv_ready]
                 tr = []  # timed below, with every other destination's transfers
-            cost = self.costs.transfer_s(sum(s.ctx for s in tr)) if tr else 0.0
+            cost = self.costs.transfer_s(sum(s.ctx for s in tr), inst.cfg) if tr else 0.0
             rc = [s.ctx for s, m in items if not s.kv_ready]
             worst = max(worst, cost, self.costs.recompute_s(inst.cfg, rc) if rc else 0.0)
             for s, _ in items:
@@ -303,7 +305,7 @@ class SimEngine:
         if self.network is not None:
             switch_s = self._switch_on_network(new_insts, kept_from, movers)
         self._insts, self.layout = new_insts, layout
-        rep = self._land(movers, {d: new_insts[d].available_at for d in movers})
+        rep = self._land(movers, {d: new_insts[d].available_at for d in movers}, boundary=True)
         return SwitchReport(switch_s, rep, len(kept_from))
 
     def _switch_on_network(self, new_insts: list[_Instance], kept_from: dict[int, int],
