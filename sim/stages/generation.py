@@ -18,7 +18,13 @@ Policies (``policy``):
 ``orchestrl-pp``   planner only; ``orchestrl-rb``: balancer only
 ``verl-to``        the best static TP of a sweep (the sweep runs as a what-if, off the driver)
 ``static``         ``instance`` on every GPU, never changed (e.g. ``ep16-tp1``, ``afd24:16-tp8``)
+``two-phase``      ``instance`` until ``switch_at`` of the requests finished, then ``switch_to`` on
+                   every GPU, each request re-homed onto a new instance on its old instance's GPUs
+                   (the controlled transition of §7.3.2 / Figure 18: AFD -> TP8)
 =================  ==============================================================================
+
+Static policies have no monitoring, so the engine advances in ``static_tick_s`` steps (the
+remaining-requests curve is sampled that coarsely; the step itself does not depend on it).
 
 KV migration may transfer (``kv_transfer=True``, default): the engine OrchestrRL describes picks
 transfer or recomputation, whichever is cheaper (§4.1, Appendix A). That is a labelled capability
@@ -34,12 +40,12 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from compute_sched.costs import CostModel
-from compute_sched.engine import EngineCapabilities, GenerationRequest
+from compute_sched.engine import ClusterSnapshot, EngineCapabilities, GenerationRequest
 from compute_sched.hardware import GpuSpec, ModelSpec
 from compute_sched.layout import InstanceConfig, Layout, homogeneous, parse_config
 from compute_sched.perf import Calibration, PerfModel
 from compute_sched.replay import launch_contiguous
-from compute_sched.scheduler import GenerationScheduler, SchedulerConfig, StepReport
+from compute_sched.scheduler import GenerationScheduler, ReconfigEvent, SchedulerConfig, StepReport
 from compute_sched.sim_engine import SimEngine
 from compute_sched.traces import Trace, heavy_tailed_trace
 from compute_sched.workload import LengthHistogram
@@ -49,13 +55,13 @@ from sim.network.reconfig import RFabricDriver
 from sim.stages.base import StageResult
 from sim.stages.gen_network import FabricSeam
 
-__all__ = ["POLICIES", "KV_TRANSFER", "GenerationStage", "phase_breakdown"]
+__all__ = ["POLICIES", "KV_TRANSFER", "GenerationStage", "phase_breakdown", "local_placement"]
 
-POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static")
+POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")
 KV_TRANSFER = EngineCapabilities(kv_transfer=True, label="RLSim: OrchestrRL's engine transfers KV or recomputes, "
                                                           "whichever is cheaper (§4.1, Appendix A)")
 _FLAGS = {"orchestrl": (True, True), "orchestrl-pp": (True, False), "orchestrl-rb": (False, True),
-          "verl-to": (False, False), "static": (False, False)}
+          "verl-to": (False, False), "static": (False, False), "two-phase": (False, False)}
 _PRIOR_SEED = 7919  # the first run's forecast is an independent draw, never the trace itself
 
 
@@ -84,6 +90,10 @@ class GenerationStage:
         Algorithm 1's periods and knobs (the policy sets ``proactive``/``reactive``).
     forecast : LengthHistogram, optional
         Forecast of the next run's lengths (default: the previous run's, see the module note).
+    switch_to, switch_at : str, float
+        ``two-phase`` only: the configuration taken over once ``switch_at`` of the requests finished.
+    static_tick_s : float
+        Engine advance of the static policies (no monitoring to run in between).
 
     Examples
     --------
@@ -100,7 +110,8 @@ class GenerationStage:
                  driver: RFabricDriver | None = None, *, policy: str = "orchestrl", instance: str | None = None,
                  calibration: Calibration | None = None, job: str = "gen", kv_transfer: bool = True,
                  scheduler: SchedulerConfig | None = None, sweep_tps: tuple[int, ...] = (1, 2, 4, 8),
-                 max_num_seqs: int | None = None, forecast: LengthHistogram | None = None) -> None:
+                 max_num_seqs: int | None = None, forecast: LengthHistogram | None = None,
+                 switch_to: str | None = None, switch_at: float = 0.5, static_tick_s: float = 10.0) -> None:
         src = "GenerationStage"
         if policy not in POLICIES:
             raise ConfigError(src, "policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
@@ -113,9 +124,19 @@ class GenerationStage:
                 raise ConfigError(src, "instance", f"{model.name} does not fit {self.instance.name} on "
                                   f"{len(self.gpus)} {gpu.name} GPUs", "a configuration that holds the weights "
                                   "and fits the generation GPUs")
-        elif policy == "static":
-            raise ConfigError(src, "instance", "policy 'static' needs an instance configuration",
+        elif policy in ("static", "two-phase"):
+            raise ConfigError(src, "instance", f"policy {policy!r} needs an instance configuration",
                               "e.g. instance='tp8' or 'afd24:16-tp8'")
+        self.switch_to: InstanceConfig | None = None
+        if policy == "two-phase":
+            if switch_to is None or not 0.0 <= switch_at <= 1.0:
+                raise ConfigError(src, "switch_to", f"two-phase needs switch_to and 0 <= switch_at <= 1, got "
+                                  f"{switch_to!r} at {switch_at!r}", "e.g. switch_to='tp8', switch_at=0.5")
+            self.switch_to = parse_config(switch_to)
+            if not self.perf0.fits(self.switch_to) or self.switch_to.gpus > len(self.gpus):
+                raise ConfigError(src, "switch_to", f"{model.name} does not fit {self.switch_to.name}",
+                                  "a configuration that holds the weights")
+        self.switch_at, self.static_tick_s = switch_at, static_tick_s
         self.policy, self.job, self.driver, self.net = policy, job, driver, net
         self.capabilities = KV_TRANSFER if kv_transfer else EngineCapabilities()
         self.scheduler = scheduler or SchedulerConfig()
@@ -141,27 +162,56 @@ class GenerationStage:
         self.seam.start(now_s)
         forecast, label = self._forecast(trace)
         sweep: dict[int, float] = {}
-        if self.policy == "static" or (self.instance is not None and self.policy != "verl-to"):
+        if self.instance is not None and self.policy != "verl-to":
             start = self.instance
         else:
             tp, sweep = self._verl_to(trace)
             start = InstanceConfig("tp", tp=tp)
         self.seam.start(now_s)
         pp, rb = _FLAGS[self.policy]
-        report, engine = self._step(trace, homogeneous(start, n), pp, rb, forecast if pp or rb else None)
+        if self.policy == "two-phase":
+            report, engine = self._two_phase(trace, homogeneous(start, n), homogeneous(self.switch_to, n))
+        else:
+            report, engine = self._step(trace, homogeneous(start, n), pp, rb, forecast if pp or rb else None)
         self._history = [f.output_tokens for f in report.finished]
         return self._result(report, engine, homogeneous(start, n), label, sweep, time.perf_counter() - wall)
 
-    def _step(self, trace: Trace, layout: Layout, pp: bool, rb: bool, forecast: LengthHistogram | None
-              ) -> tuple[StepReport, SimEngine]:
+    def _engine(self, trace: Trace, layout: Layout) -> SimEngine:
         lengths = {q.request_id: q.output_tokens for q in trace.requests}
         engine = SimEngine(self.perf, layout, lengths, max_num_seqs=self.max_num_seqs, capabilities=self.capabilities)
         launch_contiguous(engine, [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id,
                                                      generated_tokens=q.generated_tokens) for q in trace.requests])
+        return engine
+
+    def _step(self, trace: Trace, layout: Layout, pp: bool, rb: bool, forecast: LengthHistogram | None
+              ) -> tuple[StepReport, SimEngine]:
+        engine = self._engine(trace, layout)
         cfg = replace(self.scheduler, proactive=pp, reactive=rb)
+        if not (pp or rb):
+            cfg = replace(cfg, tick_s=max(cfg.tick_s, self.static_tick_s))
         sched = GenerationScheduler(engine, self.perf, CostModel.for_engine(self.perf, engine), forecast, cfg,
                                     job=self.job)
         return sched.run_step(), engine
+
+    def _two_phase(self, trace: Trace, start: Layout, end: Layout) -> tuple[StepReport, SimEngine]:
+        """Run ``start`` until ``switch_at`` of the requests finished, then ``end`` to the last request."""
+        engine = self._engine(trace, start)
+        tick, total = self.scheduler.tick_s, len(trace.requests)
+        finished: list = []
+        events: list[ReconfigEvent] = []
+        curve = [(0.0, total)]
+        while not engine.idle() and engine.now_s() < self.scheduler.max_step_s:
+            if not events and len(finished) >= self.switch_at * total:
+                snap = engine.snapshot()
+                rep = engine.change_layout(end, local_placement(snap, end))
+                events.append(ReconfigEvent(snap.time_s, start.describe(), end.describe(), 0.0, rep.switch_s,
+                                            rep.migration.seconds, len(rep.migration.moved),
+                                            dict(rep.migration.methods), 0.0))
+            finished += engine.advance(tick)
+            curve.append((engine.now_s(), total - len(finished)))
+        makespan = finished[-1].finish_time_s if finished and engine.idle() else engine.now_s()
+        unfinished = tuple(r.request_id for r in engine.snapshot().pending)
+        return StepReport(makespan, tuple(finished), unfinished, tuple(events), 0, tuple(curve), (), 0), engine
 
     def _verl_to(self, trace: Trace) -> tuple[int, dict[int, float]]:
         """veRL-TO's TP: the best static TP of the sweep, each run as a what-if off the driver."""
@@ -244,6 +294,31 @@ def phase_breakdown(report: StepReport, initial: str, switch_fixed_s: float) -> 
         t, cur = e.time_s + e.switch_s + e.migration_s, e.to_layout
     key = f"decode/{cur}"
     out[key] = out.get(key, 0.0) + max(0.0, report.makespan_s - t)
+    return out
+
+
+def local_placement(snap: ClusterSnapshot, layout: Layout) -> dict[str, int]:
+    """Re-home every pending request onto a new instance sharing GPUs with its old one, balancing KV.
+
+    Requests go longest context first to the least-loaded (context tokens) of the new instances
+    that overlap their old instance's GPUs (any instance if none does), so KV moves between nearby
+    servers, as an AFD instance hands its requests to the TP instances on its own GPUs.
+
+    Notes
+    -----
+    O(R log R + R T) for R requests and T new instances overlapping an old one.
+    """
+    owner = {g: k for k, inst in enumerate(layout.instances) for g in inst.gpu_ids}
+    load = [0.0] * len(layout.instances)
+    everyone = list(range(len(layout.instances)))
+    out: dict[str, int] = {}
+    for w in snap.workers:
+        gpus = snap.layout.instances[w.instance].gpu_ids
+        targets = sorted({owner[g] for g in gpus if g in owner}) or everyone
+        for r in sorted((*w.running, *w.waiting), key=lambda r: (-r.context_tokens, r.request_id)):
+            k = min(targets, key=load.__getitem__)
+            out[r.request_id] = k
+            load[k] += r.context_tokens
     return out
 
 
