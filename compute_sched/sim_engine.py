@@ -246,6 +246,8 @@ class SimEngine:
                 s.kv_ready, s.ready_at = False, start[d]
                 methods["transfer"] -= 1
                 methods["recompute"] = methods.get("recompute", 0) + 1
+                if not methods["transfer"]:
+                    del methods["transfer"]
                 continue
             s.ready_at = self._now + t + self.costs.transfer_setup_s
             worst = max(worst, s.ready_at - start[d])

@@ -14,7 +14,8 @@ on the fabric:
   NIC's cross-server bytes over the line rate (what a non-blocking fabric gives) and ``T_k`` when
   its last flow finished. On a non-blocking fabric at the GPU's NIC rate this reproduces the
   performance model's NIC term exactly; where uplinks are oversubscribed or circuits are missing,
-  ``B_k`` shrinks by the slowdown the flows saw. Rates are cached per (layout, fabric state).
+  ``B_k`` shrinks by the slowdown the flows saw (path latency is left out: the step model has its
+  own per-exchange latency). Rates are cached per (layout, fabric state).
 * **Estimates** for the planner (a configuration without a placement): the harmonic mean of
   ``B_k`` over a homogeneous layout of that configuration on the generation GPUs; bulk transfers
   (reshard from peers, KV transfer) use a shift pattern, every instance sending to the next.
@@ -74,7 +75,7 @@ from sim.network.rfabric import RFabricFabric
 __all__ = ["FabricSeam", "Deployment", "TransferBatch"]
 
 _SIZE_CLASSES = 64  # a batch's flow sizes are rounded up to this many log-spaced classes (bounded events)
-_IDEAL_S = 100.0  # decode patterns are scaled so the shortest ideal time is this long: path latency vanishes
+_IDEAL_S = 1.0  # decode patterns are scaled so the shortest ideal time is this long (any scale gives the same rates)
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class TransferBatch:
     transfers: int
     size_bytes: float
     flows: int
-    makespan_s: float  # last landing after the batch started
+    makespan_s: float  # from the first transfer's start to the last landing
     wall_s: float  # host seconds the flow simulation took
 
 
@@ -215,7 +216,8 @@ class FabricSeam:
         kinds = {t.kind for t in transfers}
         self.batches.append(TransferBatch(self.origin_s + now_s, kinds.pop() if len(kinds) == 1 else "mixed",
                                           len(transfers), float(sum(t.size_bytes for t in transfers)), len(flows),
-                                          float(done[np.isfinite(done)].max(initial=0.0)), time.perf_counter() - t0))
+                                          float(done[np.isfinite(done)].max(initial=0.0))
+                                          - min(t.start_s for t in transfers), time.perf_counter() - t0))
         return done.tolist()
 
     # ------------------------------------------------------------------ RFabric
@@ -298,8 +300,9 @@ class FabricSeam:
                 layout = homogeneous(cfg, total)
                 if self.rfabric and self.driver is not None and pattern == "decode":
                     state = self._would_plan(layout)
-                rates = list(self._rates(layout, state, pattern).values())
-                got = float(len(rates) / sum(1.0 / r for r in rates)) if rates else self.link_bytes_s
+                rates = [r for r in self._rates(layout, state, pattern).values() if r > 0]
+                # harmonic mean over the instances the circuits join; none joined: next to nothing
+                got = float(len(rates) / sum(1.0 / r for r in rates)) if rates else 1e-6 * self.link_bytes_s
             self._cache[key] = got
         return got
 
@@ -323,12 +326,16 @@ class FabricSeam:
                 np.maximum.at(busiest, owner[cross], gpu_load[end[cross]])
             ideal = busiest / self.link_bytes_s
             scale = _IDEAL_S / ideal[ideal > 0].min() if np.any(ideal > 0) else 1.0
-            res = self.net.time_flows(FlowSet(src, dst, size * scale, 0.0),
-                                      timeline=None if state is None else [(0.0, state)])
-            took = np.zeros(len(insts))
-            np.maximum.at(took, owner, res.finish_s)
+            flows = FlowSet(src, dst, size * scale, 0.0)
+            res = self.net.time_flows(flows, timeline=None if state is None else [(0.0, state)])
+            on = state if state is not None else self.net.state(flows)
+            took = np.zeros(len(insts))  # last bit sent; the path latency is the step model's alpha term
+            np.maximum.at(took, owner, res.finish_s - on.incidence(flows.src, flows.dst).latency_s)
             for k, inst in enumerate(insts):
                 if ideal[k] > 0:
+                    if not math.isfinite(took[k]) and pattern != "decode":
+                        out[inst.gpu_ids] = 0.0  # no path in the circuits in force: no transfer this way
+                        continue
                     if not math.isfinite(took[k]):
                         raise ConfigError("generation", "fabric", f"instance {inst.config.name} on GPUs "
                                           f"{int(self.gpus[inst.gpu_ids[0]])}.. has no path on {self.net.fabric.name}"
