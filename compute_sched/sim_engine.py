@@ -137,6 +137,10 @@ class SimEngine:
     def idle(self) -> bool:
         return all(not i.running and not i.waiting for i in self._insts)
 
+    def pending_count(self) -> int:
+        """Requests running or waiting, without building a snapshot."""
+        return sum(len(i.running) + len(i.waiting) for i in self._insts)
+
     def snapshot(self) -> ClusterSnapshot:
         workers = tuple(WorkerState(i.index, i.cfg, tuple(s.state() for s in i.running),
                                     tuple(s.state() for s in i.waiting), i.used(), i.cap, i.rate_tps,
