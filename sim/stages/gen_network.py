@@ -40,6 +40,11 @@ on the fabric:
   way at deployment boundaries; migrations while decoding are priced by the cost model at
   :meth:`FabricSeam.transfer_bytes_per_s`.
 
+**Copies.** With ``copies=c`` the engine simulates a slice of ``len(gpus) / c`` GPUs that stands
+for ``c`` identical copies side by side (``GenerationStage(slice_gpus=...)``). The fabric still sees
+the whole cluster: every pattern, intent and transfer is replicated onto each copy's GPUs, an
+instance gets the rate of its slowest copy, and a transfer lands when its slowest copy has.
+
 Static fabrics ignore intents; MixNet and RFabric without a driver get the circuits NetworkSim
 plans per pattern. ``probe`` mode (veRL-TO's TP sweep) never touches the driver: RFabric rates then
 come from the plan the controller *would* make for the layout (same algorithm, private cache).
@@ -57,7 +62,7 @@ import numpy as np
 
 from compute_sched.hardware import DTYPE_BYTES
 from compute_sched.intents import generation_intent
-from compute_sched.layout import InstanceConfig, Layout, homogeneous
+from compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous
 from compute_sched.netseam import Transfer, crosses_nodes
 from compute_sched.perf import PerfModel
 from fabric.controller import FabricState, materialize
@@ -122,6 +127,8 @@ class FabricSeam:
         Sequences per instance the decode pattern is sized at (default: the engine's batch limit).
     boundary_pause_s : float
         Shortest pause the runtime takes at a deployment boundary (the engine switch-over).
+    copies : int
+        The engine's cluster is the first ``len(gpus) / copies`` GPUs; the rest run identical copies.
 
     Examples
     --------
@@ -134,9 +141,15 @@ class FabricSeam:
     """
 
     def __init__(self, net: NetworkSim, gpus: Sequence[int], perf: PerfModel, driver: RFabricDriver | None = None,
-                 *, job: str = "gen", nominal_batch: int | None = None, boundary_pause_s: float = 1.5) -> None:
+                 *, job: str = "gen", nominal_batch: int | None = None, boundary_pause_s: float = 1.5,
+                 copies: int = 1) -> None:
         self.net, self.driver, self.job = net, driver, job
         self.gpus = np.asarray(list(gpus), dtype=np.int64)
+        if copies < 1 or len(self.gpus) % copies:
+            raise ConfigError("FabricSeam", "copies", f"{copies} copies of {len(self.gpus)} GPUs",
+                              f"a divisor of {len(self.gpus)}")
+        self.copies, self.local = copies, len(self.gpus) // copies
+        self._copy_gpus = self.gpus.reshape(copies, self.local)  # fabric GPU of (copy, engine GPU)
         self.perf = perf.with_network(None)
         self.nominal_batch = nominal_batch or perf.cal.max_num_seqs
         self.boundary_pause_s = boundary_pause_s
@@ -224,7 +237,7 @@ class FabricSeam:
     def _intent(self, layout: Layout, moves: tuple[np.ndarray, np.ndarray] | None = None):
         """The generation intent of ``layout`` (plus the transfer pairs ``moves``, fabric GPUs)."""
         topo = self.net.fabric.topology
-        doc = generation_intent(layout, self.perf, job=self.job, global_gpus=self.gpus.tolist(),
+        doc = generation_intent(self._whole(layout), self.perf, job=self.job, global_gpus=self.gpus.tolist(),
                                 batch_per_instance=self.nominal_batch,
                                 context_tokens=self.nominal_batch * 4096.0, period_s=30.0)
         if not doc["collectives"]:  # nothing crosses a GPU: an empty all-reduce keeps the document valid
@@ -283,6 +296,10 @@ class FabricSeam:
         return None if self._state is None else [(0.0, self._state)]
 
     # ------------------------------------------------------------------ rates
+    def _whole(self, layout: Layout) -> Layout:
+        """The layout over every generation GPU: the engine's slice and its copies."""
+        return _replicate(layout, self.copies)
+
     def _layout_key(self, layout: Layout) -> tuple:
         gpn = self.perf.gpu.gpus_per_node
         return tuple((i.config, i.gpu_ids) for i in layout.instances if crosses_nodes(i.config, gpn))
@@ -293,7 +310,7 @@ class FabricSeam:
         key = ("estimate", cfg, pattern, None if state is None else state.signature, self.net.failures.key)
         got = self._cache.get(key)
         if got is None:
-            total = len(self.gpus)
+            total = self.local
             if cfg.gpus > total:
                 got = self.link_bytes_s
             else:
@@ -346,28 +363,29 @@ class FabricSeam:
         return out
 
     def _decode_pairs(self, insts):
-        """Per-layer exchange of every instance at the nominal batch: (src, dst, bytes, owner) in fabric GPUs."""
-        m, b = self.perf.model, float(self.nominal_batch)
-        act = b * m.d_model * DTYPE_BYTES
+        """Per-layer exchange of every instance (and copy) at the nominal batch: (src, dst, bytes, owner)."""
         parts = []
         for k, inst in enumerate(insts):
-            cfg, g = inst.config, self.gpus[list(inst.gpu_ids)]
-            if cfg.kind == "ep":
-                s, d = np.meshgrid(g, g, indexing="ij")
-                keep = s != d
-                s, d = s[keep], d[keep]
-                v = np.full(len(s), act / cfg.ep * max(1, m.experts_per_token) / cfg.ep)
-            elif cfg.kind == "afd":
-                a, f = g[:cfg.attn_gpus], g[cfg.attn_gpus:]
-                fan = min(m.experts_per_token, cfg.ffn_gpus) if m.is_moe else 1
-                sa, sf = np.meshgrid(a, f, indexing="ij")
-                s, d = np.r_[sa.ravel(), sf.ravel()], np.r_[sf.ravel(), sa.ravel()]
-                v = np.full(len(s), act * fan / (len(a) * len(f)))
-            else:
-                s, d, v = collective_pair_arrays(Collective("all-reduce", groups=(tuple(g.tolist()),),
-                                                            bytes_per_rank=act))
-            parts.append((s, d, v, np.full(len(s), k)))
+            for g in self._copy_gpus[:, list(inst.gpu_ids)]:  # every copy sends the same pattern
+                s, d, v = self._pattern(inst.config, g)
+                parts.append((s, d, v, np.full(len(s), k)))
         return _concat(parts)
+
+    def _pattern(self, cfg: InstanceConfig, g: np.ndarray):
+        """One instance's exchange on fabric GPUs ``g``: EP all-to-all, AFD M2N both ways, or a TP ring."""
+        m = self.perf.model
+        act = float(self.nominal_batch) * m.d_model * DTYPE_BYTES
+        if cfg.kind == "ep":
+            s, d = np.meshgrid(g, g, indexing="ij")
+            keep = s != d
+            return s[keep], d[keep], np.full(int(keep.sum()), act / cfg.ep * max(1, m.experts_per_token) / cfg.ep)
+        if cfg.kind == "afd":
+            a, f = g[:cfg.attn_gpus], g[cfg.attn_gpus:]
+            fan = min(m.experts_per_token, cfg.ffn_gpus) if m.is_moe else 1
+            sa, sf = np.meshgrid(a, f, indexing="ij")
+            s, d = np.r_[sa.ravel(), sf.ravel()], np.r_[sf.ravel(), sa.ravel()]
+            return s, d, np.full(len(s), act * fan / (len(a) * len(f)))
+        return collective_pair_arrays(Collective("all-reduce", groups=(tuple(g.tolist()),), bytes_per_rank=act))
 
     def _shift_pairs(self, insts):
         """Every instance's GPUs send to the next instance's GPUs, position by position."""
@@ -376,9 +394,10 @@ class FabricSeam:
         parts = []
         for k, inst in enumerate(insts):
             nxt = insts[(k + 1) % len(insts)]
-            s, d = self.gpus[list(inst.gpu_ids)], self.gpus[list(nxt.gpu_ids)]
-            n = min(len(s), len(d))
-            parts.append((s[:n], d[:n], np.ones(n), np.full(n, k)))
+            for row in self._copy_gpus:
+                s, d = row[list(inst.gpu_ids)], row[list(nxt.gpu_ids)]
+                n = min(len(s), len(d))
+                parts.append((s[:n], d[:n], np.ones(n), np.full(n, k)))
         return _concat(parts)
 
     # ------------------------------------------------------------------ transfers
@@ -391,8 +410,8 @@ class FabricSeam:
             if not ns or not nd or t.size_bytes <= 0:
                 continue
             idx = np.arange(n)
-            s = self.gpus[np.asarray(t.src_gpus)[idx % ns]]
-            d = self.gpus[np.asarray(t.dst_gpus)[idx % nd]]
+            s = self._copy_gpus[:, np.asarray(t.src_gpus)[idx % ns]].ravel()  # every copy moves the same
+            d = self._copy_gpus[:, np.asarray(t.dst_gpus)[idx % nd]].ravel()
             keep = s != d
             m = int(keep.sum())
             srcs.append(s[keep]), dsts.append(d[keep]), sizes.append(np.full(m, t.size_bytes / n))
@@ -402,6 +421,15 @@ class FabricSeam:
             return e.astype(np.int64), e.astype(np.int64), e, e, e.astype(np.int64)
         return (np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes), np.concatenate(starts),
                 np.concatenate(owners))
+
+
+def _replicate(layout: Layout, copies: int) -> Layout:
+    """Return ``copies`` copies of ``layout`` side by side (copy ``j`` on GPUs ``j * total ..``)."""
+    if copies == 1:
+        return layout
+    n = layout.total_gpus
+    return Layout(tuple(Instance(i.config, tuple(j * n + g for g in i.gpu_ids)) for j in range(copies)
+                        for i in layout.instances), n * copies)
 
 
 def _size_classes(size: np.ndarray) -> np.ndarray:

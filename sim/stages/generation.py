@@ -26,6 +26,13 @@ Policies (``policy``):
 Static policies have no monitoring, so the engine advances in ``static_tick_s`` steps (the
 remaining-requests curve is sampled that coarsely; the step itself does not depend on it).
 
+``slice_gpus`` trades fidelity for speed at scale: the engine and scheduler run on the first
+``slice_gpus`` generation GPUs with every ``c``-th GRPO group of the trace (``c`` = GPUs / slice),
+and the rest of the cluster is taken to run ``c - 1`` identical copies. The fabric still carries
+all ``c`` copies' traffic (:class:`~sim.stages.gen_network.FabricSeam` ``copies``), so contention,
+circuits and intents are those of the whole cluster; what is lost is the straggler statistics of
+``c`` times more instances and any balancing across copies. Samples and tokens are scaled back up.
+
 KV migration may transfer (``kv_transfer=True``, default): the engine OrchestrRL describes picks
 transfer or recomputation, whichever is cheaper (§4.1, Appendix A). That is a labelled capability
 of the simulated engine, not of the vLLM adapter (:mod:`compute_sched.engine`). The scheduler plans
@@ -55,7 +62,7 @@ from sim.network.reconfig import RFabricDriver
 from sim.stages.base import StageResult
 from sim.stages.gen_network import FabricSeam
 
-__all__ = ["POLICIES", "KV_TRANSFER", "GenerationStage", "phase_breakdown", "local_placement"]
+__all__ = ["POLICIES", "KV_TRANSFER", "GenerationStage", "phase_breakdown", "local_placement", "slice_trace"]
 
 POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")
 KV_TRANSFER = EngineCapabilities(kv_transfer=True, label="RLSim: OrchestrRL's engine transfers KV or recomputes, "
@@ -94,6 +101,8 @@ class GenerationStage:
         ``two-phase`` only: the configuration taken over once ``switch_at`` of the requests finished.
     static_tick_s : float
         Engine advance of the static policies (no monitoring to run in between).
+    slice_gpus : int, optional
+        Simulate this many GPUs (a divisor of ``len(gpus)``, whole servers) as one of identical copies.
 
     Examples
     --------
@@ -111,16 +120,22 @@ class GenerationStage:
                  calibration: Calibration | None = None, job: str = "gen", kv_transfer: bool = True,
                  scheduler: SchedulerConfig | None = None, sweep_tps: tuple[int, ...] = (1, 2, 4, 8),
                  max_num_seqs: int | None = None, forecast: LengthHistogram | None = None,
-                 switch_to: str | None = None, switch_at: float = 0.5, static_tick_s: float = 10.0) -> None:
+                 switch_to: str | None = None, switch_at: float = 0.5, static_tick_s: float = 10.0,
+                 slice_gpus: int | None = None) -> None:
         src = "GenerationStage"
         if policy not in POLICIES:
             raise ConfigError(src, "policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
         self.gpus = _check_gpus(gpus, gpu, net)
+        self.n = slice_gpus or len(self.gpus)  # GPUs the engine simulates
+        if self.n % gpu.gpus_per_node or len(self.gpus) % self.n or self.n < gpu.gpus_per_node:
+            raise ConfigError(src, "slice_gpus", f"{slice_gpus} of {len(self.gpus)} generation GPUs",
+                              f"whole servers dividing {len(self.gpus)}, or None for the whole cluster")
+        self.copies = len(self.gpus) // self.n
         self.perf0 = PerfModel(model, gpu, calibration)
         self.instance: InstanceConfig | None = None
         if instance is not None:
             self.instance = parse_config(instance)
-            if self.instance.gpus > len(self.gpus) or not self.perf0.fits(self.instance):
+            if self.instance.gpus > self.n or not self.perf0.fits(self.instance):
                 raise ConfigError(src, "instance", f"{model.name} does not fit {self.instance.name} on "
                                   f"{len(self.gpus)} {gpu.name} GPUs", "a configuration that holds the weights "
                                   "and fits the generation GPUs")
@@ -133,7 +148,7 @@ class GenerationStage:
                 raise ConfigError(src, "switch_to", f"two-phase needs switch_to and 0 <= switch_at <= 1, got "
                                   f"{switch_to!r} at {switch_at!r}", "e.g. switch_to='tp8', switch_at=0.5")
             self.switch_to = parse_config(switch_to)
-            if not self.perf0.fits(self.switch_to) or self.switch_to.gpus > len(self.gpus):
+            if not self.perf0.fits(self.switch_to) or self.switch_to.gpus > self.n:
                 raise ConfigError(src, "switch_to", f"{model.name} does not fit {self.switch_to.name}",
                                   "a configuration that holds the weights")
         self.switch_at, self.static_tick_s = switch_at, static_tick_s
@@ -143,7 +158,8 @@ class GenerationStage:
         self.sweep_tps, self.max_num_seqs = tuple(sweep_tps), max_num_seqs
         fixed_s = CostModel(self.perf0).switch_fixed_s
         self.seam = FabricSeam(net, self.gpus, self.perf0, driver, job=job,
-                               nominal_batch=max_num_seqs or self.perf0.cal.max_num_seqs, boundary_pause_s=fixed_s)
+                               nominal_batch=max_num_seqs or self.perf0.cal.max_num_seqs, boundary_pause_s=fixed_s,
+                               copies=self.copies)
         self.perf = self.perf0.with_network(self.seam)
         self.forecast = forecast
         self._history: list[int] = []  # output lengths of the previous run: the next run's forecast
@@ -158,7 +174,11 @@ class GenerationStage:
             If no configuration of the policy fits, or an instance has no path on the fabric.
         """
         wall = time.perf_counter()
-        n = len(self.gpus)
+        n, full = self.n, trace
+        trace = slice_trace(trace, self.copies)
+        if not trace.requests:
+            raise ConfigError("GenerationStage", "slice_gpus", f"a 1/{self.copies} slice of {len(full.requests)} "
+                              "requests is empty", "a larger slice, or a trace with more GRPO groups")
         self.seam.start(now_s)
         forecast, label = self._forecast(trace)
         sweep: dict[int, float] = {}
@@ -174,7 +194,13 @@ class GenerationStage:
         else:
             report, engine = self._step(trace, homogeneous(start, n), pp, rb, forecast if pp or rb else None)
         self._history = [f.output_tokens for f in report.finished]
-        return self._result(report, engine, homogeneous(start, n), label, sweep, time.perf_counter() - wall)
+        result = self._result(report, engine, homogeneous(start, n), label, sweep, time.perf_counter() - wall)
+        if self.copies == 1:
+            return result
+        scale = len(full.requests) / len(trace.requests)
+        detail = {**result.detail, "slice": {"gpus": n, "copies": self.copies, "requests": len(trace.requests),
+                                             "samples": result.samples, "tokens": result.tokens}}
+        return replace(result, samples=round(result.samples * scale), tokens=result.tokens * scale, detail=detail)
 
     def _engine(self, trace: Trace, layout: Layout) -> SimEngine:
         lengths = {q.request_id: q.output_tokens for q in trace.requests}
@@ -215,7 +241,7 @@ class GenerationStage:
 
     def _verl_to(self, trace: Trace) -> tuple[int, dict[int, float]]:
         """veRL-TO's TP: the best static TP of the sweep, each run as a what-if off the driver."""
-        n = len(self.gpus)
+        n = self.n
         fits = [t for t in self.sweep_tps if t <= n and n % t == 0 and self.perf0.fits(InstanceConfig("tp", tp=t))]
         if not fits:
             raise ConfigError("GenerationStage", "sweep_tps", f"no TP degree of {self.sweep_tps} fits "
@@ -295,6 +321,23 @@ def phase_breakdown(report: StepReport, initial: str, switch_fixed_s: float) -> 
     key = f"decode/{cur}"
     out[key] = out.get(key, 0.0) + max(0.0, report.makespan_s - t)
     return out
+
+
+def slice_trace(trace: Trace, copies: int) -> Trace:
+    """Return every ``copies``-th GRPO group of ``trace`` (groups in order of appearance; a request
+    without a group is its own), the share one of ``copies`` identical slices of the cluster generates.
+
+    >>> t = heavy_tailed_trace(8, 4, 2048, seed=0)
+    >>> len(slice_trace(t, 4).requests), slice_trace(t, 1) is t
+    (8, True)
+    """
+    if copies == 1:
+        return trace
+    order: dict[str, int] = {}
+    for q in trace.requests:
+        order.setdefault(q.group_id or q.request_id, len(order))
+    kept = tuple(q for q in trace.requests if order[q.group_id or q.request_id] % copies == 0)
+    return Trace(f"{trace.name} (1/{copies})", trace.max_tokens, kept)
 
 
 def local_placement(snap: ClusterSnapshot, layout: Layout) -> dict[str, int]:
