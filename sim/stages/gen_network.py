@@ -43,7 +43,8 @@ on the fabric:
 **Copies.** With ``copies=c`` the engine simulates a slice of ``len(gpus) / c`` GPUs that stands
 for ``c`` identical copies side by side (``GenerationStage(slice_gpus=...)``). The fabric still sees
 the whole cluster: every pattern, intent and transfer is replicated onto each copy's GPUs, an
-instance gets the rate of its slowest copy, and a transfer lands when its slowest copy has.
+instance runs at the harmonic mean of its copies' rates (their average step), and a transfer
+lands when its slowest copy has.
 
 Static fabrics ignore intents; MixNet and RFabric without a driver get the circuits NetworkSim
 plans per pattern. ``probe`` mode (veRL-TO's TP sweep) never touches the driver: RFabric rates then
@@ -324,7 +325,11 @@ class FabricSeam:
         return got
 
     def _rates(self, layout: Layout, state, pattern: str = "decode") -> dict[tuple[int, ...], float]:
-        """Per-instance effective rate of ``layout``'s pattern on ``state`` (see the module note)."""
+        """Per-instance effective rate of ``layout``'s pattern on ``state`` (see the module note).
+
+        With copies, each copy of an instance gets its own rate and the instance their harmonic mean
+        (the copies' average step time).
+        """
         key = ("rates", pattern, self._layout_key(layout) if pattern == "decode" else tuple(layout.instances),
                None if state is None else state.signature, self.net.failures.key)
         got = self._cache.get(key)
@@ -333,32 +338,34 @@ class FabricSeam:
         insts = [i for i in layout.instances if pattern == "shift" or crosses_nodes(i.config, self.perf.gpu.gpus_per_node)]
         pairs = self._decode_pairs(insts) if pattern == "decode" else self._shift_pairs(insts)
         out: dict[tuple[int, ...], float] = {i.gpu_ids: self.link_bytes_s for i in insts}
-        if pairs is not None:
-            src, dst, size, owner = pairs
-            server = GPUS_PER_SERVER
-            cross = (src // server) != (dst // server)
-            busiest = np.zeros(len(insts))
-            for end in (src, dst):  # the busiest NIC of the instance, sending or receiving
-                gpu_load = np.bincount(end[cross], size[cross], minlength=int(end.max()) + 1)
-                np.maximum.at(busiest, owner[cross], gpu_load[end[cross]])
-            ideal = busiest / self.link_bytes_s
-            scale = _IDEAL_S / ideal[ideal > 0].min() if np.any(ideal > 0) else 1.0
-            flows = FlowSet(src, dst, size * scale, 0.0)
-            res = self.net.time_flows(flows, timeline=None if state is None else [(0.0, state)])
-            on = state if state is not None else self.net.state(flows)
-            took = np.zeros(len(insts))  # last bit sent; the path latency is the step model's alpha term
-            np.maximum.at(took, owner, res.finish_s - on.incidence(flows.src, flows.dst).latency_s)
-            for k, inst in enumerate(insts):
-                if ideal[k] > 0:
-                    if not math.isfinite(took[k]) and pattern != "decode":
-                        out[inst.gpu_ids] = 0.0  # no path in the circuits in force: no transfer this way
-                        continue
-                    if not math.isfinite(took[k]):
-                        raise ConfigError("generation", "fabric", f"instance {inst.config.name} on GPUs "
-                                          f"{int(self.gpus[inst.gpu_ids[0]])}.. has no path on {self.net.fabric.name}"
-                                          " in the circuits in force", "place Gen instances inside PoDs, or announce "
-                                          "the deployment through the RFabric driver")
-                    out[inst.gpu_ids] = float(self.link_bytes_s * ideal[k] * scale / took[k])
+        if pairs is None:
+            self._cache[key] = out
+            return out
+        src, dst, size, owner = pairs  # owner: instance * copies + copy
+        n = len(insts) * self.copies
+        cross = (src // GPUS_PER_SERVER) != (dst // GPUS_PER_SERVER)
+        busiest = np.zeros(n)
+        for end in (src, dst):  # the busiest NIC of the instance, sending or receiving
+            gpu_load = np.bincount(end[cross], size[cross], minlength=int(end.max()) + 1)
+            np.maximum.at(busiest, owner[cross], gpu_load[end[cross]])
+        ideal = busiest / self.link_bytes_s
+        scale = _IDEAL_S / ideal[ideal > 0].min() if np.any(ideal > 0) else 1.0
+        flows = FlowSet(src, dst, size * scale, 0.0)
+        res = self.net.time_flows(flows, timeline=None if state is None else [(0.0, state)])
+        on = state if state is not None else self.net.state(flows)
+        took = np.zeros(n)  # last bit sent; the path latency is the step model's alpha term
+        np.maximum.at(took, owner, res.finish_s - on.incidence(flows.src, flows.dst).latency_s)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.where(ideal > 0, self.link_bytes_s * ideal * scale / took, self.link_bytes_s)
+        for k, inst in enumerate(insts):
+            mine = rate[k * self.copies:(k + 1) * self.copies]
+            if pattern == "decode" and not np.all(mine > 0):
+                raise ConfigError("generation", "fabric", f"instance {inst.config.name} on GPUs "
+                                  f"{int(self.gpus[inst.gpu_ids[0]])}.. has no path on {self.net.fabric.name} in "
+                                  "the circuits in force", "place Gen instances inside PoDs, or announce the "
+                                  "deployment through the RFabric driver")
+            mine = mine[mine > 0]  # an estimate leaves out copies the circuits in force do not join
+            out[inst.gpu_ids] = float(len(mine) / np.sum(1.0 / mine)) if len(mine) else 0.0
         self._cache[key] = out
         return out
 
@@ -366,9 +373,9 @@ class FabricSeam:
         """Per-layer exchange of every instance (and copy) at the nominal batch: (src, dst, bytes, owner)."""
         parts = []
         for k, inst in enumerate(insts):
-            for g in self._copy_gpus[:, list(inst.gpu_ids)]:  # every copy sends the same pattern
+            for j, g in enumerate(self._copy_gpus[:, list(inst.gpu_ids)]):  # every copy sends the same pattern
                 s, d, v = self._pattern(inst.config, g)
-                parts.append((s, d, v, np.full(len(s), k)))
+                parts.append((s, d, v, np.full(len(s), k * self.copies + j)))
         return _concat(parts)
 
     def _pattern(self, cfg: InstanceConfig, g: np.ndarray):
@@ -394,10 +401,10 @@ class FabricSeam:
         parts = []
         for k, inst in enumerate(insts):
             nxt = insts[(k + 1) % len(insts)]
-            for row in self._copy_gpus:
+            for j, row in enumerate(self._copy_gpus):
                 s, d = row[list(inst.gpu_ids)], row[list(nxt.gpu_ids)]
                 n = min(len(s), len(d))
-                parts.append((s[:n], d[:n], np.ones(n), np.full(n, k)))
+                parts.append((s[:n], d[:n], np.ones(n), np.full(n, k * self.copies + j)))
         return _concat(parts)
 
     # ------------------------------------------------------------------ transfers

@@ -163,6 +163,7 @@ class GenerationStage:
         self.perf = self.perf0.with_network(self.seam)
         self.forecast = forecast
         self._history: list[int] = []  # output lengths of the previous run: the next run's forecast
+        self._clock_s = 0.0  # when the previous run ended (stage clock)
 
     # ------------------------------------------------------------------ run
     def run(self, trace: Trace, now_s: float = 0.0) -> StageResult:
@@ -173,6 +174,10 @@ class GenerationStage:
         ConfigError
             If no configuration of the policy fits, or an instance has no path on the fabric.
         """
+        if self.driver is not None and now_s < self._clock_s:
+            raise ConfigError("GenerationStage.run", "now_s", f"{now_s} is before the previous run ended "
+                              f"({self._clock_s}); the RFabric driver's timeline only moves forward",
+                              "the stage clock of this run (non-decreasing)")
         wall = time.perf_counter()
         n, full = self.n, trace
         trace = slice_trace(trace, self.copies)
@@ -194,6 +199,7 @@ class GenerationStage:
         else:
             report, engine = self._step(trace, homogeneous(start, n), pp, rb, forecast if pp or rb else None)
         self._history = [f.output_tokens for f in report.finished]
+        self._clock_s = now_s + report.makespan_s
         result = self._result(report, engine, homogeneous(start, n), label, sweep, time.perf_counter() - wall)
         if self.copies == 1:
             return result
