@@ -282,6 +282,7 @@ class GenerationStage:
             "policy": self.policy, "gpus": len(self.gpus), "initial_layout": start.describe(),
             "final_layout": engine.layout.describe(), "forecast": forecast, "capabilities": self.capabilities.label,
             "unfinished": len(report.unfinished), "balancer_migrations": report.balancer_migrations,
+            "preemptions": engine.preemptions,
             "reconfigurations": [{"t_s": e.time_s, "from": e.from_layout, "to": e.to_layout, "switch_s": e.switch_s,
                                   "migration_s": e.migration_s, "migrated": e.migrated, "methods": dict(e.methods)}
                                  for e in report.reconfigurations],
