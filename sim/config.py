@@ -227,6 +227,7 @@ def _base_type(hint: Any) -> type:
 def validate(cfg: RunConfig) -> RunConfig:
     """Check what spans fields; raise :class:`ConfigError` naming the field to change."""
     src = cfg.source
+    _check_fields(cfg)
     c, t = cfg.cluster, cfg.train
     try:
         model = load_model(cfg.model)
@@ -254,9 +255,13 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(src, f"train.{exc.field}", exc.problem, exc.allowed) from None
     if t.pp > model.layers:
         raise ConfigError(src, "train.pp", f"{t.pp} stages for {model.layers} layers", f"at most {model.layers}")
-    if model.kv_heads * model.head_dim % cfg.generation.weight_sync_tp:
-        raise ConfigError(src, "generation.weight_sync_tp", f"TP={cfg.generation.weight_sync_tp} does not split "
-                          f"{model.name}'s {model.kv_heads} KV heads evenly", "1, 2, 4 or 8")
+    wtp = cfg.generation.weight_sync_tp
+    if model.kv_heads * model.head_dim % wtp or model.d_model % wtp:
+        raise ConfigError(src, "generation.weight_sync_tp", f"TP={wtp} does not split {model.name}'s "
+                          f"{model.kv_heads} KV heads of {model.head_dim} evenly", "1, 2, 4 or 8")
+    if c.train_gpus is not None and (c.gpus - c.train_gpus) % wtp:
+        raise ConfigError(src, "generation.weight_sync_tp", f"TP={wtp} does not divide the "
+                          f"{c.gpus - c.train_gpus} generation GPUs", "a divisor of cluster.gpus - cluster.train_gpus")
     f = cfg.fabric
     if f.kind == "rfabric":
         topo = _topology(cfg)
@@ -276,6 +281,24 @@ def validate(cfg: RunConfig) -> RunConfig:
     if w.trace is not None and not os.path.exists(cfg.resolve(w.trace)):
         raise ConfigError(src, "workload.trace", f"{w.trace} does not exist", "a trace file relative to this file")
     return cfg
+
+
+def _check_fields(cfg: RunConfig) -> None:
+    """Check every field against its declared choices and range (for configs built in code)."""
+    for f in fields(RunConfig):
+        if f.metadata.get("internal"):
+            continue
+        section = getattr(cfg, f.name)
+        items = ([(f"{f.name}.{g.name}", getattr(section, g.name), g.metadata) for g in fields(section)]
+                 if _is_section(f) else [(f.name, section, f.metadata)])
+        for path, value, meta in items:
+            if value is None:
+                continue
+            choices, lo, hi = meta.get("choices"), meta.get("min"), meta.get("max")
+            if choices is not None and value not in choices:
+                raise ConfigError(cfg.source, path, f"unknown value {value!r}", ", ".join(str(c) for c in choices))
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                raise ConfigError(cfg.source, path, f"value {value} is out of range", _allowed(meta))
 
 
 def _topology(cfg: RunConfig) -> Topology | None:
@@ -304,10 +327,16 @@ def config_reference() -> str:
     return "\n".join(rows)
 
 
-def _row(path: str, default: Any, meta: Mapping[str, Any]) -> str:
-    allowed = ", ".join(str(c) for c in meta["choices"]) if "choices" in meta else ""
+def _allowed(meta: Mapping[str, Any]) -> str:
+    """Return what a field accepts, in words, from its metadata."""
+    if "choices" in meta:
+        return ", ".join(str(c) for c in meta["choices"])
     lo, hi = meta.get("min"), meta.get("max")
-    if not allowed and (lo is not None or hi is not None):
-        allowed = f">= {lo}" if hi is None else (f"<= {hi}" if lo is None else f"{lo} to {hi}")
+    if lo is None and hi is None:
+        return ""
+    return f">= {lo}" if hi is None else (f"<= {hi}" if lo is None else f"{lo} to {hi}")
+
+
+def _row(path: str, default: Any, meta: Mapping[str, Any]) -> str:
     shown = "(omitted)" if default is None else f"`{default}`"
-    return f"| `{path}` | {shown} | {allowed} | {meta['help']} |"
+    return f"| `{path}` | {shown} | {_allowed(meta)} | {meta['help']} |"
