@@ -72,6 +72,9 @@ class FabricSettings:
                          choices=ALLOCATIONS)
     ecmp: str = _f("fluid", "ECMP as a fluid split over equal-cost paths, or one hashed path per flow",
                    choices=("fluid", "hash"))
+    switch_radix: int = _f(64, "ports of every EPS switch (Clos fabrics, RFabric's ToRs), in the simulator and "
+                               "the cost model; 16 makes a 64-GPU Clos two-tier, so FT-OS is oversubscribed",
+                           choices=(8, 16, 32, 64, 128))
 
 
 @dataclass(frozen=True)
@@ -273,7 +276,7 @@ def validate(cfg: RunConfig) -> RunConfig:
                               f"{topo.link_bps / 1e9:g} Gb/s", "the topology's link speed")
         if topo is None:
             try:
-                default_rfabric_spec(c.gpus, f.link_gbps)
+                default_rfabric_spec(c.gpus, f.link_gbps, switch_radix=f.switch_radix)
             except ConfigError as exc:
                 raise ConfigError(src, "cluster.gpus", exc.problem, exc.allowed.replace("or pass rfabric_spec",
                                                                                       "or set fabric.topology")) from None

@@ -65,7 +65,7 @@ class ClusterCost:
 
 def cluster_cost(fabric: str, gpus: int, link_gbps: int, gpu: str, *, gpu_usd_per_hour: float | None = None,
                  amortization_years: float = 3.0, topology: Topology | None = None,
-                 min_clos_tiers: int = 1) -> ClusterCost:
+                 min_clos_tiers: int = 1, switch_radix: int = 64) -> ClusterCost:
     """Return the hourly cost of ``gpus`` GPUs of type ``gpu`` on ``fabric`` at ``link_gbps``.
 
     Raises
@@ -85,7 +85,7 @@ def cluster_cost(fabric: str, gpus: int, link_gbps: int, gpu: str, *, gpu_usd_pe
                           f"set it, or use one of {', '.join(GPU_USD_PER_HOUR)} (RollMux Table 1)")
     if not amortization_years > 0:
         raise ConfigError("run", "cost.network_amortization_years", f"{amortization_years}", "> 0")
-    row = network_cost(DESIGN_OF[fabric], gpus, link_gbps, min_clos_tiers=min_clos_tiers,
+    row = network_cost(DESIGN_OF[fabric], gpus, link_gbps, min_clos_tiers=min_clos_tiers, switch_radix=switch_radix,
                        rfabric_spec=topology.spec if topology is not None else None)
     return ClusterCost(fabric, gpus, link_gbps, float(price), row.network_usd, row.relative_to_fat_tree,
                        float(amortization_years))

@@ -141,7 +141,7 @@ def build(cfg: RunConfig, *, train_gpus: int | None = None, stages_factory: Stag
         cfg = validate(replace(cfg, cluster=replace(cfg.cluster, train_gpus=n_train)))
     f, c = cfg.fabric, cfg.cluster
     topo = load_topology(cfg.resolve(f.topology)) if f.kind == "rfabric" and f.topology else None
-    config = SimConfig(link_bps=f.link_gbps * 1e9, ecmp=f.ecmp)
+    config = SimConfig(link_bps=f.link_gbps * 1e9, ecmp=f.ecmp, switch_radix=f.switch_radix)
     fabric = build_fabric(f.kind, c.gpus, config, topology=topo)
     driver = None
     if f.kind == "rfabric":
@@ -151,7 +151,8 @@ def build(cfg: RunConfig, *, train_gpus: int | None = None, stages_factory: Stag
     net = NetworkSim(fabric, circuits="fixed" if driver else "per-pattern", method=f.allocation)
     cost = cluster_cost(f.kind, c.gpus, f.link_gbps, load_gpu(c.gpu).name, gpu_usd_per_hour=cfg.cost.gpu_usd_per_hour,
                         amortization_years=cfg.cost.network_amortization_years,
-                        topology=topo if f.topology else None, min_clos_tiers=cfg.cost.min_clos_tiers)
+                        topology=topo if f.topology else None, min_clos_tiers=cfg.cost.min_clos_tiers,
+                        switch_radix=f.switch_radix)
     source = load_source_trace(cfg.resolve(cfg.workload.trace)) if cfg.workload.trace else None
     sim = Simulation(cfg, load_model(cfg.model), load_gpu(c.gpu), net, driver, topo, tuple(range(n_train)),
                      tuple(range(n_train, c.gpus)), cost, source)
@@ -202,7 +203,7 @@ def _pod_gpus(cfg: RunConfig) -> int:
     if f.kind != "rfabric":
         return 8
     spec = (load_topology(cfg.resolve(f.topology)).spec if f.topology
-            else default_rfabric_spec(cfg.cluster.gpus, f.link_gbps))
+            else default_rfabric_spec(cfg.cluster.gpus, f.link_gbps, switch_radix=f.switch_radix))
     return spec.servers_per_pod * spec.gpus_per_server
 
 
