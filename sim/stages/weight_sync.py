@@ -190,7 +190,7 @@ class WeightSyncStage:
     Examples
     --------
     >>> from compute_sched.hardware import load_model
-    >>> from fabric.layout import ParallelLayout, parallel_groups
+    >>> from fabric.layout import ParallelLayout
     >>> net = NetworkSim("ft", gpus=32)
     >>> st = WeightSyncStage(load_model("Qwen2.5-14B"), ParallelLayout(tp=8, dp=2), range(16), 8, range(16, 32), net)
     >>> r = st.run(0.0)
