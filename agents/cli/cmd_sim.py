@@ -94,8 +94,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                      help='print {"figure", "rows": [{"label", "paper", "ours", "ratio", ...}], "notes"}')
     fig.set_defaults(func=_figure)
 
-    from agents import cli_sim_run  # `sim run` (issue 16) lives in its own module
-    cli_sim_run.register(sub)
+    from agents.cli import cmd_sim_run  # `sim run` (issue 16) lives in its own module
+    cmd_sim_run.register(sub)
 
 
 _FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23"}
