@@ -45,7 +45,7 @@ from sim.sweep import run_sweep
 from sim.workload import split_candidates, step_size
 
 __all__ = ["RLCase", "MODELS", "AFD_INSTANCE", "case_config", "run_case", "sweep", "run", "rows_of",
-           "add_sweep_options", "sweep_options", "main"]
+           "add_sweep_options", "sweep_options", "figure_main", "cases", "plot", "main"]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sim"
 MODELS = {"72b": "fig13-qwen72b-2048.yaml", "57b-moe": "fig13-qwen57b-moe-2048.yaml"}
