@@ -8,13 +8,16 @@ one fabric at one scale. The models are the paper's: Qwen2.5-72B (TP8 PP2 CP3) a
 mode)"), the dense model under OrchestrRL's scheduler. Steps hold 16 responses per generation GPU
 (App. F), so the work scales with the cluster.
 
-**Train/Gen split.** §7.2: "we allocate the number of GPUs to Train and Gen following [67]"
-(StreamRL). Each fabric gets its own split -- a baseline at its best configuration: every candidate
-of :func:`sim.workload.split_candidates` (whole RFabric PoDs at every fabric, so all six choose from
-the same sizes) is profiled with the run's stages on step 0 and the one with the highest
-``samples per step / max(T_gen, T_train)`` wins. (``sim.run.balanced_split`` picks the shortest
-period, which with steps scaled to the generation GPUs favours a small generation cluster; see
-docs/sim-loop.md.)
+**Train/Gen split.** §7.2: "With a given budget, we allocate the number of GPUs to Train and Gen
+following [67]" (StreamRL). The sweep runs in two phases: first FT, the reference, picks the split
+of each (model, scale, link speed) -- every candidate of :func:`sim.workload.split_candidates` in whole
+RFabric PoDs is profiled with the run's stages on step 0 and the one with the highest
+``samples per step / max(T_gen, T_train)`` wins -- then every other fabric runs on that split, so
+the fabrics differ only in their network. (``sim.run.balanced_split`` picks the shortest period,
+which with steps scaled to the generation GPUs favours the smallest generation cluster; see
+docs/sim-loop.md. Letting each fabric profile its own split costs five stage runs per case and
+TopoOpt's at 2,048 GPUs alone took over 2 CPU minutes; ``RLCase(train_gpus=None)`` does it for
+one case.)
 
 Paper (text of §7.2.1; the figure's bars are not given as numbers): RFabric ~ FT ~ RO; MixNet
 ~0.81x; TopoOpt 0.47-0.76x, worse on MoE; FT-OS clearly lower (no number).
@@ -137,19 +140,42 @@ def run_case(case: RLCase) -> dict[str, Any]:
             "samples_per_usd": res.samples_per_usd, "split_profile": profile, "wall_s": time.perf_counter() - t0}
 
 
+def _group(c: RLCase) -> tuple:
+    return (c.model, c.gpus, c.link_gbps, c.quick, c.iterations)
+
+
 def sweep(cases: Sequence[RLCase], *, workers: int | None = None, ray_address: str | None = None,
           label: str = "sim") -> list[dict[str, Any]]:
-    """Run ``cases`` on the sweep backend (process pool, or Ray at ``ray_address``); progress on stderr."""
+    """Run ``cases`` on the sweep backend (process pool, or Ray at ``ray_address``), in case order.
+
+    Cases without a split (``train_gpus=None``) take FT's: the FT case of their (model, scale, speed)
+    runs first and picks it (module note), then the others run on it in one parallel batch. Progress
+    goes to stderr.
+    """
     t0 = time.perf_counter()
-
-    def progress(done: int, total: int) -> None:
-        sys.stderr.write(f"[{label}] {done}/{total} cases ({time.perf_counter() - t0:.0f} s)\n")
-        sys.stderr.flush()
-
     backend = "ray" if ray_address else "pool"
     address = None if ray_address in (None, "local") else ray_address
-    return run_sweep(run_case, list(cases), backend=backend, workers=workers, ray_address=address,
-                     progress=progress)
+
+    def batch(todo: list[RLCase], phase: str) -> list[dict[str, Any]]:
+        def progress(done: int, total: int) -> None:
+            sys.stderr.write(f"[{label}] {phase}: {done}/{total} cases ({time.perf_counter() - t0:.0f} s)\n")
+            sys.stderr.flush()
+        return run_sweep(run_case, todo, backend=backend, workers=workers, ray_address=address, progress=progress)
+
+    cases = list(cases)
+    need = {_group(c) for c in cases if c.train_gpus is None}
+    first = [RLCase(*g[:2], "ft", g[2], None, g[3], g[4]) for g in sorted(need)]
+    done = dict(zip(first, batch(first, "FT picks the splits"))) if first else {}
+    split = {_group(c): r["train_gpus"] for c, r in done.items()}
+    todo = [replace(c, train_gpus=split[_group(c)]) if c.train_gpus is None else c for c in cases]
+    rest = [c for c, orig in zip(todo, cases) if orig not in done]
+    got = dict(zip(rest, batch(rest, "every fabric on its split"))) if rest else {}
+    out = []
+    for orig, c in zip(cases, todo):
+        r = dict(done[orig]) if orig in done else dict(got[c])
+        r["split_by"] = "ft" if orig.train_gpus is None else "fixed"
+        out.append(r)
+    return out
 
 
 def cases(quick: bool = False) -> list[RLCase]:
@@ -185,7 +211,7 @@ def rows_of(results: Sequence[dict[str, Any]]) -> list[Row]:
 
 
 NOTES = ("ours: steady-state samples/s of the one-step asynchronous loop over FT's at the same model and scale; "
-         "each fabric on its own throughput-best Train/Gen split",
+         "every fabric on FT's throughput-best Train/Gen split",
          "paper: §7.2.1 text ('~ FT' read as 1.0; TopoOpt's 0.47-0.76 compared with our min and max); "
          "FT-OS has no number in the text")
 
