@@ -121,8 +121,24 @@ def _best_split(cfg: RunConfig) -> tuple[int, list[dict[str, float]]]:
 
 
 def run_case(case: RLCase) -> dict[str, Any]:
-    """Run one case; return its throughput, stage times, split and cost as a JSON-ready dict."""
+    """Run one case; return its throughput, stage times, split and cost as a JSON-ready dict.
+
+    A case whose simulation raises comes back as a result with ``error`` (the exception's type and
+    message) and NaN numbers, so one failing stage model does not throw away the rest of a sweep;
+    the figure's table shows it as ``nan`` and its notes name it.
+    """
     t0 = time.perf_counter()
+    try:
+        return _run_case(case, t0)
+    except Exception as exc:  # reported in the result and the figure's notes, never dropped
+        nan = float("nan")
+        return {**asdict(case), "error": f"{type(exc).__name__}: {exc}", "gen_gpus": 0, "samples_per_s": nan,
+                "tokens_per_s": nan, "gen_s": nan, "train_s": nan, "sync_s": nan, "gen_layout": "",
+                "network_usd": nan, "network_relative_to_ft": nan, "usd_per_h": nan, "samples_per_usd": nan,
+                "split_profile": [], "wall_s": time.perf_counter() - t0}
+
+
+def _run_case(case: RLCase, t0: float) -> dict[str, Any]:
     cfg = case_config(case)
     profile: list[dict[str, float]] = []
     n_train = case.train_gpus
@@ -166,7 +182,11 @@ def sweep(cases: Sequence[RLCase], *, workers: int | None = None, ray_address: s
     need = {_group(c) for c in cases if c.train_gpus is None}
     first = [RLCase(*g[:2], "ft", g[2], None, g[3], g[4]) for g in sorted(need)]
     done = dict(zip(first, batch(first, "FT picks the splits"))) if first else {}
-    split = {_group(c): r["train_gpus"] for c, r in done.items()}
+    split = {_group(c): r["train_gpus"] for c, r in done.items() if r["train_gpus"] is not None}
+    for c, r in done.items():
+        if r["train_gpus"] is None:
+            raise ConfigError(label, "train_gpus", f"FT could not pick the split of {c}: {r.get('error')}",
+                              "a case with train_gpus set")
     todo = [replace(c, train_gpus=split[_group(c)]) if c.train_gpus is None else c for c in cases]
     rest = [c for c, orig in zip(todo, cases) if orig not in done]
     got = dict(zip(rest, batch(rest, "every fabric on its split"))) if rest else {}
@@ -267,6 +287,8 @@ def figure_main(name: str, title: str, unit: str, notes: Sequence[str], run_fn: 
         sys.stderr.write(f"orchestrl: error: {exc}\n")
         return 2
     files = plot_fn(results, args.out)
+    notes = list(notes) + [f"FAILED {r['model']}/{r['gpus']}/{r['fabric']}@{r['link_gbps']}G: {r['error']}"
+                           for r in results if r.get("error")]
     if args.json:
         print(json.dumps(figure_document(name, rows, notes)))
     else:

@@ -51,7 +51,8 @@ def cases(quick: bool = False) -> list[RLCase]:
 
 def frontier(results: Sequence[dict[str, Any]]) -> list[int]:
     """Return the indices of the (network cost, throughput) points on the Pareto frontier."""
-    return pareto_frontier([(r["network_usd"], r["samples_per_s"]) for r in results])
+    ok = [i for i, r in enumerate(results) if not r.get("error")]  # a failed point is on no frontier
+    return [ok[i] for i in pareto_frontier([(results[i]["network_usd"], results[i]["samples_per_s"]) for i in ok])]
 
 
 def rows_of(results: Sequence[dict[str, Any]]) -> list[Row]:
