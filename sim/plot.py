@@ -106,23 +106,30 @@ def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, A
     names = _unique(r[series] for r in rows)
     fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 4.2 * len(panels)), 3.6), squeeze=False)
     width = 0.8 / max(1, len(names))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, p in zip(axes[0], panels):
-        sub = [r for r in rows if r[panel] == p and _finite(r.get(value))]
+        sub = [r for r in rows if r[panel] == p]
         groups = _unique(r[group] for r in sub)
         for k, name in enumerate(names):
             xs, ys = [], []
             for i, g in enumerate(groups):
                 hit = [r[value] for r in sub if r[group] == g and r[series] == name]
-                if hit:
-                    xs.append(i + (k - (len(names) - 1) / 2) * width)
+                x = i + (k - (len(names) - 1) / 2) * width
+                if hit and _finite(hit[0]):
+                    xs.append(x)
                     ys.append(hit[0])
-            ax.bar(xs, ys, width, label=str(name))
+                elif hit:  # a case without a number (e.g. a failed run): say so where its bar would be
+                    ax.annotate("n/a", (x, 0), fontsize=6, rotation=90, ha="center", va="bottom")
+            ax.bar(xs, ys, width, label=str(name), color=colours[k % len(colours)])
         if reference is not None:
             ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
         ax.set_xticks(range(len(groups)), [str(g) for g in groups])
         ax.set_title(str(p), fontsize=9)
         ax.set_ylabel(ylabel)
-    axes[0][-1].legend(fontsize=7, loc="best")
+    from matplotlib.patches import Patch  # one legend entry per series, even where a panel drew none of its bars
+
+    axes[0][-1].legend(handles=[Patch(color=colours[k % len(colours)], label=str(n)) for k, n in enumerate(names)],
+                       fontsize=7, loc="best")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
