@@ -206,7 +206,7 @@ def microbatch_times(arch: ArchSpec, lay: TrainLayout, flops: TokenFlops, eff: E
     tp_b = max(0.0, comm.tp_layer_s - 2 * dense_s / 3.0 / max(layers, 1e-9)) * layers if lay.tp > 1 else 0.0
     redo = 1.0 if recompute else 0.0
     fwd = fwd_kernels + ep_f + cp_f + tp_f
-    bwd = 2.0 * fwd_kernels + ep_f + cp_b + tp_b + redo * fwd
+    bwd = 2.0 * fwd_kernels + ep_f + cp_b + tp_b + (fwd if recompute else 0.0)
     compute = fwd_kernels * (3.0 + redo)
     return MicrobatchTimes(fwd_s=fwd, bwd_s=bwd, compute_s=compute, ep_exposed_s=ep_f * (2.0 + redo),
                            cp_exposed_s=cp_f * (1.0 + redo) + cp_b, tp_exposed_s=tp_f * (1.0 + redo) + tp_b,
