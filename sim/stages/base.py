@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["StageResult"]
+from fabric.errors import OrchestrlError
+
+__all__ = ["StageResult", "UnservedTraffic"]
 
 
 @dataclass(frozen=True)
@@ -35,3 +37,11 @@ class StageResult:
         return {"stage": self.stage, "time_s": self.time_s, "breakdown_s": dict(self.breakdown_s),
                 "tokens": self.tokens, "samples": self.samples, "intents": self.intents,
                 "reconfigurations": self.reconfigurations, "detail": dict(self.detail)}
+
+
+class UnservedTraffic(OrchestrlError, RuntimeError):
+    """A stage's traffic has flows with no path on the fabric as it stands, so the stage cannot finish.
+
+    Raised instead of returning an infinite (or NaN) stage time; the message names the period, the
+    collectives, some GPU pairs without a path and how the period's circuits were chosen.
+    """

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -37,11 +37,11 @@ from compute_sched.hardware import GpuSpec, ModelSpec
 from fabric.errors import ConfigError
 from fabric.intent import Collective, Intent
 from fabric.layout import ParallelLayout, parallel_groups
-from sim.network.collectives import intent_flows
+from sim.network.collectives import collective_flows, intent_flows
 from sim.network.config import GPUS_PER_SERVER
 from sim.network.netsim import NetworkSim
 from sim.network.reconfig import RFabricDriver
-from sim.stages.base import StageResult
+from sim.stages.base import StageResult, UnservedTraffic
 from sim.train.flops import ArchSpec
 from sim.train.mfu import MfuParams, default_params, efficiency
 from sim.train.periods import busy_intervals, enter_period, feed_events
@@ -49,7 +49,7 @@ from sim.train.schedule import one_f_one_b
 from sim.train.step import (OPTIMIZER_BYTES_PER_PARAM, LayerComm, TrainLayout, grad_traffic, microbatch_times,
                             microbatch_traffic)
 
-__all__ = ["TrainBatch", "TrainingOptions", "TrainingStage"]
+__all__ = ["TrainBatch", "TrainingOptions", "TrainingStage", "UnservedTraffic"]
 
 RECONFIGURE = ("adaptive", "per-period")
 
@@ -197,24 +197,66 @@ class TrainingStage:
             return self.net.time_collective(c).time_s
         return self.net.time_collective(c, timeline=list(tl)).time_s
 
+    def _layer_collectives(self) -> dict[str, Collective]:
+        """One micro-batch's per-layer collectives, by the :class:`LayerComm` field each one times."""
+        lay, arch, g = self.lay, self.arch, self.groups
+        tr = microbatch_traffic(arch, lay, self._mb_tokens)
+        out = {}
+        if arch.is_moe and lay.ep > 1:
+            out["ep_a2a_s"] = Collective("all-to-all", _groups(g, "ep"), tr.ep_bytes)
+        if lay.cp > 1:  # one ring pass over the CP group is an all-gather of cp chunks (cp - 1 steps)
+            out["cp_step_s"] = Collective("all-gather", _groups(g, "cp"), lay.cp * tr.cp_chunk_bytes)
+        if lay.tp > 1:
+            out["tp_layer_s"] = Collective("all-gather", _groups(g, "tp"), tr.tp_bytes)
+            out["tp_layer_s/rs"] = Collective("reduce-scatter", _groups(g, "tp"), tr.tp_bytes)
+        if lay.pp > 1:
+            out["pp_p2p_s"] = Collective("p2p", _groups(g, "pp"), tr.pp_bytes)
+        return out
+
     def _layer_comm(self, tl: tuple) -> LayerComm:
-        """Per-micro-batch collective times on the circuits of ``tl``'s first state (memoised per state)."""
+        """Per-micro-batch collective times on the circuits of ``tl``'s first state (memoised per state).
+
+        A time is ``inf`` where some flow has no path on those circuits (:meth:`run` then raises :class:`UnservedTraffic`).
+        """
         tl = tl[:1]
         key = ("layer", self._mb_tokens, tuple(s.signature for _, s in tl))
         if key in self._memo:
             return self._memo[key]
-        lay, arch, g = self.lay, self.arch, self.groups
-        tr = microbatch_traffic(arch, lay, self._mb_tokens)
-        ep = self._time(Collective("all-to-all", _groups(g, "ep"), tr.ep_bytes), tl) if arch.is_moe and lay.ep > 1 else 0.0
-        # one ring pass over the CP group is an all-gather of cp chunks (cp - 1 steps)
-        cp = (self._time(Collective("all-gather", _groups(g, "cp"), lay.cp * tr.cp_chunk_bytes), tl) / (lay.cp - 1)
-              if lay.cp > 1 else 0.0)
-        tp = (2 * (self._time(Collective("all-gather", _groups(g, "tp"), tr.tp_bytes), tl)
-                   + self._time(Collective("reduce-scatter", _groups(g, "tp"), tr.tp_bytes), tl)) if lay.tp > 1 else 0.0)
-        pp = self._time(Collective("p2p", _groups(g, "pp"), tr.pp_bytes), tl) if lay.pp > 1 else 0.0
-        out = LayerComm(ep_a2a_s=ep, cp_step_s=cp, tp_layer_s=tp, pp_p2p_s=pp)
+        t = {k: self._time(c, tl) for k, c in self._layer_collectives().items()}
+        out = LayerComm(ep_a2a_s=t.get("ep_a2a_s", 0.0),
+                        cp_step_s=t["cp_step_s"] / (self.lay.cp - 1) if "cp_step_s" in t else 0.0,
+                        tp_layer_s=2 * (t["tp_layer_s"] + t["tp_layer_s/rs"]) if "tp_layer_s" in t else 0.0,
+                        pp_p2p_s=t.get("pp_p2p_s", 0.0))
         self._memo[key] = out
         return out
+
+    def _unserved(self, period: str, colls: Iterable[Collective], tl: tuple, at_s: float, entry: dict) -> None:
+        """Raise :class:`UnservedTraffic` naming the collectives of ``colls`` with flows stuck on ``tl``.
+
+        Called only for the fabric state a step will run on, never inside a what-if cost (where
+        ``inf`` correctly says "these circuits do not carry the period").
+        """
+        topo = getattr(self.net.fabric, "topology", None)
+        kinds: list[str] = []
+        pairs: list[str] = []
+        for c in colls:
+            flows = collective_flows(c, topo)
+            res = self.net.time_flows(flows, list(tl) if tl else None)
+            if not res.unfinished.any():
+                continue
+            kinds.append(f"{c.primitive} over {len(c.groups)} groups")
+            stuck = sorted({(int(x), int(y)) for x, y in zip(flows.src[res.unfinished], flows.dst[res.unfinished])})
+            for x, y in stuck[:3]:
+                where = f" ({topo.tor_of_gpu(x)} -> {topo.tor_of_gpu(y)})" if topo is not None else ""
+                pairs.append(f"GPU {x} -> {y}{where}")
+            if len(stuck) > 3:
+                pairs.append(f"{len(stuck)} GPU pairs in all")
+        how = f"; the period began as '{entry['action']}': {entry['reason']}" if entry else ""
+        raise UnservedTraffic(
+            f"training job {self.job!r}: the {period} period cannot run: its {' and '.join(kinds) or 'traffic'} "
+            f"has flows with no path on the {self.net.fabric.name} fabric as it stands at t={at_s:.6g} s "
+            f"({'; '.join(pairs)}){how}. The circuits in force do not serve these pairs (another stage's "
+            "plan kept, a plan the controller refused, or pairs its allocation left without circuits)")
 
     def _dp_collectives(self, which: str) -> tuple[Collective, ...]:
         """Gradient reduce-scatter (``"rs"``) or parameter all-gather (``"ag"``), dense and expert groups."""
@@ -362,7 +404,10 @@ class TrainingStage:
             start, info = self._enter(fwd_intent, t, self._pipeline_cost(m, t))
             parts["reconfig_wait_s"] += start - t
             periods += [info] if info else []
-            comm = self._layer_comm(self._timeline(start))
+            tl = self._timeline(start)
+            comm = self._layer_comm(tl)
+            if not all(map(math.isfinite, (comm.ep_a2a_s, comm.cp_step_s, comm.tp_layer_s, comm.pp_p2p_s))):
+                self._unserved("fwd-bwd", self._layer_collectives().values(), tl[:1], start, info)
             mb = self._microbatch(comm)
             run = self._schedule(m, mb.fwd_s, mb.bwd_s, comm.pp_p2p_s)
             no_p2p = self._schedule(m, mb.fwd_s, mb.bwd_s, 0.0).makespan_s
@@ -382,8 +427,12 @@ class TrainingStage:
             parts["reconfig_wait_s"] += dp_start - flush
             periods += [info] if info else []
             rs = self._dp_time("rs", self._timeline(dp_start))
+            if not math.isfinite(rs):
+                self._unserved("grad-sync", self._dp_collectives("rs"), self._timeline(dp_start), dp_start, info)
             ag_start = dp_start + rs + opt_s
             ag = self._dp_time("ag", self._timeline(ag_start))
+            if not math.isfinite(ag):
+                self._unserved("grad-sync", self._dp_collectives("ag"), self._timeline(ag_start), ag_start, info)
             if self.driver is not None and grad_intent is not None:
                 for prim, a, b in (("reduce-scatter", dp_start, dp_start + rs), ("all-gather", ag_start, ag_start + ag)):
                     late += feed_events(self.driver, self.job, "train-dp", prim, np.array([a]), np.array([b]))

@@ -81,6 +81,13 @@ def one_f_one_b(stages: int, microbatches: int, fwd_s: float | np.ndarray, bwd_s
     p2p_s : float
         Time of one activation (or gradient) transfer between adjacent stages.
 
+    Raises
+    ------
+    ValueError
+        If a time is NaN or negative. ``inf`` is accepted (an operation that never finishes, e.g. its
+        collective has no path): the makespan is then ``inf``, which is what a caller comparing
+        fabric states needs.
+
     Notes
     -----
     O(S M) operations; each is placed once, in an order that respects both the stages' fixed
@@ -96,6 +103,11 @@ def one_f_one_b(stages: int, microbatches: int, fwd_s: float | np.ndarray, bwd_s
     S, M = int(stages), int(microbatches)
     f = np.broadcast_to(np.asarray(fwd_s, dtype=np.float64), (S,))
     b = np.broadcast_to(np.asarray(bwd_s, dtype=np.float64), (S,))
+    # NaN marks "not computed yet" below, so a NaN input would stall the sweep forever
+    for name, v in (("fwd_s", f), ("bwd_s", b), ("p2p_s", np.asarray(p2p_s, dtype=np.float64))):
+        if np.isnan(v).any() or (v < 0).any():
+            raise ValueError(f"one_f_one_b: {name} must be >= 0 seconds (inf for an operation that never "
+                             f"finishes), got {v.tolist()!r}")
     fs, fe, bs, be = (np.full((S, M), np.nan) for _ in range(4))
     orders = [stage_order(S, M, s) for s in range(S)]
     pos = [0] * S

@@ -11,15 +11,15 @@ from hypothesis import given, settings, strategies as st
 
 from compute_sched.hardware import load_gpu, load_model
 from fabric.errors import ConfigError
-from fabric.intent import Collective
+from fabric.intent import Collective, Intent
 from fabric.layout import ParallelLayout, parallel_groups
 from sim.network import NetworkSim, RFabricDriver, SimConfig, build_fabric
-from sim.stages.training import TrainBatch, TrainingOptions, TrainingStage
+from sim.stages.training import TrainBatch, TrainingOptions, TrainingStage, UnservedTraffic
 from sim.train.flops import ArchSpec
 from sim.train.layouts import train_layout
 from sim.train.mfu import IdealNetwork, constant_baseline, default_calibration, load_points
 from sim.train.schedule import one_f_one_b
-from sim.train.step import TrainLayout, grad_traffic
+from sim.train.step import Efficiency, LayerComm, TrainLayout, grad_traffic, microbatch_times
 
 H800 = load_gpu("H800")
 MOE57 = load_model("Qwen2-57B-A14B")
@@ -302,3 +302,62 @@ def test_plans_that_move_a_boundary_fibre_to_another_pod_still_switch():
     assert r.breakdown_s["reconfig_wait_s"] > 0
     with pytest.raises(ConfigError, match="now_s"):
         stage.run(TrainBatch.uniform(512, 5120), 1.0)
+
+
+# ------------------------------------------------ circuits that do not carry the step (issue 16, 72B)
+
+QWEN14 = load_model("Qwen2.5-14B")
+# TP8 CP2 PP2 with each CP pair in two PoDs of a 512-GPU RFabric (rank = tp + 8 cp + 16 pp): the CP
+# ring crosses OCS-Core, as the CP3 groups of Qwen2.5-72B on three PoDs do where they straddle a PoD
+CROSS_POD_CP = [*range(0, 8), *range(256, 264), *range(8, 16), *range(264, 272)]
+
+
+def test_a_step_starting_on_another_stages_plan_switches_instead_of_deadlocking():
+    # generation (TP instances, no cross-server traffic) leaves an empty plan in force; on it the
+    # CP ring has no path, so keeping it costs inf and the runtime must switch to the train plan
+    fab = build_fabric("rfabric", 512)
+    drv = RFabricDriver(fab)
+    gen = drv.controller.materialize(Intent("gen", "rl", "decode",
+                                            (Collective("all-to-all", (tuple(range(128, 136)),), 1e9),)))
+    assert gen.accepted and not gen.plan.circuits
+    drv.install(gen, at_s=0.0)
+    stage = TrainingStage(QWEN14, ParallelLayout(tp=8, cp=2, pp=2), CROSS_POD_CP, H800,
+                          NetworkSim(fab, circuits="fixed"), drv, job="rl")
+    r = stage.run(TrainBatch.uniform(64, 4096), 10.0)
+    assert math.isfinite(r.time_s) and r.breakdown_s["cp_s"] >= 0.0
+    fwd = r.detail["periods"][0]
+    assert fwd["period"] == "fwd-bwd" and fwd["action"] == "forced" and fwd["reconfigured"]
+    # the switch (25 ms piezo) is waited for, and the step is as fast as on circuits installed up front
+    assert r.breakdown_s["reconfig_wait_s"] == pytest.approx(0.025)
+    ref = TrainingStage(QWEN14, ParallelLayout(tp=8, cp=2, pp=2), CROSS_POD_CP, H800,
+                        NetworkSim(fab, circuits="fixed"), RFabricDriver(fab), job="rl").run(TrainBatch.uniform(64, 4096))
+    assert r.time_s - 0.025 == pytest.approx(ref.time_s, rel=1e-6)
+
+
+def test_a_step_whose_traffic_has_no_path_raises_naming_the_pairs():
+    # RFabric with no circuits and no controller: the pipeline transfers between PoDs cannot move
+    fab = build_fabric("rfabric", 512)
+    for layout, gpus, what in ((ParallelLayout(tp=8, pp=2), [*range(0, 8), *range(256, 264)], "p2p"),
+                               (ParallelLayout(tp=8, cp=2, pp=2), CROSS_POD_CP, "all-gather")):
+        stage = TrainingStage(QWEN14, layout, gpus, H800, NetworkSim(fab, circuits="fixed"))
+        with pytest.raises(UnservedTraffic, match=rf"fwd-bwd period cannot run: its {what}.*GPU 0 -> 256 "
+                                                  r"\(pod0/tor0 -> pod1/tor0\)"):
+            stage.run(TrainBatch.uniform(16, 4096))
+
+
+def test_1f1b_takes_operations_that_never_finish_but_refuses_nan():
+    assert one_f_one_b(2, 4, math.inf, math.inf).makespan_s == math.inf
+    assert one_f_one_b(2, 4, 1.0, 2.0, math.inf).makespan_s == math.inf
+    with pytest.raises(ValueError, match="bwd_s"):
+        one_f_one_b(2, 4, 1.0, math.nan)
+    with pytest.raises(ValueError, match="fwd_s"):
+        one_f_one_b(2, 4, -1.0, 1.0)
+
+
+def test_a_forward_that_never_finishes_has_an_infinite_backward_not_nan():
+    arch, lay = ArchSpec.from_model(QWEN14), TrainLayout(tp=8, cp=2, pp=2)
+    flops = arch.flops(np.array([4096.0] * 4))
+    for recompute in (False, True):
+        mb = microbatch_times(arch, lay, flops, Efficiency(0.4, 0.4, 0.4), LayerComm(cp_step_s=math.inf),
+                              H800.bf16_flops, recompute=recompute)
+        assert mb.fwd_s == math.inf and mb.bwd_s == math.inf
