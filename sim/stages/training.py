@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NoReturn, Sequence
 
 import numpy as np
 
@@ -216,7 +216,8 @@ class TrainingStage:
     def _layer_comm(self, tl: tuple) -> LayerComm:
         """Per-micro-batch collective times on the circuits of ``tl``'s first state (memoised per state).
 
-        A time is ``inf`` where some flow has no path on those circuits (:meth:`run` then raises :class:`UnservedTraffic`).
+        A time is ``inf`` where some flow has no path on those circuits (:meth:`run` then raises
+        :class:`UnservedTraffic`; a what-if cost uses the ``inf``).
         """
         tl = tl[:1]
         key = ("layer", self._mb_tokens, tuple(s.signature for _, s in tl))
@@ -230,7 +231,7 @@ class TrainingStage:
         self._memo[key] = out
         return out
 
-    def _unserved(self, period: str, colls: Iterable[Collective], tl: tuple, at_s: float, entry: dict) -> None:
+    def _unserved(self, period: str, colls: Iterable[Collective], tl: tuple, at_s: float, entry: dict) -> NoReturn:
         """Raise :class:`UnservedTraffic` naming the collectives of ``colls`` with flows stuck on ``tl``.
 
         Called only for the fabric state a step will run on, never inside a what-if cost (where

@@ -330,7 +330,8 @@ def test_a_step_starting_on_another_stages_plan_switches_instead_of_deadlocking(
     # the switch (25 ms piezo) is waited for, and the step is as fast as on circuits installed up front
     assert r.breakdown_s["reconfig_wait_s"] == pytest.approx(0.025)
     ref = TrainingStage(QWEN14, ParallelLayout(tp=8, cp=2, pp=2), CROSS_POD_CP, H800,
-                        NetworkSim(fab, circuits="fixed"), RFabricDriver(fab), job="rl").run(TrainBatch.uniform(64, 4096))
+                        NetworkSim(fab, circuits="fixed"), RFabricDriver(fab), job="rl")
+    ref = ref.run(TrainBatch.uniform(64, 4096))
     assert r.time_s - 0.025 == pytest.approx(ref.time_s, rel=1e-6)
 
 
