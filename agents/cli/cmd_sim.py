@@ -98,7 +98,8 @@ def register(groups: argparse._SubParsersAction) -> None:
     cmd_sim_run.register(sub)
 
 
-_FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23"}
+_FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23",
+            "fig17": "sim.experiments.fig17", "fig18": "sim.experiments.fig18", "fig22": "sim.experiments.fig22"}
 
 
 def _figure(args: argparse.Namespace) -> int:
