@@ -14,10 +14,15 @@ the non-blocking Fat-tree + scheduler reference"); TPD 1.18x, 1.79x, 2.31x, the 
 than OrchestrRL (no number given: ``paper`` is null for ``ft+sched``).
 
 Every configuration runs the bundled run ``examples/sim/fig17-qwen235b-2048.yaml`` with its fabric
-and policy swapped; in the full sweep each finds its own Train/Gen split by StreamRL's rule
-(``sim.run.balanced_split``: what a user of that configuration would pick). ``--quick`` runs 256
-GPUs split in half for 2 iterations. Cases run through :func:`sim.sweep.run_sweep` (``--workers``,
-``--ray``).
+and policy swapped. **Split.** In the full sweep each configuration picks its own Train/Gen split,
+as a user of it would (§7.2 follows StreamRL [67]): every candidate of
+:func:`sim.workload.split_candidates` in whole RFabric PoDs (512 ... 1,536 training GPUs, the same
+candidates on every fabric) is profiled with the configuration's own stages on step 0
+(``sim.run.balanced_split``'s profile) and the one with the most samples per step period
+``samples / max(T_gen, T_train)`` wins. (``balanced_split``'s own choice, the shortest period,
+favours the smallest generation cluster because steps scale with the generation GPUs.) ``--quick``
+runs 256 GPUs split in half for 2 iterations. Cases run through :func:`sim.sweep.run_sweep`
+(``--workers``, ``--ray``).
 
 Run ``python -m sim.experiments.fig17 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -34,7 +40,7 @@ from typing import Any
 
 from sim.experiments.common import Row, figure_document, format_rows
 
-__all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "rows_of", "run", "main"]
+__all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "best_split", "rows_of", "run", "main"]
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                        "examples", "sim", "fig17-qwen235b-2048.yaml")
@@ -75,12 +81,15 @@ def run_case(case: Case) -> dict[str, Any]:
 
     cfg = load_run_config(EXAMPLE)
     cfg = validate(replace(cfg, name=f"fig17-{case.label}",
-                           cluster=replace(cfg.cluster, gpus=case.gpus,
-                                           train_gpus=None if case.balanced else case.gpus // 2),
+                           cluster=replace(cfg.cluster, gpus=case.gpus, train_gpus=case.gpus // 2),
                            fabric=replace(cfg.fabric, kind=case.fabric),
                            generation=replace(cfg.generation, policy=case.policy),
                            loop=replace(cfg.loop, iterations=case.iterations)))
     wall, cpu = time.perf_counter(), time.process_time()
+    profile = None
+    if case.balanced:
+        n_train, profile = best_split(cfg)
+        cfg = validate(replace(cfg, cluster=replace(cfg.cluster, train_gpus=n_train)))
     res = simulate(cfg)
     stages = res.stage_means_s()
     return {"label": case.label, "fabric": case.fabric, "policy": case.policy, "gpus": case.gpus,
@@ -90,8 +99,30 @@ def run_case(case: Case) -> dict[str, Any]:
             "network_usd": res.cost.network_usd, "gen_s": stages["gen"], "train_s": stages["train"],
             "weight_sync_s": stages["weight-sync"],
             "gen_layouts": sorted({it.gen.detail.get("final_layout", "") for it in res.iterations}),
-            "split_profile": res.detail.get("split_profile"),
+            "split_profile": profile,
             "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def best_split(cfg) -> tuple[int, list[dict[str, float]]]:
+    """Return the training GPUs with the most samples per step period, and every candidate's profile.
+
+    Notes
+    -----
+    One Gen and one Train stage run (step 0) per candidate, through ``sim.run.balanced_split``.
+    """
+    from sim.run import _pod_gpus, balanced_split
+    from sim.workload import split_candidates, step_size
+
+    t, w = cfg.train, cfg.workload
+    unit = math.lcm(t.tp * t.cp * t.pp, t.tp * t.ep * t.pp)
+    pod = _pod_gpus(replace(cfg, fabric=replace(cfg.fabric, kind="rfabric")))  # the same candidates everywhere
+    _, rows = balanced_split(cfg, candidates=split_candidates(cfg.cluster.gpus, unit, pod))
+    for r in rows:
+        prompts = step_size(w.responses_per_prompt, w.responses_per_gen_gpu, cfg.cluster.gpus - int(r["train_gpus"]),
+                            w.prompts_per_step)
+        r["samples_per_s"] = prompts * w.responses_per_prompt / r["period_s"] if r["period_s"] > 0 else 0.0
+    best = max(rows, key=lambda r: (r["samples_per_s"], -r["train_gpus"]))
+    return int(best["train_gpus"]), rows
 
 
 def rows_of(results: list[dict[str, Any]]) -> list[Row]:
