@@ -40,7 +40,7 @@ from typing import Any
 
 from sim.experiments.common import Row, figure_document, format_rows
 
-__all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "best_split", "rows_of", "run", "main"]
+__all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "best_split", "rows_of", "sweep", "run", "main"]
 
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                        "examples", "sim", "fig17-qwen235b-2048.yaml")
@@ -143,16 +143,19 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
-    """Run the sweep (process pool, or Ray with ``ray_address``) and return the rows."""
+def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
+    """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
+    raw per-case results in case order."""
     from sim.sweep import run_sweep
 
     backend = "ray" if ray_address else "pool"
     address = None if ray_address in (None, "local") else ray_address
-    results = run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
-    rows = rows_of(results)
-    run.last_results = results  # the raw per-configuration results, for --json and the CSV
-    return rows
+    return run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
+
+
+def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
+    """Run the sweep (process pool, or Ray with ``ray_address``) and return the rows."""
+    return rows_of(sweep(quick, workers, ray_address))
 
 
 NOTES = ("throughput: steady-state samples/s of a one-step asynchronous run; TPD: samples per dollar with "
@@ -168,7 +171,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
     ap.add_argument("--out", default=".", metavar="DIR", help="folder for fig17.png and fig17.csv (default: .)")
     args = ap.parse_args(argv)
-    rows = run(args.quick, args.workers, args.ray)
+    results = sweep(args.quick, args.workers, args.ray)
+    rows = rows_of(results)
     from sim.experiments.rowsplot import write_rows
 
     csv_path, png_path, why = write_rows("fig17", rows, args.out, title="Figure 17: co-design, normalised to "
@@ -176,7 +180,7 @@ def main(argv=None) -> int:
     notes = list(NOTES) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
     if args.json:
         doc = figure_document("fig17", rows, notes)
-        doc["configurations"] = run.last_results
+        doc["configurations"] = results
         print(json.dumps(doc, default=str))
     else:
         print(format_rows("Figure 17: 2x2 co-design on Qwen3-235B-A22B (x baseline: fixed scheduler on 3:1 FT-OS)",

@@ -32,7 +32,7 @@ from typing import Any
 
 from sim.experiments.common import Row, figure_document, format_rows
 
-__all__ = ["PAPER", "Case", "cases", "run_case", "rows_of", "run", "main"]
+__all__ = ["PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
 #: §7.3.2: RFabric's phase time over FT-OS's (1 - the reported reduction).
 PAPER = {"afd-phase": 1 - 0.167, "switch": None, "kv-migration": 1 - 0.583, "tp-phase": None, "step": 1 - 0.107}
@@ -55,7 +55,7 @@ class Case:
 
 def cases(quick: bool = False) -> list[Case]:
     """Return the RFabric and FT-OS cases (reduced with ``quick``)."""
-    kw = dict(instances=12, fabric_gpus=512, responses_per_gpu=4, max_tokens=8192) if quick else {}
+    kw = {"instances": 12, "fabric_gpus": 512, "responses_per_gpu": 4, "max_tokens": 8192} if quick else {}
     return [Case("rfabric", **kw), Case("ft-os", **kw)]
 
 
@@ -105,15 +105,19 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
-    """Run both fabrics (process pool, or Ray with ``ray_address``) and return the rows."""
+def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
+    """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
+    raw per-case results in case order."""
     from sim.sweep import run_sweep
 
     backend = "ray" if ray_address else "pool"
     address = None if ray_address in (None, "local") else ray_address
-    results = run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
-    run.last_results = results
-    return rows_of(results)
+    return run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
+
+
+def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
+    """Run both fabrics (process pool, or Ray with ``ray_address``) and return the rows."""
+    return rows_of(sweep(quick, workers, ray_address))
 
 
 NOTES = ("ours and paper: RFabric's phase time / FT-OS's (paper: 1 - the reported reduction)",
@@ -129,7 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
     ap.add_argument("--out", default=".", metavar="DIR", help="folder for fig18.png and fig18.csv (default: .)")
     args = ap.parse_args(argv)
-    rows = run(args.quick, args.workers, args.ray)
+    results = sweep(args.quick, args.workers, args.ray)
+    rows = rows_of(results)
     from sim.experiments.rowsplot import write_rows
 
     csv_path, png_path, why = write_rows("fig18", rows, args.out, title="Figure 18: Gen step AFD -> TP8, "
@@ -137,7 +142,7 @@ def main(argv=None) -> int:
     notes = list(NOTES) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
     if args.json:
         doc = figure_document("fig18", rows, notes)
-        doc["fabrics"] = run.last_results
+        doc["fabrics"] = results
         print(json.dumps(doc, default=str))
     else:
         print(format_rows("Figure 18: Gen step from 35 AFD to 175 TP8 instances, RFabric / FT-OS per phase", rows,

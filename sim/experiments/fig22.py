@@ -39,7 +39,7 @@ from typing import Any
 
 from sim.experiments.common import Row, figure_document, format_rows
 
-__all__ = ["DELAYS_S", "QUICK_DELAYS_S", "PAPER", "Case", "cases", "run_case", "rows_of", "run", "main"]
+__all__ = ["DELAYS_S", "QUICK_DELAYS_S", "PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
 #: T_ocs swept (seconds) and the Table 2 technology each stands for (None: fills the curve).
 DELAYS_S = {0.0: "instant", 1e-5: "rotor", 1e-3: None, 10e-3: "mems-3d", 25e-3: "piezo", 100e-3: "liquid-crystal",
@@ -111,7 +111,8 @@ def _gen(case: Case) -> tuple[float, dict]:
     from compute_sched.perf import Calibration
     from compute_sched.scheduler import SchedulerConfig
     from compute_sched.traces import heavy_tailed_trace
-    from sim.experiments.fig18 import Case as GenCase, gen_gpus
+    from sim.experiments.fig18 import Case as GenCase
+    from sim.experiments.fig18 import gen_gpus
     from sim.network import NetworkSim
     from sim.stages.generation import GenerationStage
 
@@ -169,15 +170,19 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
-    """Run every case (process pool, or Ray with ``ray_address``) and return the rows."""
+def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
+    """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
+    raw per-case results in case order."""
     from sim.sweep import run_sweep
 
     backend = "ray" if ray_address else "pool"
     address = None if ray_address in (None, "local") else ray_address
-    results = run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
-    run.last_results = results
-    return rows_of(results)
+    return run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
+
+
+def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
+    """Run every case (process pool, or Ray with ``ray_address``) and return the rows."""
+    return rows_of(sweep(quick, workers, ray_address))
 
 
 NOTES = ("ours: stage time at T_ocs over the stage's time with instant switching; fine-grained reconfiguration "
@@ -194,7 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
     ap.add_argument("--out", default=".", metavar="DIR", help="folder for fig22.png and fig22.csv (default: .)")
     args = ap.parse_args(argv)
-    rows = run(args.quick, args.workers, args.ray)
+    results = sweep(args.quick, args.workers, args.ray)
+    rows = rows_of(results)
     from sim.experiments.rowsplot import write_rows
 
     csv_path, png_path, why = write_rows("fig22", rows, args.out, title="Figure 22: stage time vs OCS "
@@ -203,7 +209,7 @@ def main(argv=None) -> int:
     notes = list(NOTES) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
     if args.json:
         doc = figure_document("fig22", rows, notes)
-        doc["cases"] = run.last_results
+        doc["cases"] = results
         print(json.dumps(doc, default=str))
     else:
         print(format_rows("Figure 22: sensitivity to OCS reconfiguration delay, Qwen3-235B-A22B (x instant)", rows,

@@ -51,8 +51,8 @@ from compute_sched.engine import ClusterSnapshot, EngineCapabilities, Generation
 from compute_sched.hardware import GpuSpec, ModelSpec
 from compute_sched.layout import InstanceConfig, Layout, homogeneous, parse_config
 from compute_sched.perf import Calibration, PerfModel
-from compute_sched.replay import launch_contiguous
 from compute_sched.planner import PlannerConfig
+from compute_sched.replay import launch_contiguous
 from compute_sched.scheduler import GenerationScheduler, ReconfigEvent, SchedulerConfig, StepReport
 from compute_sched.sim_engine import SimEngine
 from compute_sched.traces import Trace, heavy_tailed_trace

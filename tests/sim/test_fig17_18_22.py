@@ -24,15 +24,16 @@ def _csv(path):
 @pytest.fixture(scope="module")
 def fig17_doc(tmp_path_factory):
     out = tmp_path_factory.mktemp("fig17")
-    rows = fig17.run(quick=True, workers=2)
+    results = fig17.sweep(quick=True, workers=2)
+    rows = fig17.rows_of(results)
     from sim.experiments.rowsplot import write_rows
 
     csv_path, _, _ = write_rows("fig17", rows, out, title="t", ylabel="y")
-    return rows, fig17.run.last_results, csv_path
+    return rows, results, csv_path
 
 
 def test_fig17_rows_carry_the_papers_numbers_and_ours(fig17_doc):
-    rows, results, csv_path = fig17_doc
+    rows, _, csv_path = fig17_doc
     by = {r.label: r for r in rows}
     assert list(by) == ["sched-only", "fabric-only", "orchestrl", "ft+sched",
                         "tpd/sched-only", "tpd/fabric-only", "tpd/orchestrl", "tpd/ft+sched"]
