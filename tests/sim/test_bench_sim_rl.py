@@ -29,4 +29,3 @@ def test_a_warm_iteration_reuses_the_weight_sync_plan_and_the_parts_add_up(capsy
         assert r["parts_cpu_s"]["gen planner"] > 0 and r["parts_cpu_s"]["gen engine"] > 0
         assert r["parts_cpu_s"]["other"] >= -0.05  # the parts never claim more than the process used
         assert all(t > 0 for t in r["simulated_s"].values())
-    assert warm["cpu_s"] < cold["cpu_s"]
