@@ -46,6 +46,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from fabric.errors import OrchestrlError  # noqa: E402  (path set up above)
+
 TARGET_COLD_S = 60.0
 TARGET_WARM_S = 15.0
 TARGET_FIG17_S = 600.0
@@ -117,6 +119,7 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
     samples, Weight Sync (the asynchronous loop runs the same three calls per iteration).
     """
     from sim.config import load_run_config, validate
+    from sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
     from sim.run import build
 
     cfg = load_run_config(EXAMPLE)
@@ -135,9 +138,9 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
         load = _load() if k else load
         with attributing(acc):
             trace = sim.trace(k)
-            g = sim.stages.gen.run(trace, now)
-            t = sim.stages.train.run(sim.stages.batch_of(trace, g), now + g.time_s)
-            s = sim.stages.sync.run(now + g.time_s + t.time_s)
+            g = _finite(sim.stages.gen.run(trace, now), k)
+            t = _finite(sim.stages.train.run(sim.stages.batch_of(trace, g), now + g.time_s), k)
+            s = _finite(sim.stages.sync.run(now + g.time_s + t.time_s), k)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if k == 0:
             wall, cpu = wall + build_wall, cpu + build_cpu
@@ -204,7 +207,7 @@ def main(argv=None) -> int:
         for g in sizes:
             try:
                 growth += rows if g == head_gpus else iteration_rows(g)
-            except (ValueError, ArithmeticError) as exc:  # a stage refused the scale: report it, keep measuring
+            except OrchestrlError as exc:  # a stage never finishes at this scale: report it, keep measuring
                 failed[g] = f"{type(exc).__name__}: {exc}"
         _print_rows(growth)
         for g, why in failed.items():
