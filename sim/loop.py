@@ -32,19 +32,34 @@ per second count the prompt and response tokens of the trained samples.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from compute_sched.traces import Trace
+from fabric.errors import OrchestrlError
 from sim.pricing import ClusterCost
 from sim.stages.base import StageResult
 from sim.workload import StepWork, trace_work
 
-__all__ = ["MODES", "GenStage", "TrainStage", "SyncStage", "Stages", "Iteration", "Throughput", "LoopResult",
+__all__ = ["MODES", "StageNeverFinishes", "GenStage", "TrainStage", "SyncStage", "Stages", "Iteration", "Throughput", "LoopResult",
            "run_iterations", "throughput"]
 
 MODES = ("sync", "async")
+
+
+class StageNeverFinishes(OrchestrlError):
+    """A stage reported an infinite time (e.g. flows with no path on the circuits in force)."""
+
+
+def _finite(res: StageResult, k: int) -> StageResult:
+    """Return ``res``, or raise naming the stage and its infinite parts: a later stage must not start at inf."""
+    if math.isfinite(res.time_s):
+        return res
+    parts = ", ".join(f"{p}={v}" for p, v in res.breakdown_s.items() if not math.isfinite(v)) or "no part named"
+    raise StageNeverFinishes(f"iteration {k}: the {res.stage} stage never finishes (time {res.time_s}; {parts}); "
+                             "see the stage's detail, e.g. a fabric state that gives some flows no path")
 
 
 class GenStage(Protocol):
@@ -170,6 +185,11 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
     on_iteration : callable, optional
         Called with each finished :class:`Iteration` (progress reporting).
 
+    Raises
+    ------
+    StageNeverFinishes
+        If a stage reports an infinite time (the next stage would start at infinity).
+
     Notes
     -----
     Calls each stage once per iteration: O(iterations) stage runs.
@@ -186,7 +206,7 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
         if k not in gens:
             traces[k] = trace_of(k)
             t0 = time.perf_counter()
-            gens[k] = (start, stages.gen.run(traces[k], start), time.perf_counter() - t0)
+            gens[k] = (start, _finite(stages.gen.run(traces[k], start), k), time.perf_counter() - t0)
         return gens[k]
 
     sync_end: dict[int, float] = {-1: 0.0, -2: 0.0}
@@ -196,7 +216,7 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
         g_end = g_start + g_res.time_s
         t_start = max(g_end, sync_end[k - 1])
         t0 = time.perf_counter()
-        t_res = stages.train.run(stages.batch_of(traces[k], g_res), t_start)
+        t_res = _finite(stages.train.run(stages.batch_of(traces[k], g_res), t_start), k)
         wall = g_wall + time.perf_counter() - t0
         t_end = t_start + t_res.time_s
         if mode == "sync":
@@ -207,7 +227,7 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
         else:
             s_start = max(t_end, g_end)
         t0 = time.perf_counter()
-        s_res = stages.sync.run(s_start)
+        s_res = _finite(stages.sync.run(s_start), k)
         wall += time.perf_counter() - t0
         sync_end[k] = s_start + s_res.time_s
         if mode == "sync" and k + 1 < iterations:

@@ -106,7 +106,8 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 _FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23",
-            "fig13": "sim.experiments.fig13", "fig14": "sim.experiments.fig14", "fig16": "sim.experiments.fig16"}
+            "fig13": "sim.experiments.fig13", "fig14": "sim.experiments.fig14", "fig16": "sim.experiments.fig16",
+            "fig17": "sim.experiments.fig17", "fig18": "sim.experiments.fig18", "fig22": "sim.experiments.fig22"}
 
 
 def _figure(args: argparse.Namespace) -> int:

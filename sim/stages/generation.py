@@ -51,6 +51,7 @@ from compute_sched.engine import ClusterSnapshot, EngineCapabilities, Generation
 from compute_sched.hardware import GpuSpec, ModelSpec
 from compute_sched.layout import InstanceConfig, Layout, homogeneous, parse_config
 from compute_sched.perf import Calibration, PerfModel
+from compute_sched.planner import PlannerConfig
 from compute_sched.replay import launch_contiguous
 from compute_sched.scheduler import GenerationScheduler, ReconfigEvent, SchedulerConfig, StepReport
 from compute_sched.sim_engine import SimEngine
@@ -62,7 +63,8 @@ from sim.network.reconfig import RFabricDriver
 from sim.stages.base import StageResult
 from sim.stages.gen_network import FabricSeam
 
-__all__ = ["POLICIES", "KV_TRANSFER", "GenerationStage", "phase_breakdown", "local_placement", "slice_trace"]
+__all__ = ["POLICIES", "KV_TRANSFER", "SIM_SCHEDULER", "GenerationStage", "phase_breakdown", "local_placement",
+           "slice_trace"]
 
 POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")
 KV_TRANSFER = EngineCapabilities(kv_transfer=True, label="RLSim: OrchestrRL's engine transfers KV or recomputes, "
@@ -70,6 +72,11 @@ KV_TRANSFER = EngineCapabilities(kv_transfer=True, label="RLSim: OrchestrRL's en
 _FLAGS = {"orchestrl": (True, True), "orchestrl-pp": (True, False), "orchestrl-rb": (False, True),
           "verl-to": (False, False), "static": (False, False), "two-phase": (False, False)}
 _PRIOR_SEED = 7919  # the first run's forecast is an independent draw, never the trace itself
+#: Online, the planner's MIP stops after 250 ms of wall clock. The simulator does not charge solve time
+#: to the step, and under host load that limit cut solves short (40 ms each when idle, over 250 ms at a
+#: load of 8 on 2 cores), so plans -- and results -- depended on the machine's load. A limit that an
+#: idle-machine solve never reaches keeps a run reproducible.
+SIM_SCHEDULER = SchedulerConfig(planner=PlannerConfig(mip_time_limit_s=30.0))
 
 
 class GenerationStage:
@@ -94,7 +101,8 @@ class GenerationStage:
     kv_transfer : bool
         Whether the engine may move KV by transfer (else recompute only).
     scheduler : SchedulerConfig, optional
-        Algorithm 1's periods and knobs (the policy sets ``proactive``/``reactive``).
+        Algorithm 1's periods and knobs (the policy sets ``proactive``/``reactive``); default
+        :data:`SIM_SCHEDULER` (the online defaults with a MIP time limit the host's load cannot reach).
     forecast : LengthHistogram, optional
         Forecast of the next run's lengths (default: the previous run's, see the module note).
     switch_to, switch_at : str, float
@@ -154,7 +162,7 @@ class GenerationStage:
         self.switch_at, self.static_tick_s = switch_at, static_tick_s
         self.policy, self.job, self.driver, self.net = policy, job, driver, net
         self.capabilities = KV_TRANSFER if kv_transfer else EngineCapabilities()
-        self.scheduler = scheduler or SchedulerConfig()
+        self.scheduler = scheduler or SIM_SCHEDULER
         self.sweep_tps, self.max_num_seqs = tuple(sweep_tps), max_num_seqs
         fixed_s = CostModel(self.perf0).switch_fixed_s
         self.seam = FabricSeam(net, self.gpus, self.perf0, driver, job=job,

@@ -287,19 +287,42 @@ def test_the_breakdown_adds_up_to_the_stage_time():
         assert min(r.breakdown_s.values()) >= 0.0 and r.breakdown_s["bubble_s"] > 0
 
 
-def test_plans_that_move_a_boundary_fibre_to_another_pod_still_switch():
-    # Qwen2.5-72B on 960 of 2,048 GPUs: the grad-sync plan lifts some boundary fibres towards other
-    # PoDs than the fwd-bwd plan did, which fabric.reconfig_order cannot order make-before-break
+def test_plans_that_move_a_boundary_fibre_to_another_pod_switch_make_before_break():
+    # Qwen2.5-72B on 960 of 2,048 GPUs: the grad-sync plan lifts boundary fibres of PoD 0 that the
+    # fwd-bwd plan also lifted, on the same OCS-Agg cross-connects, but the Core plan points them at
+    # another PoD (``pod0/up:pod2`` becomes ``pod0/up:pod1``). fabric.reconfig_order keeps those
+    # cross-connects (commit e16f730); before, it raised and the stage fell back to tearing every
+    # circuit down and re-adding it in one step. A user sees the ordered switch: its add steps are
+    # paid on the critical path, the relabelled lift circuits stay up, nothing goes dark.
+    from fabric.reconfig_order import order_plan_change
+
     fab = build_fabric("rfabric", 2048)
     name = "Qwen2.5-72B"
+    driver = RFabricDriver(fab)
     stage = TrainingStage(load_model(name), train_layout(name, 960), range(960), H800,
-                          NetworkSim(fab, circuits="fixed"), RFabricDriver(fab))
-    t = 0.0
-    for _ in range(2):
-        r = stage.run(TrainBatch.uniform(512, 5120), t)
-        t += r.time_s + 60.0
-    assert math.isfinite(r.time_s) and r.reconfigurations >= 1
-    assert r.breakdown_s["reconfig_wait_s"] > 0
+                          NetworkSim(fab, circuits="fixed"), driver)
+    first = stage.run(TrainBatch.uniform(512, 5120), 0.0)
+    periods = first.detail["periods"]
+    assert [p["period"] for p in periods] == ["fwd-bwd", "grad-sync"]
+    assert not any("no non-blocking order" in p["reason"] for p in periods)
+    fwd, grad = driver.changes[0].plan, driver.changes[-1].plan
+    assert fwd.template == "train" and grad.template == "train-dp"
+    by_xc = {c.xc: c for c in fwd.circuits}
+    relabelled = [c.xc for c in grad.circuits if c.xc in by_xc and (by_xc[c.xc].a, by_xc[c.xc].b) != (c.a, c.b)]
+    assert relabelled and all("/up:" in by_xc[x].b + by_xc[x].a for x in relabelled)
+    order = order_plan_change(fwd, grad)
+    assert not order.outages
+    torn = {c.xc for s in order.steps if s.action == "remove" for c in s.circuits}
+    assert not torn & set(relabelled)
+    switch_s = driver.switching_time_s(order)
+    assert periods[1]["reconfigured"] and periods[1]["switching_s"] == pytest.approx(switch_s)
+    assert switch_s > 25e-3  # more than the one piezo switching of a teardown: the order has several add steps
+    assert first.reconfigurations >= 1 and first.breakdown_s["reconfig_wait_s"] >= switch_s - 1e-12
+    # the next step keeps the grad-sync circuits for fwd-bwd when switching back does not pay, and
+    # finds them in force for grad-sync: no switching on its critical path
+    second = stage.run(TrainBatch.uniform(512, 5120), first.time_s + 60.0)
+    assert math.isfinite(second.time_s) and second.breakdown_s["reconfig_wait_s"] == 0.0
+    assert [p["action"] for p in second.detail["periods"]] == ["kept", "unchanged"]
     with pytest.raises(ConfigError, match="now_s"):
         stage.run(TrainBatch.uniform(512, 5120), 1.0)
 
