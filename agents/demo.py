@@ -11,6 +11,10 @@ waits until the safe-window gate has seen enough slack; later iterations reuse t
 end every device's cross-connect table is read back over TL1 and compared with the committed plan.
 
 Job time is simulated (events carry explicit timestamps), so the demo takes seconds, not minutes.
+
+It ends with RLSim's view of the same 64-GPU cluster (``examples/sim/demo-64gpu.yaml``): two RL
+iterations of Qwen2.5-14B simulated on FT, FT-OS and RFabric, with throughput, its ratio to FT and
+throughput per dollar (:func:`sim_comparison`).
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from pathlib import Path
 import httpx
 import yaml
 
-__all__ = ["register", "run_demo", "EXAMPLES_DIR", "DEMO_PERIODS"]
+__all__ = ["register", "run_demo", "sim_comparison", "EXAMPLES_DIR", "DEMO_PERIODS", "SIM_FABRICS"]
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "examples"
 # One RL iteration, in the order its communication periods occur.
 DEMO_PERIODS = ("train-fwd-bwd.yaml", "train-grad-sync.yaml", "weight-sync.yaml", "gen.yaml")
 _JOB = "rl-job-1"
+SIM_FABRICS = ("ft", "ft-os", "rfabric")  # the non-blocking reference, its cheap 3:1 version, and ours
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -175,4 +180,35 @@ def run_demo(examples: Path = EXAMPLES_DIR, iterations: int = 2) -> int:
         print(f"devices read back over TL1: {sum(map(len, held.values()))} cross-connects; "
               f"{'exactly the committed plan' if same else 'DIFFERENT FROM THE COMMITTED PLAN'}")
     print(f"demo finished in {time.perf_counter() - started:.1f} s; switches and proxy stopped")
+    print("\n" + sim_comparison(examples / "sim" / "demo-64gpu.yaml"))
     return 0 if same else 1
+
+
+def sim_comparison(config: Path, fabrics: tuple[str, ...] = SIM_FABRICS, iterations: int = 2) -> str:
+    """Return a table of the run ``config`` simulated on each of ``fabrics``: throughput, x FT, per dollar.
+
+    Each fabric runs the same RL iterations (same traces, split and stage models, one-step
+    asynchronous); the first fabric is the reference of the ratio column.
+    """
+    from dataclasses import replace
+
+    from sim.config import load_run_config
+    from sim.run import simulate
+
+    started = time.perf_counter()
+    cfg = load_run_config(config)
+    cfg = replace(cfg, loop=replace(cfg.loop, iterations=iterations))
+    results = [(f, simulate(cfg.with_fabric(f))) for f in fabrics]
+    base = results[0][1].throughput.samples_per_s
+    lines = [f"RLSim: {cfg.model} on {cfg.cluster.gpus} GPUs ({cfg.cluster.train_gpus} train), {iterations} "
+             f"{cfg.loop.mode} iterations per fabric ({config.name})",
+             f"{'fabric':<8} {'samples/s':>9} {'x ' + fabrics[0]:>6} {'samples/$':>9} {'network $':>10} "
+             f"{'gen s':>6} {'train s':>7} {'sync s':>6}"]
+    for f, r in results:
+        st = r.stage_means_s()
+        lines.append(f"{f:<8} {r.throughput.samples_per_s:9.3f} {r.throughput.samples_per_s / base:6.3f} "
+                     f"{r.samples_per_usd:9.2f} {r.cost.network_usd:10,.0f} {st['gen']:6.1f} {st['train']:7.2f} "
+                     f"{st['weight-sync']:6.3f}")
+    lines.append(f"(simulated in {time.perf_counter() - started:.1f} s; `orchestrl sim run {config.name} --fabric F` "
+                 "for one run, docs/sim-loop.md for the model)")
+    return "\n".join(lines)

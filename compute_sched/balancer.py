@@ -19,7 +19,7 @@ keeps that reading). Waiting requests move first (no KV to ship); running ones p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from compute_sched.engine import ClusterSnapshot, Migration, WorkerState
@@ -55,11 +55,16 @@ class _Load:
     waiting: list[RequestState]
     running_reqs: list[RequestState]
     free_tokens: float
+    # context tokens of running_reqs, kept with the list (integers, so the sum is exact): b_cap is read
+    # for every worker on every move, and summing the list each time made a tick O(moves x requests)
+    running_ctx: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.running_ctx = sum(r.context_tokens for r in self.running_reqs)
 
     def b_cap(self, reserve: int) -> float:
         """Concurrency allowed: what runs now plus what the free KV can admit, within the batch limit."""
-        ctx = [r.context_tokens for r in self.running_reqs] or [reserve]
-        per_seq = sum(ctx) / len(ctx) + reserve
+        per_seq = (self.running_ctx / len(self.running_reqs) if self.running_reqs else reserve) + reserve
         kv = self.running + self.free_tokens / per_seq
         limit = self.worker.max_batch
         return max(1.0, min(kv, limit) if limit is not None else kv)
@@ -148,8 +153,8 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent: set[str] =
     fallback = _fallback_rate(workers, basis)
     reserve = cfg.growth_reserve_tokens
     moves: list[Migration] = []
+    idx = [ld.index(reserve, fallback, basis) for ld in loads]  # a move changes only its two workers' entries
     while len(moves) < cfg.max_moves:
-        idx = [ld.index(reserve, fallback, basis) for ld in loads]
         hi, lo = max(range(len(idx)), key=idx.__getitem__), min(range(len(idx)), key=idx.__getitem__)
         spread = idx[hi] - idx[lo]
         theta = cfg.theta if cfg.theta is not None else cfg.theta_relative * (sum(idx) / len(idx))
@@ -167,22 +172,26 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent: set[str] =
         if from_running:
             src.running_reqs.remove(pick)
             src.running -= 1
+            src.running_ctx -= pick.context_tokens
             src.free_tokens += pick.context_tokens
         else:
             src.waiting.remove(pick)
         dst.waiting.append(pick)
         dst.free_tokens -= pick.context_tokens
-        new_idx = [ld.index(reserve, fallback, basis) for ld in loads]
+        new_idx = list(idx)
+        new_idx[hi], new_idx[lo] = src.index(reserve, fallback, basis), dst.index(reserve, fallback, basis)
         if max(new_idx) - min(new_idx) >= spread:  # the move did not help: undo and stop
             dst.waiting.remove(pick)
             dst.free_tokens += pick.context_tokens
             if from_running:
                 src.running_reqs.append(pick)
                 src.running += 1
+                src.running_ctx += pick.context_tokens
                 src.free_tokens -= pick.context_tokens
             else:
                 src.waiting.append(pick)
             break
+        idx = new_idx
         moves.append(Migration(pick.request_id, src.worker.instance, dst.worker.instance))
     return moves
 

@@ -14,6 +14,11 @@ when the engine can do it (:class:`~compute_sched.engine.EngineCapabilities`). T
 cannot (vLLM has no public path to hand a running request's KV to another engine), and
 OrchestrRL §6.2.2 itself paid "5.4 s for KV-cache recomputation" when it reconfigured, so
 recompute-only is the default; :meth:`CostModel.for_engine` builds the model an engine can honour.
+
+With a network seam on the performance model (``perf.network``, :mod:`compute_sched.netseam`) the
+peer path of a reshard and a KV transfer are estimated at the rate the fabric gives (per GPU, and a
+KV transfer over every KV-holding GPU of the destination, Appendix A's "multiple NICs") instead of
+one NIC; the engine then times the real transfers as flows on the fabric.
 """
 
 from __future__ import annotations
@@ -92,20 +97,29 @@ class CostModel:
             return SwitchCost(self.switch_fixed_s, 0.0, "none")
         g = self.perf.gpu
         intra = new.gpus <= g.gpus_per_node
-        peer_bw = g.nvlink_bytes_per_s if intra else g.nic_bytes_per_s
+        peer_bw = g.nvlink_bytes_per_s if intra else self._peer_bytes_per_s(new)
         options = {"nvlink" if intra else "nic": missing / peer_bw, "host": missing / g.pcie_bytes_per_s}
         path = min(options, key=options.__getitem__)
         return SwitchCost(self.switch_fixed_s + options[path], missing, path)
 
-    def _link_bytes_per_s(self) -> float:
+    def _peer_bytes_per_s(self, new: InstanceConfig) -> float:
+        """Per-GPU rate of a weight fetch from peers in other nodes: the NIC, or the network seam's estimate."""
+        net = self.perf.network
+        return self.perf.gpu.nic_bytes_per_s if net is None else net.transfer_bytes_per_s(new)
+
+    def _link_bytes_per_s(self, dst: InstanceConfig | None = None) -> float:
+        net = self.perf.network
+        if net is not None and self.transfer_link_bps is None:  # every KV-holding GPU of dst receives
+            gpus = dst.attn_gpus if dst is not None and dst.kind == "afd" else (dst.gpus if dst is not None else 1)
+            return gpus * net.transfer_bytes_per_s(dst)
         bps = self.transfer_link_bps if self.transfer_link_bps is not None else self.perf.gpu.nic_bps
         return bps / 8.0
 
-    def transfer_s(self, tokens: int) -> float:
-        """Seconds to ship ``tokens`` tokens of KV cache to another instance."""
+    def transfer_s(self, tokens: int, dst: InstanceConfig | None = None) -> float:
+        """Seconds to ship ``tokens`` tokens of KV cache to another instance (of ``dst``, if known)."""
         if tokens <= 0:
             return 0.0
-        return self.transfer_setup_s + tokens * self.perf.model.kv_bytes_per_token / self._link_bytes_per_s()
+        return self.transfer_setup_s + tokens * self.perf.model.kv_bytes_per_token / self._link_bytes_per_s(dst)
 
     def recompute_s(self, dst: InstanceConfig, contexts: list[int]) -> float:
         """Seconds for ``dst`` to rebuild the KV of requests with these context lengths (one batched prefill)."""
@@ -131,7 +145,7 @@ class CostModel:
         r = self.recompute_s(dst, list(contexts))
         if not self.capabilities.kv_transfer:
             return MigrationCost(r, "recompute", kv, tokens)
-        t = self.transfer_s(tokens)
+        t = self.transfer_s(tokens, dst)
         if t <= r:
             return MigrationCost(t, "transfer", kv, tokens)
         return MigrationCost(r, "recompute", kv, tokens)

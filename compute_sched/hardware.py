@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from fabric.config import Reader, load_document
@@ -45,42 +46,42 @@ class ModelSpec:
     experts: int = 0  # 0 for a dense model
     experts_per_token: int = 0
 
-    @property
+    @cached_property  # read per decode step by the planner's estimates; the spec is frozen
     def is_moe(self) -> bool:
         return self.experts > 0
 
-    @property
+    @cached_property
     def expert_params(self) -> float:
         """Parameters of all routed experts (gate, up and down projections); 0 for dense models."""
         return float(self.layers * self.experts * 3 * self.d_model * self.ffn_intermediate)
 
-    @property
+    @cached_property
     def dense_params(self) -> float:
         """Parameters every token uses: attention, embeddings, norms, shared experts."""
         return self.params_total - self.expert_params
 
-    @property
+    @cached_property
     def active_params(self) -> float:
         """Parameters one token touches (dense part plus its routed experts)."""
         if not self.is_moe:
             return self.params_total
         return self.dense_params + self.expert_params * self.experts_per_token / self.experts
 
-    @property
+    @cached_property
     def weight_bytes(self) -> float:
         return self.params_total * DTYPE_BYTES
 
-    @property
+    @cached_property
     def expert_bytes_each(self) -> float:
         """Bytes of one expert in one layer."""
         return 3.0 * self.d_model * self.ffn_intermediate * DTYPE_BYTES
 
-    @property
+    @cached_property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies over all layers and KV heads."""
         return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES
 
-    @property
+    @cached_property
     def attention_dim(self) -> int:
         return self.query_heads * self.head_dim
 

@@ -9,7 +9,8 @@ attention are separate kernels, so each is bounded by its own resource and a ste
 (attention's KV read cannot hide a compute-bound GEMM). Communication is what the
 configuration adds (TP all-reduces, EP all-to-alls, AFD's per-layer M2N exchange) in an alpha-beta
 model (per-hop latency plus bytes over the link that carries it: NVLink inside a node, the NIC
-across nodes). AFD overlaps its three stages with two micro-batches when the batch is large enough
+across nodes -- or, with a :class:`~compute_sched.netseam.NetworkSeam`, the rate the fabric gives
+the instance's pattern at its placement). AFD overlaps its three stages with two micro-batches when the batch is large enough
 and pays their sum when it is not, which is why it loses in the long tail (§4.1). The constants
 that datasheets do not give (efficiencies, latencies, overheads, the engine's batch limit) are
 :class:`Calibration` fields; :func:`calibrate` fits a scale and offset to measured steps and
@@ -25,6 +26,7 @@ import numpy as np
 
 from compute_sched.hardware import DTYPE_BYTES, GpuSpec, ModelSpec
 from compute_sched.layout import InstanceConfig
+from compute_sched.netseam import NetworkSeam
 from fabric.errors import ConfigError
 
 __all__ = ["Calibration", "PerfModel", "Plane", "MeasuredStep", "calibrate"]
@@ -91,15 +93,32 @@ class PerfModel:
     >>> tp2, tp8 = InstanceConfig("tp", tp=2), InstanceConfig("tp", tp=8)
     >>> pm.decode_step_s(tp8, 4, 4 * 12000) < pm.decode_step_s(tp2, 4, 4 * 12000)  # tail: TP=8 faster
     True
+
+    ``network`` (a :class:`~compute_sched.netseam.NetworkSeam`) replaces the NIC rate of the
+    cross-node terms by the fabric's; None keeps the NIC rate. :meth:`at` binds the model to one
+    instance's GPUs, so its rate is that of its placement.
     """
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, calibration: Calibration | None = None) -> None:
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, calibration: Calibration | None = None, *,
+                 network: NetworkSeam | None = None, placement: tuple[int, ...] | None = None) -> None:
         self.model = model
         self.gpu = gpu
         self.cal = calibration or Calibration()
+        self.network = network  # None: cross-node bytes at the NIC rate (the profiled model of §4.1)
+        self.placement = placement  # cluster-local GPUs of the one instance this model times (None: any)
 
     def with_calibration(self, calibration: Calibration) -> "PerfModel":
-        return PerfModel(self.model, self.gpu, calibration)
+        return PerfModel(self.model, self.gpu, calibration, network=self.network, placement=self.placement)
+
+    def with_network(self, network: NetworkSeam | None) -> "PerfModel":
+        """Return this model with its cross-node rates taken from ``network`` (None: the NIC)."""
+        return PerfModel(self.model, self.gpu, self.cal, network=network)
+
+    def at(self, gpu_ids: tuple[int, ...]) -> "PerfModel":
+        """Return this model for the instance on ``gpu_ids`` (itself when there is no network seam)."""
+        if self.network is None:
+            return self
+        return PerfModel(self.model, self.gpu, self.cal, network=self.network, placement=tuple(gpu_ids))
 
     # -- memory -------------------------------------------------------------------------------
     def _ffn_side_bytes(self) -> float:
@@ -150,14 +169,20 @@ class PerfModel:
         return self.kv_capacity_tokens(cfg) >= min_tokens
 
     # -- communication ------------------------------------------------------------------------
-    def _link(self, gpus: int) -> tuple[float, float]:
-        """(bytes/s, per-hop latency) of a group of ``gpus`` GPUs: NVLink inside a node, else the NIC."""
+    def _net_bytes_per_s(self, cfg: InstanceConfig | None) -> float:
+        """Per-GPU cross-node bytes/s of an instance of ``cfg``: the NIC, or what the network seam gives."""
+        if self.network is None or cfg is None:
+            return self.gpu.nic_bytes_per_s
+        return self.network.link_bytes_per_s(cfg, self.placement)
+
+    def _link(self, gpus: int, cfg: InstanceConfig | None = None) -> tuple[float, float]:
+        """(bytes/s, per-hop latency) of a group of ``gpus`` GPUs: NVLink inside a node, else the network."""
         c = self.cal
         if gpus <= self.gpu.gpus_per_node:
             return self.gpu.nvlink_bytes_per_s * c.link_efficiency, c.hop_latency_s
-        return self.gpu.nic_bytes_per_s * c.link_efficiency, c.net_hop_latency_s
+        return self._net_bytes_per_s(cfg) * c.link_efficiency, c.net_hop_latency_s
 
-    def _allreduce_s(self, group: int, nbytes: float) -> float:
+    def _allreduce_s(self, group: int, nbytes: float, cfg: InstanceConfig | None = None) -> float:
         """All-reduce of ``nbytes`` over ``group`` GPUs, as vLLM does it.
 
         Inside a node, vLLM's custom all-reduce reads peers over NVLink directly: one shot
@@ -168,7 +193,7 @@ class PerfModel:
         """
         if group <= 1:
             return 0.0
-        bw, hop = self._link(group)
+        bw, hop = self._link(group, cfg)
         if group <= self.gpu.gpus_per_node and not self.cal.custom_allreduce:
             return self.cal.allreduce_latency_s + 2 * (group - 1) * hop + 2 * (group - 1) / group * nbytes / bw
         if group <= self.gpu.gpus_per_node:
@@ -214,7 +239,7 @@ class PerfModel:
             gemm = max((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp / hbm,
                        2.0 * m.active_params * batch / cfg.tp / flops)
             attn = self._attention_s(cfg.tp, ctx, hbm, flops)
-            comm = 2 * m.layers * self._allreduce_s(cfg.tp, act)
+            comm = 2 * m.layers * self._allreduce_s(cfg.tp, act, cfg)
             return gemm + attn + comm + overhead
         if cfg.kind == "ep":
             groups = cfg.ep // cfg.tp
@@ -224,7 +249,7 @@ class PerfModel:
             gemm = max((m.dense_params * DTYPE_BYTES / cfg.tp + touched_per_gpu * m.expert_bytes_each * m.layers) / hbm,
                        (2.0 * m.dense_params * b / cfg.tp + expert_flops) / flops)
             attn = self._attention_s(cfg.tp, cx, hbm, flops)
-            bw, _ = self._link(cfg.ep)
+            bw, _ = self._link(cfg.ep, cfg)
             a2a_bytes = batch / cfg.ep * m.experts_per_token * m.d_model * DTYPE_BYTES * (cfg.ep - 1) / cfg.ep
             comm = m.layers * (2 * (c.a2a_latency_s + a2a_bytes / bw) + 2 * self._allreduce_s(cfg.tp, b * m.d_model
                                                                                               * DTYPE_BYTES))
@@ -241,7 +266,7 @@ class PerfModel:
         f = max(ffn_read / hbm, 2.0 * ffn_active * batch / cfg.ffn_gpus / flops)
         fan = min(m.experts_per_token, cfg.ffn_gpus) if m.is_moe else 1
         per_link = 2.0 * act * fan / min(cfg.attn_gpus, cfg.ffn_gpus)
-        bw = self.gpu.nic_bytes_per_s * c.link_efficiency
+        bw = self._net_bytes_per_s(cfg) * c.link_efficiency
         x = m.layers * (2 * c.a2a_latency_s + per_link / bw)
         micro = 2 if batch >= 2 * c.afd_microbatch_min else 1
         return (a + f + x + (micro - 1) * max(a, f, x)) / micro + overhead
@@ -281,7 +306,8 @@ class PerfModel:
         comp = flops / (cfg.gpus * g.bf16_flops * c.prefill_efficiency)
         mem = self.weights_per_gpu_bytes(cfg) / (g.hbm_bytes_per_s * c.mem_efficiency)
         group = cfg.tp if cfg.kind != "ep" else cfg.ep
-        comm = 2 * m.layers * self._allreduce_s(group, tokens / max(1, cfg.gpus // cfg.tp) * m.d_model * DTYPE_BYTES)
+        comm = 2 * m.layers * self._allreduce_s(group, tokens / max(1, cfg.gpus // cfg.tp) * m.d_model * DTYPE_BYTES,
+                                                 cfg)
         return self.cal.scale * (max(comp, mem) + comm + m.layers * c.layer_overhead_s) + self.cal.offset_s
 
 

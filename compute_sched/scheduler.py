@@ -142,7 +142,7 @@ class GenerationScheduler:
         events: list[ReconfigEvent] = []
         solves: list[float] = []
         finished: list[FinishedRequest] = []
-        curve = [(eng.now_s(), len(eng.snapshot().pending))]
+        curve = [(eng.now_s(), _pending(eng))]
         moves = 0
         last_moved = self._placed_at = {}  # request -> when the balancer or the planner last placed it
         next_plan = eng.now_s()
@@ -165,7 +165,7 @@ class GenerationScheduler:
                 if self.workload is not None:
                     self.workload.observe_finished(f.output_tokens)
             finished += done
-            curve.append((eng.now_s(), len(eng.snapshot().pending)))
+            curve.append((eng.now_s(), _pending(eng)))
         quota = cfg.stop_after_finished
         carried: list[str] = []
         if quota is not None and len(finished) >= quota:  # the step ends at the quota-th finish
@@ -180,3 +180,9 @@ class GenerationScheduler:
         curve = [(t, n) for t, n in curve if t <= end + cfg.tick_s]
         return StepReport(end, tuple(finished), unfinished, tuple(events), moves, tuple(curve), tuple(solves),
                           len(events) if self.sink is not None else 0)
+
+
+def _pending(engine: Engine) -> int:
+    """Pending requests: the engine's own count where it keeps one (a snapshot copies every request)."""
+    count = getattr(engine, "pending_count", None)
+    return count() if count is not None else len(engine.snapshot().pending)

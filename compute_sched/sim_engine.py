@@ -14,19 +14,27 @@ and the context grows by ``B`` per iteration, so their time is ``k`` steps at th
 (exact for the affine memory-bound step). Instances are independent between scheduler actions, so
 each one advances alone to the caller's horizon. Output lengths are known only to the simulator
 (``lengths``), never shown in a snapshot.
+
+With a network seam on the performance model (``perf.network``, :mod:`compute_sched.netseam`) each
+instance's steps use the rates of its own placement; a layout change is announced to the network
+(:meth:`~compute_sched.netseam.NetworkSeam.deploy`, with the transfers it causes), instances whose
+decode traffic crosses nodes start once the fabric is ready, weights come from the old instance's
+GPUs as flows or from host memory, whichever lands first, and KV transfers are timed as one batch
+of concurrent flows. Without a seam every cost is the cost model's, as before.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from compute_sched.costs import CostModel
 from compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
                                   MigrationReport, SwitchReport, WorkerState)
 from compute_sched.layout import Layout
+from compute_sched.netseam import Transfer, crosses_nodes, kv_gpus
 from compute_sched.perf import PerfModel
 from compute_sched.workload import RequestState
 from fabric.errors import ConfigError
@@ -44,18 +52,24 @@ class _Seq:
     group: str
     ready_at: float = 0.0
     kv_ready: bool = False  # True: KV already resident (new requests and recomputes still need a prefill)
+    _state: RequestState | None = field(default=None, repr=False, compare=False)  # last snapshot's, reused
+    # while ``generated`` stands still (a waiting request): snapshots are taken every tick
 
     @property
     def ctx(self) -> int:
         return self.prompt + self.generated
 
     def state(self) -> RequestState:
-        return RequestState(self.rid, self.prompt, self.generated, self.max_tokens, self.group)
+        st = self._state
+        if st is None or st.generated_tokens != self.generated:
+            st = self._state = RequestState(self.rid, self.prompt, self.generated, self.max_tokens, self.group)
+        return st
 
 
 class _Instance:
     def __init__(self, index: int, inst, perf: PerfModel, max_num_seqs: int) -> None:
         self.index, self.inst, self.cfg = index, inst, inst.config
+        self.perf = perf.at(inst.gpu_ids)  # the rates of its placement (the model itself without a network seam)
         self.cap = perf.kv_capacity_tokens(inst.config)
         if self.cap <= 0:
             raise ConfigError("SimEngine", "layout", f"{perf.model.name} does not fit one {inst.config.name} "
@@ -68,9 +82,10 @@ class _Instance:
         self.window_tokens = 0
         self.window_start = 0.0
         self.rate_tps = 0.0
+        self.kv_used = 0  # context tokens of the running requests, kept up to date by every change of ``running``
 
     def used(self) -> int:
-        return sum(s.ctx for s in self.running)
+        return self.kv_used
 
 
 class SimEngine:
@@ -110,6 +125,10 @@ class SimEngine:
         self._finished = 0
         self._insts = [_Instance(k, inst, perf, self.max_num_seqs) for k, inst in enumerate(layout.instances)]
         self.preemptions = 0
+        self.network = perf.network
+        self.switch_log: list[dict[str, object]] = []  # per layout change on a network: switch, reload paths
+        if self.network is not None:
+            self._fabric_ready(self._insts, self.network.deploy(layout, self._now))
 
     # -- protocol -----------------------------------------------------------------------------
     def now_s(self) -> float:
@@ -117,6 +136,10 @@ class SimEngine:
 
     def idle(self) -> bool:
         return all(not i.running and not i.waiting for i in self._insts)
+
+    def pending_count(self) -> int:
+        """Requests running or waiting, without building a snapshot."""
+        return sum(len(i.running) + len(i.waiting) for i in self._insts)
 
     def snapshot(self) -> ClusterSnapshot:
         workers = tuple(WorkerState(i.index, i.cfg, tuple(s.state() for s in i.running),
@@ -139,6 +162,7 @@ class SimEngine:
         for i in self._insts:
             for s in [s for s in i.running if s.rid in wanted]:
                 i.running.remove(s)
+                i.kv_used -= s.ctx
                 out.append(s.rid)
             kept = deque(s for s in i.waiting if s.rid not in wanted)
             out += [s.rid for s in i.waiting if s.rid in wanted]
@@ -150,6 +174,7 @@ class SimEngine:
         for s in inst.running:
             if s.rid == rid:
                 inst.running.remove(s)
+                inst.kv_used -= s.ctx
                 return s
         for s in inst.waiting:
             if s.rid == rid:
@@ -157,20 +182,35 @@ class SimEngine:
                 return s
         return None
 
-    def _land(self, movers: dict[int, list[tuple[_Seq, str]]], start: dict[int, float]) -> MigrationReport:
-        """Queue moved requests on their destinations, paying the cheaper of transfer and recompute."""
+    def _fabric_ready(self, insts: Sequence[_Instance], ready_s: float) -> None:
+        """Instances whose decode traffic crosses nodes wait until the fabric is ready for their layout."""
+        gpn = self.perf.gpu.gpus_per_node
+        for i in insts:
+            if crosses_nodes(i.cfg, gpn):
+                i.available_at = max(i.available_at, ready_s)
+
+    def _land(self, movers: dict[int, list[tuple[_Seq, str, tuple[int, ...]]]], start: dict[int, float],
+              boundary: bool = False) -> MigrationReport:
+        """Queue moved requests on their destinations, paying the cheaper of transfer and recompute.
+
+        ``movers`` maps a destination to (request, method, GPUs holding its KV now). With a network
+        seam, the KV transfers of a deployment ``boundary`` are timed together as flows on the
+        fabric; migrations while decoding (balancer, re-homing) are priced by the cost model at the
+        fabric's rate -- they are small, overlap decoding, and come by the hundred.
+        """
         methods: dict[str, int] = {}
         worst = 0.0
         moved = []
+        batch: list[tuple[int, _Seq, tuple[int, ...]]] = []  # KV transfers the network times together
         for dst, all_items in movers.items():
             inst = self._insts[dst]
-            for s, _ in all_items:  # never prefilled or preempted: no KV to move, just queue it
+            for s, _, _ in all_items:  # never prefilled or preempted: no KV to move, just queue it
                 if not s.kv_ready:
                     s.ready_at = start[dst]
                     inst.waiting.append(s)
                     methods["requeue"] = methods.get("requeue", 0) + 1
                     moved.append(s.rid)
-            items = [(s, m) for s, m in all_items if s.kv_ready]
+            items = [(s, m) for s, m, _ in all_items if s.kv_ready]
             auto = [s for s, m in items if m == "auto"]
             chosen = self.costs.migration(inst.cfg, [s.ctx for s in auto]).method if auto else "none"
             for s, m in items:
@@ -181,13 +221,41 @@ class SimEngine:
                 methods[how] = methods.get(how, 0) + 1
                 moved.append(s.rid)
             tr = [s for s, m in items if s.kv_ready]
-            cost = self.costs.transfer_s(sum(s.ctx for s in tr)) if tr else 0.0
+            if tr and self.network is not None and boundary:
+                batch += [(dst, s, src) for s, _, src in all_items if s.kv_ready]
+                tr = []  # timed below, with every other destination's transfers
+            cost = self.costs.transfer_s(sum(s.ctx for s in tr), inst.cfg) if tr else 0.0
             rc = [s.ctx for s, m in items if not s.kv_ready]
             worst = max(worst, cost, self.costs.recompute_s(inst.cfg, rc) if rc else 0.0)
             for s, _ in items:
                 s.ready_at = start[dst] + (cost if s.kv_ready else 0.0)
                 inst.waiting.appendleft(s) if s.kv_ready else inst.waiting.append(s)
+        if batch:
+            worst = max(worst, self._time_kv(batch, start, methods))
         return MigrationReport(tuple(moved), (), worst, methods)
+
+    def _time_kv(self, batch: list[tuple[int, _Seq, tuple[int, ...]]], start: dict[int, float],
+                 methods: dict[str, int]) -> float:
+        """Time a batch of KV transfers on the network; set each request's ready time; return the longest.
+
+        A transfer the network cannot deliver (no path in the fabric state in force) is recomputed.
+        """
+        kv = float(self.perf.model.kv_bytes_per_token)
+        moves = [Transfer(src, kv_gpus(self._insts[d].inst), s.ctx * kv, "kv", start[d] - self._now)
+                 for d, s, src in batch]
+        done = self.network.transfer_times_s(moves, self._now)
+        worst = 0.0
+        for (d, s, _), t in zip(batch, done):
+            if not math.isfinite(t):
+                s.kv_ready, s.ready_at = False, start[d]
+                methods["transfer"] -= 1
+                methods["recompute"] = methods.get("recompute", 0) + 1
+                if not methods["transfer"]:
+                    del methods["transfer"]
+                continue
+            s.ready_at = self._now + t + self.costs.transfer_setup_s
+            worst = max(worst, s.ready_at - start[d])
+        return worst
 
     def migrate(self, moves: Sequence[Migration]) -> MigrationReport:
         movers: dict[int, list[tuple[_Seq, str]]] = {}
@@ -200,7 +268,7 @@ class SimEngine:
             if s is None:
                 refused.append((mv.request_id, f"not pending on instance {mv.src}"))
                 continue
-            movers.setdefault(mv.dst, []).append((s, mv.method))
+            movers.setdefault(mv.dst, []).append((s, mv.method, kv_gpus(self._insts[mv.src].inst)))
         start = {d: max(self._now, self._insts[d].available_at) for d in movers}
         rep = self._land(movers, start)
         return MigrationReport(rep.moved, tuple(refused), rep.seconds, rep.methods)
@@ -224,20 +292,68 @@ class SimEngine:
                 switch_s = max(switch_s, sw.seconds)
             new_insts.append(ni)
         prev_of = {v: k for k, v in kept_from.items()}
-        movers: dict[int, list[tuple[_Seq, str]]] = {}
+        movers: dict[int, list[tuple[_Seq, str, tuple[int, ...]]]] = {}
         for oi in self._insts:
+            running = {id(s) for s in oi.running}
             for s in [*oi.running, *oi.waiting]:
                 dst = placement.get(s.rid)
                 if dst is None or not 0 <= dst < len(new_insts):
                     raise ConfigError("change_layout", "placement", f"request {s.rid!r} has no valid instance",
                                       f"an instance 0..{len(new_insts) - 1} for every pending request")
                 if prev_of.get(oi.index) == dst:
-                    (new_insts[dst].running if s in oi.running else new_insts[dst].waiting).append(s)
+                    if id(s) in running:
+                        new_insts[dst].running.append(s)
+                        new_insts[dst].kv_used += s.ctx
+                    else:
+                        new_insts[dst].waiting.append(s)
                 else:
-                    movers.setdefault(dst, []).append((s, "auto"))
+                    movers.setdefault(dst, []).append((s, "auto", kv_gpus(oi.inst)))
+        if self.network is not None:
+            switch_s = self._switch_on_network(new_insts, kept_from, movers)
         self._insts, self.layout = new_insts, layout
-        rep = self._land(movers, {d: new_insts[d].available_at for d in movers})
+        rep = self._land(movers, {d: new_insts[d].available_at for d in movers}, boundary=True)
         return SwitchReport(switch_s, rep, len(kept_from))
+
+    def _switch_on_network(self, new_insts: list[_Instance], kept_from: dict[int, int],
+                           movers: dict[int, list[tuple[_Seq, str, tuple[int, ...]]]]) -> float:
+        """Announce the new layout to the network and time its weight reloads; return the largest ``C^sw``.
+
+        A switching instance's GPUs fetch the bytes they miss from the GPUs of the old instances they
+        overlap (each a full replica) as concurrent flows, or read them from host memory, whichever
+        lands first; the fixed switch-over is paid either way. Instances on idle GPUs read from host.
+        """
+        old_by_gpu = {g: inst for inst in self.layout.instances for g in inst.gpu_ids}
+        kv = float(self.perf.model.kv_bytes_per_token)
+        fetches: dict[int, list[Transfer]] = {}
+        host_s: dict[int, float] = {}
+        for ni in new_insts:
+            if ni.index in kept_from:
+                continue
+            was = old_by_gpu.get(ni.inst.gpu_ids[0])
+            sw = self.costs.switch(was.config if was else None, ni.cfg, same_gpus=was is not None)
+            host_s[ni.index] = sw.bytes_moved / self.perf.gpu.pcie_bytes_per_s
+            peers = sorted({g for g in ni.inst.gpu_ids if g in old_by_gpu for g in old_by_gpu[g].gpu_ids})
+            if sw.bytes_moved > 0 and peers:
+                fetches[ni.index] = [Transfer(tuple(p for p in peers if p != d), (d,), sw.bytes_moved, "weights")
+                                     for d in ni.inst.gpu_ids]
+        weights = [t for ts in fetches.values() for t in ts]
+        moving = [Transfer(src, kv_gpus(new_insts[d].inst), s.ctx * kv) for d, items in movers.items()
+                  for s, _, src in items if s.kv_ready]
+        ready = self.network.deploy(Layout(tuple(i.inst for i in new_insts), self.layout.total_gpus), self._now,
+                                    weights + moving)
+        done = iter(self.network.transfer_times_s(weights, self._now) if weights else ())
+        over_net = {k: max(next(done) for _ in ts) for k, ts in fetches.items()}
+        switch_s, paths = 0.0, {"host": 0, "peers": 0, "none": 0}
+        for k, h in host_s.items():
+            reload = min(h, over_net.get(k, h))
+            paths["none" if reload == 0 else "peers" if reload < h else "host"] += 1
+            seconds = self.costs.switch_fixed_s + reload
+            new_insts[k].available_at = self._now + seconds
+            switch_s = max(switch_s, seconds)
+        self._fabric_ready(new_insts, ready)
+        self.switch_log.append({"t_s": self._now, "switch_s": switch_s, "fabric_ready_s": ready - self._now,
+                                "reload_paths": paths, "weights_bytes": sum(t.size_bytes for t in weights)})
+        return switch_s
 
     def advance(self, seconds: float) -> list[FinishedRequest]:
         horizon = self._now + max(0.0, seconds)
@@ -279,10 +395,11 @@ class SimEngine:
                 prefill.append(s.ctx)
             s.kv_ready = True
         inst.waiting.extendleft(reversed(later))
+        inst.kv_used = used
         return prefill
 
     def _run(self, inst: _Instance, horizon: float, done: list[FinishedRequest]) -> None:
-        perf = self.perf
+        perf = inst.perf
         while inst.clock < horizon:
             if inst.clock < inst.available_at:
                 inst.clock = min(horizon, inst.available_at)
@@ -302,6 +419,7 @@ class SimEngine:
             room = inst.cap - used
             if room < b:  # KV overflow: preempt the newest request, recompute it later
                 s = inst.running.pop()
+                inst.kv_used -= s.ctx
                 s.kv_ready = False
                 inst.waiting.appendleft(s)
                 self.preemptions += 1
@@ -318,11 +436,13 @@ class SimEngine:
             k = max(1, k)
             inst.clock += k * perf.decode_step_s(inst.cfg, b, used + b * (k - 1) / 2.0)
             inst.window_tokens += b * k
+            inst.kv_used += b * k
             still = []
             for s in inst.running:
                 s.generated += k
                 if s.generated >= s.target:
                     done.append(FinishedRequest(s.rid, s.generated, inst.clock, inst.index, s.group))
+                    inst.kv_used -= s.ctx
                 else:
                     still.append(s)
             inst.running = still

@@ -86,25 +86,48 @@ def register(groups: argparse._SubParsersAction) -> None:
     col.set_defaults(func=_collective)
 
     fig = sub.add_parser("figure", help="run a paper experiment: paper value, ours and their ratio",
-                         description="fig21: link failures per RL stage (Appendix H); fig23: traffic-aware vs "
-                                     "uniform circuit allocation (Appendix I).")
+                         description="fig13: RL throughput vs FT on six fabrics (§7.2.1); fig14: per-stage time "
+                                     "vs FT (§7.2.2); fig16: performance vs network cost at 100-800 Gb/s "
+                                     "(§7.2.4); fig21: link failures per RL stage (Appendix H); fig23: "
+                                     "traffic-aware vs uniform circuit allocation (Appendix I). Sweeps write "
+                                     "NAME.png and NAME.csv into --out.")
     fig.add_argument("name", choices=tuple(_FIGURES), help="experiment")
-    fig.add_argument("--quick", action="store_true", help="reduced run (seconds)")
+    fig.add_argument("--quick", action="store_true", help="reduced run (under a minute)")
     fig.add_argument("--json", action="store_true",
                      help='print {"figure", "rows": [{"label", "paper", "ours", "ratio", ...}], "notes"}')
+    fig.add_argument("--workers", type=int, metavar="N", help="sweeps: processes of the local pool (default: CPUs)")
+    fig.add_argument("--ray", metavar="ADDRESS", help="sweeps: run the cases on the Ray cluster at ADDRESS "
+                                                      "('local' starts one here; needs orchestrl[ray])")
+    fig.add_argument("--out", metavar="DIR", help="sweeps: folder for NAME.png and NAME.csv (default: .)")
     fig.set_defaults(func=_figure)
 
+    from agents.cli import cmd_sim_run  # `sim run` (issue 16) lives in its own module
+    cmd_sim_run.register(sub)
 
-_FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23"}
+
+_FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23",
+            "fig13": "sim.experiments.fig13", "fig14": "sim.experiments.fig14", "fig16": "sim.experiments.fig16",
+            "fig17": "sim.experiments.fig17", "fig18": "sim.experiments.fig18", "fig22": "sim.experiments.fig22"}
 
 
 def _figure(args: argparse.Namespace) -> int:
     import importlib
+    import inspect
 
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("command line", "--workers", f"{args.workers} is not a number of processes", ">= 1")
+    argv = (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
+    for opt in ("workers", "ray", "out"):  # only the sweep options given, so one-process figures keep working
+        if getattr(args, opt) is not None:
+            argv += [f"--{opt}", str(getattr(args, opt))]
     module = importlib.import_module(_FIGURES[args.name])
     ticker = Ticker()
-    argv = (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
-    status = int(module.main(argv, progress=ticker.step) or 0)
+    # fig21/fig23 report progress per configuration; the sweeps print their own per case
+    kwargs = {"progress": ticker.step} if "progress" in inspect.signature(module.main).parameters else {}
+    try:
+        status = int(module.main(argv, **kwargs) or 0)
+    except SystemExit as exc:  # the figure's own parser refused an option it does not take (it said which)
+        return exc.code if isinstance(exc.code, int) else 2
     ticker.step("")
     return status
 

@@ -1,0 +1,170 @@
+"""``orchestrl sim run CONFIG.yaml``: RL iterations of one configuration, simulated at cluster scale.
+
+Prints one line by default (``--json`` for the whole result), a progress line per iteration on
+stderr, and with ``--plot out.png`` a timeline of both clusters plus ``out.csv`` with every bar.
+Bad input is refused with the file, the field and what is allowed (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from fabric.errors import ConfigError
+
+__all__ = ["register", "summary_line", "timeline_rows", "write_plot"]
+
+_BAR = 24
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``run`` to the ``orchestrl sim`` subcommands."""
+    from sim.network.config import FABRICS
+
+    p = sub.add_parser("run", help="simulate RL iterations of one configuration (throughput, per dollar)",
+                       description="Run the RL iterations a CONFIG.yaml describes: training, generation and "
+                                   "weight sync on the simulated fabric, with the project's schedulers and "
+                                   "fabric controller. `--fields` lists every field of the file.")
+    p.add_argument("config", nargs="?", metavar="CONFIG.yaml", help="run file (see examples/sim/)")
+    p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
+    p.add_argument("--plot", metavar="OUT.png", help="write a timeline of both clusters, and OUT.csv beside it")
+    p.add_argument("--fabric", choices=FABRICS, help="run on this fabric instead of the file's fabric.kind")
+    p.add_argument("--iterations", type=int, metavar="N", help="override loop.iterations")
+    p.add_argument("--fields", action="store_true", help="print every field of a run file and exit")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = None) -> int:
+    from sim.config import config_reference, load_run_config, validate
+    from sim.run import simulate
+
+    err = stream if stream is not None else sys.stderr
+    if args.fields:
+        print(config_reference())
+        return 0
+    if not args.config:
+        raise ConfigError("command line", "CONFIG.yaml", "is required", "a run file, e.g. examples/sim/demo-64gpu.yaml")
+    if args.plot:
+        _check_plot(args.plot)
+    cfg = load_run_config(args.config)
+    if args.fabric:
+        cfg = cfg.with_fabric(args.fabric)
+    if args.iterations is not None:
+        if args.iterations < 1:
+            raise ConfigError("command line", "--iterations", f"{args.iterations}", "an integer >= 1")
+        cfg = validate(replace(cfg, loop=replace(cfg.loop, iterations=args.iterations)))
+    c = cfg.cluster
+    split = f"{c.train_gpus} train" if c.train_gpus else "balanced split"
+    err.write(f"[sim run] {cfg.name}: {cfg.model} on {cfg.fabric.kind} {c.gpus} GPUs ({split}), "
+              f"{cfg.loop.mode}, {cfg.loop.iterations} iteration(s)\n")
+    started = time.perf_counter()
+    total = cfg.loop.iterations
+
+    def on_split(rows):
+        for r in rows:
+            err.write(f"[sim run] split {r['train_gpus']} train: gen {r['gen_s']:.2f} s, train {r['train_s']:.2f} s\n")
+
+    def on_iteration(it):
+        done = it.index + 1
+        bar = "#" * round(_BAR * done / total) + "-" * (_BAR - round(_BAR * done / total))
+        err.write(f"[sim run] [{bar}] {done}/{total}  gen {it.gen.time_s:.2f} s  train {it.train.time_s:.2f} s  "
+                  f"sync {it.sync.time_s:.3f} s  (simulated in {it.wall_s:.1f} s)\n")
+        err.flush()
+
+    result = simulate(cfg, stages_factory=stages_factory, on_iteration=on_iteration, on_split=on_split)
+    wall = time.perf_counter() - started
+    if args.plot:
+        write_plot(result, args.plot, title=f"{cfg.name}: {cfg.model} on {cfg.fabric.kind}, {cfg.loop.mode}")
+        err.write(f"[sim run] wrote {args.plot} and {Path(args.plot).with_suffix('.csv')}\n")
+    if args.json:
+        doc = {"name": cfg.name, "model": cfg.model, "fabric": cfg.fabric.kind, "gpus": c.gpus,
+               "train_gpus": result.detail["train_gpus"], "gen_gpus": result.detail["gen_gpus"],
+               "mode": cfg.loop.mode, "iterations": cfg.loop.iterations,
+               "samples_per_s": result.throughput.samples_per_s, "tokens_per_s": result.throughput.tokens_per_s,
+               "samples_per_usd": result.samples_per_usd, "tokens_per_usd": result.tokens_per_usd,
+               "wall_s": wall, "config": cfg.to_json(), "result": result.to_json()}
+        print(json.dumps(_finite(doc)))
+    else:
+        print(summary_line(cfg, result, wall))
+    return 0
+
+
+def summary_line(cfg, result, wall_s: float) -> str:
+    """Return the one-line summary of a run."""
+    d, th, cost = result.detail, result.throughput, result.cost
+    stages = result.stage_means_s()
+    window = "steady state" if th.window == "steady" else "whole run"
+    return (f"{cfg.name}: {cfg.model} on {cfg.fabric.kind} {cfg.cluster.gpus} GPUs ({d['train_gpus']} train / "
+            f"{d['gen_gpus']} gen) @ {cfg.fabric.link_gbps} Gb/s, {cfg.loop.mode}, {len(result.iterations)} "
+            f"iteration(s): {th.samples_per_s:.3f} samples/s, {th.tokens_per_s:,.0f} tokens/s ({window}); "
+            f"mean gen {stages['gen']:.2f} s, train {stages['train']:.2f} s, weight sync {stages['weight-sync']:.3f} s; "
+            f"{result.samples_per_usd:.1f} samples/$ at ${cost.usd_per_h:,.1f}/h (GPUs ${cost.gpu_usd_per_h:,.1f} + "
+            f"network ${cost.network_usd_per_h:,.2f}); simulated in {wall_s:.1f} s")
+
+
+def timeline_rows(result) -> list[dict[str, object]]:
+    """Return one row per stage bar: iteration, stage, cluster, start, end, duration (seconds)."""
+    rows = []
+    for it in result.iterations:
+        for stage, cluster, start, res in (("gen", "gen", it.gen_start_s, it.gen), ("train", "train", it.train_start_s,
+                                                                                     it.train),
+                                           ("weight-sync", "both", it.sync_start_s, it.sync)):
+            rows.append({"iteration": it.index, "stage": stage, "cluster": cluster, "start_s": start,
+                         "end_s": start + res.time_s, "duration_s": res.time_s})
+    return rows
+
+
+def _check_plot(path: str) -> None:
+    if not path.lower().endswith(".png"):
+        raise ConfigError("command line", "--plot", f"{path!r} is not a .png file", "a path ending in .png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError("command line", "--plot", "needs matplotlib, which is not installed",
+                          "pip install matplotlib, or run without --plot (--json has every number)") from None
+
+
+def write_plot(result, path: str, title: str = "") -> None:
+    """Write the run's timeline as a PNG (matplotlib) and every bar behind it as CSV beside it."""
+    rows = timeline_rows(result)
+    with open(Path(path).with_suffix(".csv"), "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colour = {"gen": "tab:blue", "train": "tab:orange", "weight-sync": "tab:green"}
+    lane = {"gen": 1, "train": 0}
+    fig, ax = plt.subplots(figsize=(10, 2.6))
+    for r in rows:
+        for y in ((0, 1) if r["cluster"] == "both" else (lane[r["cluster"]],)):
+            ax.broken_barh([(r["start_s"], max(r["duration_s"], 1e-9))], (y - 0.35, 0.7), color=colour[r["stage"]])
+    ax.set_yticks([0, 1], ["Train cluster", "Gen cluster"])
+    ax.set_xlabel("simulated time (s)")
+    ax.set_title(title)
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colour.values()], labels=list(colour),
+              loc="upper right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _finite(x):
+    """JSON has no inf/nan: write them as null (a stage that never finished shows as null)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x

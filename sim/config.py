@@ -1,0 +1,345 @@
+"""One RLSim run as data: every setting a dataclass field with a default and a help text.
+
+Design note
+-----------
+A run is a :class:`RunConfig` of sections (cluster, fabric, train, generation, workload, loop,
+cost). Each field carries its help text and its allowed values in ``field(metadata=...)``, so the
+same declaration documents the YAML file (:func:`config_reference` prints it), validates it on load
+(:func:`load_run_config`, through :class:`fabric.config.Reader`, so every refusal names the file, the
+field and what is allowed) and is what the simulator reads. Unknown keys are refused: a typo must not
+fall back to a default. Checks that span fields (a layout that does not tile the training GPUs, a
+topology of the wrong size) are made at load time too, and name the field a user would change.
+
+A YAML file needs only what differs from the defaults::
+
+    name: qwen14b-64
+    model: Qwen2.5-14B
+    cluster: {gpus: 64, train_gpus: 32}
+    fabric: {kind: rfabric, link_gbps: 200, ocs: piezo}
+    loop: {mode: async, iterations: 3, seed: 0}
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from dataclasses import MISSING, dataclass, field, fields, replace
+from typing import Any, Mapping
+
+from compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
+from fabric.config import Reader, load_document
+from fabric.cost import PRICES_USD, default_rfabric_spec
+from fabric.errors import ConfigError
+from fabric.fabric_spec import OCS_TECHNOLOGIES
+from fabric.layout import ParallelLayout
+from fabric.topology import Topology, load_topology
+from sim.network.config import FABRICS, GPUS_PER_SERVER
+
+__all__ = ["ClusterSettings", "FabricSettings", "TrainSettings", "GenerationSettings", "WorkloadSettings",
+           "LoopSettings", "CostSettings", "RunConfig", "load_run_config", "config_from_mapping",
+           "config_reference", "validate", "MODES", "GEN_POLICIES", "SYNC_METHODS", "ALLOCATIONS"]
+
+MODES = ("sync", "async")
+GEN_POLICIES = ("orchestrl", "verl-to")
+SYNC_METHODS = ("planned", "flat")
+ALLOCATIONS = ("greedy", "greedy+ls", "uniform")
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
+    """A dataclass field with its help text and validation metadata (choices, min, max)."""
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    gpus: int = _f(64, "GPUs in the cluster, in servers of 8 with one NIC per GPU (§7.2)", min=16)
+    gpu: str = _f("H800", "accelerator spec: a bundled name (compute_sched/specs/gpus) or a YAML file")
+    train_gpus: int | None = _f(None, "GPUs of the training cluster (GPUs 0..train_gpus-1; the rest generate). "
+                                      "Omit for the balanced split: StreamRL's rule, the split whose Train and "
+                                      "Gen step times are closest, found by running both stages", min=8)
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    kind: str = _f("rfabric", "the network fabric (§7.2)", choices=FABRICS)
+    link_gbps: int = _f(200, "line rate of every NIC, switch link and circuit, Gb/s (a Table 4 price point)",
+                        choices=tuple(PRICES_USD))
+    ocs: str | None = _f(None, "OCS technology of RFabric's devices (Table 2); sets the switching delay. "
+                               "Omit for the topology's own (piezo, 25 ms, by default)", choices=tuple(OCS_TECHNOLOGIES))
+    topology: str | None = _f(None, "RFabric topology file, relative to this file (used only when kind is "
+                                    "rfabric); omit for the cost model's RFabric for the GPU count")
+    allocation: str = _f("greedy", "RFabric circuit allocation of the controller (greedy = Algorithm 3)",
+                         choices=ALLOCATIONS)
+    ecmp: str = _f("fluid", "ECMP as a fluid split over equal-cost paths, or one hashed path per flow",
+                   choices=("fluid", "hash"))
+    switch_radix: int = _f(64, "ports of every EPS switch (Clos fabrics, RFabric's ToRs), in the simulator and "
+                               "the cost model; 16 makes a 64-GPU Clos two-tier, so FT-OS is oversubscribed",
+                           choices=(8, 16, 32, 64, 128))
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    tp: int = _f(8, "tensor parallel size of training (Appendix C: 72B TP8 PP2 CP3; 57B TP4 EP16)", min=1)
+    cp: int = _f(1, "context parallel size", min=1)
+    ep: int = _f(1, "expert parallel size (MoE; re-partitions the same ranks)", min=1)
+    pp: int = _f(1, "pipeline parallel size", min=1)
+    order: str = _f("tp-cp-ep-dp-pp", "Megatron rank order, fastest dimension first")
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    policy: str = _f("orchestrl", "generation scheduler: OrchestrRL's (Algorithm 1) or static veRL-TO",
+                     choices=GEN_POLICIES)
+    instance: str | None = _f(None, "generation instance shape passed to the generation stage, e.g. an AFD "
+                                    "shape for §7.3.2; omit for the policy's own")
+    weight_sync_tp: int = _f(8, "TP degree of the generation engines the weights are resharded into at the "
+                                "weight-sync boundary", min=1, max=64)
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    responses_per_prompt: int = _f(8, "GRPO group size: responses sampled per prompt", min=1)
+    responses_per_gen_gpu: int = _f(16, "responses per step per generation GPU when prompts_per_step is "
+                                        "omitted (App. F sizes steps at 16 requests per GPU)", min=1)
+    prompts_per_step: int | None = _f(None, "prompts per RL step; omit to scale the step to the generation "
+                                            "GPUs (responses_per_gen_gpu)", min=1)
+    max_tokens: int = _f(15360, "generation length cap, tokens (§6: 15K and 25K)", min=16)
+    length_scale: float = _f(1.0, "multiplies every response length of the synthetic trace", min=0.01)
+    drift_per_step: float = _f(0.0, "relative growth of response lengths per RL step", min=0.0, max=1.0)
+    trace: str | None = _f(None, "a generation-step trace file (compute_sched/traces.py format), relative to "
+                                 "this file; whole GRPO groups are resampled to the step size. Omit for the "
+                                 "deepmath-style synthetic heavy tail")
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    mode: str = _f("async", "synchronous (Gen -> Train -> Sync) or one-step asynchronous (Figure 1)",
+                   choices=MODES)
+    iterations: int = _f(3, "RL iterations to simulate", min=1, max=10000)
+    seed: int = _f(0, "seed of the length traces", min=0)
+    weight_sync: str = _f("planned", "weight-sync schedule: the collectives planner (App. E) or the flat "
+                                     "veRL-style baseline", choices=SYNC_METHODS)
+    job: str = _f("rl-job", "job name on the fabric controller")
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    gpu_usd_per_hour: float | None = _f(None, "GPU price per hour; omit for RollMux Table 1 (H800 $5.28/h, "
+                                              "H20 $1.85/h)", min=0.0)
+    network_amortization_years: float = _f(3.0, "years the network's purchase price is spread over to give "
+                                                 "a price per hour (an assumption; Table 4 prices are one-off)",
+                                           min=0.1)
+    min_clos_tiers: int = _f(1, "fewest tiers of the Clos fabrics in the cost model (3: the k-ary fat-tree "
+                                "of [29]; see docs/cost-model.md)", min=1, max=3)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str = _f("run", "a label for reports")
+    model: str = _f("Qwen2.5-14B", "policy model: a Table 3 name (compute_sched/specs/models) or a YAML file")
+    cluster: ClusterSettings = field(default_factory=ClusterSettings, metadata={"help": "GPUs and the Train/Gen split"})
+    fabric: FabricSettings = field(default_factory=FabricSettings, metadata={"help": "the network"})
+    train: TrainSettings = field(default_factory=TrainSettings, metadata={"help": "training layout"})
+    generation: GenerationSettings = field(default_factory=GenerationSettings, metadata={"help": "generation"})
+    workload: WorkloadSettings = field(default_factory=WorkloadSettings, metadata={"help": "length traces"})
+    loop: LoopSettings = field(default_factory=LoopSettings, metadata={"help": "RL iterations"})
+    cost: CostSettings = field(default_factory=CostSettings, metadata={"help": "throughput per dollar"})
+    source: str = field(default="<defaults>", compare=False, metadata={"help": "", "internal": True})
+
+    def with_fabric(self, kind: str) -> "RunConfig":
+        """Return this run on another fabric (everything else equal), validated."""
+        return validate(replace(self, fabric=replace(self.fabric, kind=kind)))
+
+    def train_layout(self, train_gpus: int) -> ParallelLayout:
+        """Return the training layout on ``train_gpus`` GPUs (DP fills what TP x CP x PP leaves)."""
+        t = self.train
+        return ParallelLayout(tp=t.tp, cp=t.cp, ep=t.ep, pp=t.pp, dp=train_gpus // (t.tp * t.cp * t.pp), order=t.order)
+
+    def resolve(self, path: str | None) -> str | None:
+        """Return a path of the file relative to the config file's folder."""
+        if path is None or os.path.isabs(path) or self.source.startswith("<"):
+            return path
+        return os.path.join(os.path.dirname(os.path.abspath(self.source)), path)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: (_section_json(getattr(self, f.name)) if _is_section(f) else getattr(self, f.name))
+                for f in fields(self) if not f.metadata.get("internal")}
+
+
+def _is_section(f) -> bool:
+    return f.default_factory is not MISSING
+
+
+def _section_json(section: Any) -> dict[str, Any]:
+    return {f.name: getattr(section, f.name) for f in fields(section)}
+
+
+# ------------------------------------------------------------------ loading
+
+
+def load_run_config(path: str | os.PathLike[str]) -> RunConfig:
+    """Return the run described by a YAML (or JSON) file, validated field by field.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file, the field and what is allowed, for any bad or unknown value.
+    """
+    return config_from_mapping(load_document(path))
+
+
+def config_from_mapping(reader: Reader | Mapping[str, Any], source: str = "<config>") -> RunConfig:
+    """Return the run a mapping describes (a :class:`fabric.config.Reader` or a plain dict)."""
+    r = reader if isinstance(reader, Reader) else Reader(reader, source)
+    top = _read(r, RunConfig)
+    return validate(replace(top, source=r.source))
+
+
+def _read(r: Reader, cls: type) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in fields(cls) if not f.metadata.get("internal")]
+    r.reject_unknown(names)
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.metadata.get("internal") or not r.has(f.name) or r.data[f.name] is None:
+            continue
+        if _is_section(f):
+            values[f.name] = _read(r.section(f.name), hints[f.name])
+            continue
+        kind = _base_type(hints[f.name])
+        lo, hi, choices = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("choices")
+        if kind is int:
+            v = r.int(f.name, minimum=lo, maximum=hi)
+            if choices is not None and v not in choices:
+                raise r.error(f.name, f"unsupported value {v}", ", ".join(str(c) for c in choices))
+        elif kind is float:
+            v = r.float(f.name, minimum=lo, maximum=hi)
+        elif kind is bool:
+            v = r.bool(f.name)
+        else:
+            v = r.str(f.name, choices=choices)
+        values[f.name] = v
+    return cls(**values)
+
+
+def _base_type(hint: Any) -> type:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+def validate(cfg: RunConfig) -> RunConfig:
+    """Check what spans fields; raise :class:`ConfigError` naming the field to change."""
+    src = cfg.source
+    _check_fields(cfg)
+    c, t = cfg.cluster, cfg.train
+    try:
+        model = load_model(cfg.model)
+    except ConfigError:
+        raise ConfigError(src, "model", f"{cfg.model!r} is neither a file nor a bundled model",
+                          ", ".join(bundled_models())) from None
+    try:
+        load_gpu(c.gpu)
+    except ConfigError:
+        raise ConfigError(src, "cluster.gpu", f"{c.gpu!r} is neither a file nor a bundled GPU",
+                          ", ".join(bundled_gpus())) from None
+    if c.gpus % GPUS_PER_SERVER:
+        raise ConfigError(src, "cluster.gpus", f"{c.gpus} is not a whole number of 8-GPU servers", "a multiple of 8")
+    unit = t.tp * t.cp * t.pp
+    if c.train_gpus is not None:
+        if c.train_gpus % GPUS_PER_SERVER or not 0 < c.train_gpus < c.gpus:
+            raise ConfigError(src, "cluster.train_gpus", f"{c.train_gpus} of {c.gpus} GPUs",
+                              f"a multiple of 8 between 8 and {c.gpus - 8}, leaving GPUs to generate")
+        if c.train_gpus % unit:
+            raise ConfigError(src, "cluster.train_gpus", f"{c.train_gpus} is not a multiple of tp*cp*pp = {unit}",
+                              f"a multiple of {unit}")
+        try:
+            cfg.train_layout(c.train_gpus)
+        except ConfigError as exc:
+            raise ConfigError(src, f"train.{exc.field}", exc.problem, exc.allowed) from None
+    if t.pp > model.layers:
+        raise ConfigError(src, "train.pp", f"{t.pp} stages for {model.layers} layers", f"at most {model.layers}")
+    wtp = cfg.generation.weight_sync_tp
+    if model.kv_heads * model.head_dim % wtp or model.d_model % wtp:
+        raise ConfigError(src, "generation.weight_sync_tp", f"TP={wtp} does not split {model.name}'s "
+                          f"{model.kv_heads} KV heads of {model.head_dim} evenly", "1, 2, 4 or 8")
+    if c.train_gpus is not None and (c.gpus - c.train_gpus) % wtp:
+        raise ConfigError(src, "generation.weight_sync_tp", f"TP={wtp} does not divide the "
+                          f"{c.gpus - c.train_gpus} generation GPUs", "a divisor of cluster.gpus - cluster.train_gpus")
+    f = cfg.fabric
+    if f.kind == "rfabric":
+        topo = _topology(cfg)
+        if topo is not None and topo.gpu_count != c.gpus:
+            raise ConfigError(src, "fabric.topology", f"{f.topology} has {topo.gpu_count} GPUs, the run {c.gpus}",
+                              "a topology of cluster.gpus GPUs")
+        if topo is not None and abs(topo.link_bps - f.link_gbps * 1e9) > 1:
+            raise ConfigError(src, "fabric.link_gbps", f"{f.link_gbps} differs from {f.topology}'s "
+                              f"{topo.link_bps / 1e9:g} Gb/s", "the topology's link speed")
+        if topo is None:
+            try:
+                default_rfabric_spec(c.gpus, f.link_gbps, switch_radix=f.switch_radix)
+            except ConfigError as exc:
+                raise ConfigError(src, "cluster.gpus", exc.problem, exc.allowed.replace("or pass rfabric_spec",
+                                                                                      "or set fabric.topology")) from None
+    w = cfg.workload
+    if w.trace is not None and not os.path.exists(cfg.resolve(w.trace)):
+        raise ConfigError(src, "workload.trace", f"{w.trace} does not exist", "a trace file relative to this file")
+    return cfg
+
+
+def _check_fields(cfg: RunConfig) -> None:
+    """Check every field against its declared choices and range (for configs built in code)."""
+    for f in fields(RunConfig):
+        if f.metadata.get("internal"):
+            continue
+        section = getattr(cfg, f.name)
+        items = ([(f"{f.name}.{g.name}", getattr(section, g.name), g.metadata) for g in fields(section)]
+                 if _is_section(f) else [(f.name, section, f.metadata)])
+        for path, value, meta in items:
+            if value is None:
+                continue
+            choices, lo, hi = meta.get("choices"), meta.get("min"), meta.get("max")
+            if choices is not None and value not in choices:
+                raise ConfigError(cfg.source, path, f"unknown value {value!r}", ", ".join(str(c) for c in choices))
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                raise ConfigError(cfg.source, path, f"value {value} is out of range", _allowed(meta))
+
+
+def _topology(cfg: RunConfig) -> Topology | None:
+    if cfg.fabric.topology is None:
+        return None
+    path = cfg.resolve(cfg.fabric.topology)
+    if not os.path.exists(path):
+        raise ConfigError(cfg.source, "fabric.topology", f"{cfg.fabric.topology} does not exist",
+                          "a topology YAML file relative to this file")
+    return load_topology(path)
+
+
+def config_reference() -> str:
+    """Return every field of a run file as a Markdown table: path, default, allowed values, help."""
+    rows = ["| field | default | allowed | meaning |", "|---|---|---|---|"]
+    top = RunConfig()
+    for f in fields(RunConfig):
+        if f.metadata.get("internal"):
+            continue
+        if _is_section(f):
+            sec = getattr(top, f.name)
+            for g in fields(sec):
+                rows.append(_row(f"{f.name}.{g.name}", getattr(sec, g.name), g.metadata))
+        else:
+            rows.append(_row(f.name, getattr(top, f.name), f.metadata))
+    return "\n".join(rows)
+
+
+def _allowed(meta: Mapping[str, Any]) -> str:
+    """Return what a field accepts, in words, from its metadata."""
+    if "choices" in meta:
+        return ", ".join(str(c) for c in meta["choices"])
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is None and hi is None:
+        return ""
+    return f">= {lo}" if hi is None else (f"<= {hi}" if lo is None else f"{lo} to {hi}")
+
+
+def _row(path: str, default: Any, meta: Mapping[str, Any]) -> str:
+    shown = "(omitted)" if default is None else f"`{default}`"
+    return f"| `{path}` | {shown} | {_allowed(meta)} | {meta['help']} |"

@@ -1,0 +1,192 @@
+"""OrchestrRL §7.3.1, Figure 17: the 2x2 co-design ablation on 2,048 GPUs with Qwen3-235B-A22B.
+
+Two factors, as the paper's Setup: compute scheduling (OrchestrRL's generation scheduler,
+Algorithm 1, vs a fixed one: veRL-TO's static TP) and the fabric (RFabric vs a cost-comparable
+static Fat-tree with 3:1 oversubscription, FT-OS). Baseline = fixed scheduler on FT-OS;
+*Sched-only* = OrchestrRL's scheduler on FT-OS; *Fabric-only* = the fixed scheduler on RFabric;
+*OrchestrRL* = both; the reference is OrchestrRL's scheduler on the non-blocking Fat-tree (FT).
+Throughput (samples/s, steady state of a one-step asynchronous run) and throughput per dollar
+(TPD = throughput / cost per hour, GPUs plus the network's price amortised, ``sim.pricing``) are
+normalised to the baseline.
+
+Paper (§7.3.1): throughput 1.18x (Sched-only), 1.56x (Fabric-only), 2.01x (OrchestrRL, "matching
+the non-blocking Fat-tree + scheduler reference"); TPD 1.18x, 1.79x, 2.31x, the reference lower
+than OrchestrRL (no number given: ``paper`` is null for ``ft+sched``).
+
+Every configuration runs the bundled run ``examples/sim/fig17-qwen235b-2048.yaml`` with its fabric
+and policy swapped. **Split.** In the full sweep each configuration picks its own Train/Gen split,
+as a user of it would (§7.2 follows StreamRL [67]): every candidate of
+:func:`sim.workload.split_candidates` in whole RFabric PoDs (512 ... 1,536 training GPUs, the same
+candidates on every fabric) is profiled with the configuration's own stages on step 0
+(``sim.run.balanced_split``'s profile) and the one with the most samples per step period
+``samples / max(T_gen, T_train)`` wins. (``balanced_split``'s own choice, the shortest period,
+favours the smallest generation cluster because steps scale with the generation GPUs.) ``--quick``
+runs 256 GPUs split in half for 2 iterations. Cases run through :func:`sim.sweep.run_sweep`
+(``--workers``, ``--ray``).
+
+Run ``python -m sim.experiments.fig17 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sim.experiments.common import Row, figure_document, format_rows
+
+__all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "best_split", "rows_of", "sweep", "run", "main"]
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                       "examples", "sim", "fig17-qwen235b-2048.yaml")
+
+#: §7.3.1: normalised to the baseline (fixed scheduler on 3:1 FT-OS).
+PAPER = {"sched-only": 1.18, "fabric-only": 1.56, "orchestrl": 2.01, "ft+sched": None,
+         "tpd/sched-only": 1.18, "tpd/fabric-only": 1.79, "tpd/orchestrl": 2.31, "tpd/ft+sched": None}
+
+#: label -> (fabric, generation policy)
+CONFIGS = {"baseline": ("ft-os", "verl-to"), "sched-only": ("ft-os", "orchestrl"),
+           "fabric-only": ("rfabric", "verl-to"), "orchestrl": ("rfabric", "orchestrl"),
+           "ft+sched": ("ft", "orchestrl")}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One configuration of the ablation at one scale."""
+
+    label: str
+    fabric: str
+    policy: str
+    gpus: int = 2048
+    iterations: int = 3
+    balanced: bool = True  # StreamRL's split per configuration; False: half the GPUs train
+
+
+def cases(quick: bool = False) -> list[Case]:
+    """Return the five configurations (the reduced ones with ``quick``)."""
+    if quick:
+        return [Case(k, f, p, gpus=256, iterations=2, balanced=False) for k, (f, p) in CONFIGS.items()]
+    return [Case(k, f, p) for k, (f, p) in CONFIGS.items()]
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    """Simulate one configuration; return its throughput, price and stage times (JSON-ready)."""
+    from sim.config import load_run_config, validate
+    from sim.run import simulate
+
+    cfg = load_run_config(EXAMPLE)
+    cfg = validate(replace(cfg, name=f"fig17-{case.label}",
+                           cluster=replace(cfg.cluster, gpus=case.gpus, train_gpus=case.gpus // 2),
+                           fabric=replace(cfg.fabric, kind=case.fabric),
+                           generation=replace(cfg.generation, policy=case.policy),
+                           loop=replace(cfg.loop, iterations=case.iterations)))
+    wall, cpu = time.perf_counter(), time.process_time()
+    profile = None
+    if case.balanced:
+        n_train, profile = best_split(cfg)
+        cfg = validate(replace(cfg, cluster=replace(cfg.cluster, train_gpus=n_train)))
+    res = simulate(cfg)
+    stages = res.stage_means_s()
+    return {"label": case.label, "fabric": case.fabric, "policy": case.policy, "gpus": case.gpus,
+            "train_gpus": res.detail["train_gpus"], "gen_gpus": res.detail["gen_gpus"],
+            "samples_per_s": res.throughput.samples_per_s, "tokens_per_s": res.throughput.tokens_per_s,
+            "samples_per_usd": res.samples_per_usd, "usd_per_hour": res.cost.usd_per_h,
+            "network_usd": res.cost.network_usd, "gen_s": stages["gen"], "train_s": stages["train"],
+            "weight_sync_s": stages["weight-sync"],
+            "gen_layouts": sorted({it.gen.detail.get("final_layout", "") for it in res.iterations}),
+            "split_profile": profile,
+            "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def best_split(cfg) -> tuple[int, list[dict[str, float]]]:
+    """Return the training GPUs with the most samples per step period, and every candidate's profile.
+
+    Notes
+    -----
+    One Gen and one Train stage run (step 0) per candidate, through ``sim.run.balanced_split``.
+    """
+    from sim.run import _pod_gpus, balanced_split
+    from sim.workload import split_candidates, step_size
+
+    t, w = cfg.train, cfg.workload
+    unit = math.lcm(t.tp * t.cp * t.pp, t.tp * t.ep * t.pp)
+    pod = _pod_gpus(replace(cfg, fabric=replace(cfg.fabric, kind="rfabric")))  # the same candidates everywhere
+    _, rows = balanced_split(cfg, candidates=split_candidates(cfg.cluster.gpus, unit, pod))
+    for r in rows:
+        prompts = step_size(w.responses_per_prompt, w.responses_per_gen_gpu, cfg.cluster.gpus - int(r["train_gpus"]),
+                            w.prompts_per_step)
+        r["samples_per_s"] = prompts * w.responses_per_prompt / r["period_s"] if r["period_s"] > 0 else 0.0
+    best = max(rows, key=lambda r: (r["samples_per_s"], -r["train_gpus"]))
+    return int(best["train_gpus"]), rows
+
+
+def rows_of(results: list[dict[str, Any]]) -> list[Row]:
+    """Return the figure's rows: throughput and TPD of each configuration over the baseline."""
+    by = {r["label"]: r for r in results}
+    base = by["baseline"]
+    rows = []
+    for label in ("sched-only", "fabric-only", "orchestrl", "ft+sched"):
+        r = by[label]
+        keep = {k: r[k] for k in ("fabric", "policy", "train_gpus", "gen_s", "train_s", "weight_sync_s")}
+        rows.append(Row(label, PAPER[label], r["samples_per_s"] / base["samples_per_s"],
+                        {**keep, "samples_per_s": r["samples_per_s"], "baseline_samples_per_s": base["samples_per_s"]}))
+    for label in ("sched-only", "fabric-only", "orchestrl", "ft+sched"):
+        r = by[label]
+        rows.append(Row(f"tpd/{label}", PAPER[f"tpd/{label}"], r["samples_per_usd"] / base["samples_per_usd"],
+                        {"samples_per_usd": r["samples_per_usd"], "usd_per_hour": r["usd_per_hour"],
+                         "baseline_usd_per_hour": base["usd_per_hour"]}))
+    return rows
+
+
+def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
+    """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
+    raw per-case results in case order."""
+    from sim.sweep import run_sweep
+
+    backend = "ray" if ray_address else "pool"
+    address = None if ray_address in (None, "local") else ray_address
+    return run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
+
+
+def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
+    """Run the sweep (process pool, or Ray with ``ray_address``) and return the rows."""
+    return rows_of(sweep(quick, workers, ray_address))
+
+
+NOTES = ("throughput: steady-state samples/s of a one-step asynchronous run; TPD: samples per dollar with "
+         "GPUs at RollMux Table 1 prices and the network's Table 4 price over 3 years (sim.pricing)",
+         "ft+sched: the paper gives no number (OrchestrRL 'matches' it in throughput and beats it in TPD)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="256 GPUs split in half, 2 iterations")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--workers", type=int, default=None, help="processes of the local pool (default: CPUs)")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
+    ap.add_argument("--out", default=".", metavar="DIR", help="folder for fig17.png and fig17.csv (default: .)")
+    args = ap.parse_args(argv)
+    results = sweep(args.quick, args.workers, args.ray)
+    rows = rows_of(results)
+    from sim.experiments.rowsplot import write_rows
+
+    csv_path, png_path, why = write_rows("fig17", rows, args.out, title="Figure 17: co-design, normalised to "
+                                         "fixed scheduler on 3:1 FT-OS", ylabel="x baseline")
+    notes = list(NOTES) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
+    if args.json:
+        doc = figure_document("fig17", rows, notes)
+        doc["configurations"] = results
+        print(json.dumps(doc, default=str))
+    else:
+        print(format_rows("Figure 17: 2x2 co-design on Qwen3-235B-A22B (x baseline: fixed scheduler on 3:1 FT-OS)",
+                          rows, "x baseline", notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

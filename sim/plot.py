@@ -1,0 +1,206 @@
+"""Figures of the RLSim experiments: a matplotlib PNG and, beside it, a CSV of every row behind it.
+
+Design note
+-----------
+A plot is only as useful as the numbers a reader can re-plot, so every writer here takes the rows
+behind the figure as plain dicts, writes them *all* to ``NAME.csv`` first (one column per key, in
+first-seen order) and then draws ``NAME.png`` from the same rows. matplotlib is the optional ``sim``
+extra (``pip install 'orchestrl[sim]'``): without it the CSV is still written and the result says
+why the PNG is missing, so a sweep that ran for minutes is never lost to a missing plotting library.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["PlotFiles", "matplotlib_available", "write_csv", "grouped_bars", "scatter_frontier",
+           "pareto_frontier"]
+
+MISSING_MATPLOTLIB = "matplotlib is not installed (pip install 'orchestrl[sim]'); wrote the CSV only"
+
+
+@dataclass(frozen=True)
+class PlotFiles:
+    """What a writer produced: the CSV always, the PNG when matplotlib is installed."""
+
+    csv: str
+    png: str | None
+    note: str | None = None  # why the PNG is missing, if it is
+
+
+def matplotlib_available() -> bool:
+    """Return whether matplotlib can be imported (the ``sim`` extra)."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -> str:
+    """Write ``rows`` to ``path`` with one column per key (first-seen order); return the path.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> p = write_csv(os.path.join(tempfile.mkdtemp(), "x.csv"), [{"a": 1}, {"a": 2, "b": "y"}])
+    >>> open(p).read().splitlines()
+    ['a,b', '1,', '2,y']
+    """
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys, restval="")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _cell(v) for k, v in r.items()})
+    return str(path)
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple, dict)):
+        return repr(v)
+    return v
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _paths(png_path: str | os.PathLike[str]) -> tuple[str, str]:
+    png = str(png_path)
+    return png, str(Path(png).with_suffix(".csv"))
+
+
+def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]], *, panel: str, group: str,
+                 series: str, value: str, title: str, ylabel: str, reference: float | None = None) -> PlotFiles:
+    """Write grouped bars (one panel per ``panel`` value, groups on x, one bar per ``series``) and the CSV.
+
+    Parameters
+    ----------
+    png_path : path
+        Where the PNG goes; the CSV goes beside it with the suffix ``.csv``.
+    rows : sequence of dict
+        Every row is written to the CSV; rows with a finite ``value`` are drawn.
+    panel, group, series, value : str
+        Keys of the rows: subplot, x group, bar colour and bar height.
+    reference : float, optional
+        Draw a dashed horizontal line here (e.g. 1.0 for "normalised to FT").
+    """
+    png, csv_path = _paths(png_path)
+    write_csv(csv_path, rows)
+    if not matplotlib_available():
+        return PlotFiles(csv_path, None, MISSING_MATPLOTLIB)
+    plt = _pyplot()
+    panels = _unique(r[panel] for r in rows)
+    names = _unique(r[series] for r in rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(5.0, 4.2 * len(panels)), 3.6), squeeze=False)
+    width = 0.8 / max(1, len(names))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, p in zip(axes[0], panels):
+        sub = [r for r in rows if r[panel] == p]
+        groups = _unique(r[group] for r in sub)
+        for k, name in enumerate(names):
+            xs, ys = [], []
+            for i, g in enumerate(groups):
+                hit = [r[value] for r in sub if r[group] == g and r[series] == name]
+                x = i + (k - (len(names) - 1) / 2) * width
+                if hit and _finite(hit[0]):
+                    xs.append(x)
+                    ys.append(hit[0])
+                elif hit:  # a case without a number (e.g. a failed run): say so where its bar would be
+                    ax.annotate("n/a", (x, 0), fontsize=6, rotation=90, ha="center", va="bottom")
+            ax.bar(xs, ys, width, label=str(name), color=colours[k % len(colours)])
+        if reference is not None:
+            ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
+        ax.set_xticks(range(len(groups)), [str(g) for g in groups])
+        ax.set_title(str(p), fontsize=9)
+        ax.set_ylabel(ylabel)
+    from matplotlib.patches import Patch  # one legend entry per series, even where a panel drew none of its bars
+
+    axes[0][-1].legend(handles=[Patch(color=colours[k % len(colours)], label=str(n)) for k, n in enumerate(names)],
+                       fontsize=7, loc="best")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return PlotFiles(csv_path, png)
+
+
+def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Return the indices of the points no other point beats on both cost (lower) and performance (higher).
+
+    Points are ``(cost, performance)``; the frontier is returned in order of increasing cost.
+
+    Notes
+    -----
+    Sort by cost, then one pass keeping each point that improves on the best performance so far:
+    O(n log n) for n points.
+
+    Examples
+    --------
+    >>> pareto_frontier([(1.0, 1.0), (2.0, 0.5), (3.0, 2.0), (0.5, 0.2)])
+    [3, 0, 2]
+    """
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
+    out, best = [], float("-inf")
+    for i in order:
+        if points[i][1] > best:
+            out.append(i)
+            best = points[i][1]
+    return out
+
+
+def scatter_frontier(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]], *, x: str, y: str,
+                     series: str, label: str, title: str, xlabel: str, ylabel: str,
+                     frontier: Sequence[int] = ()) -> PlotFiles:
+    """Write one marker line per ``series`` (points joined in row order) and the frontier; and the CSV.
+
+    ``label`` is the key whose value annotates each marker (e.g. the link speed); ``frontier`` holds
+    indices into ``rows`` drawn as a dashed step line.
+    """
+    png, csv_path = _paths(png_path)
+    write_csv(csv_path, rows)
+    if not matplotlib_available():
+        return PlotFiles(csv_path, None, MISSING_MATPLOTLIB)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for name in _unique(r[series] for r in rows):
+        sub = [r for r in rows if r[series] == name and _finite(r.get(x)) and _finite(r.get(y))]
+        line, = ax.plot([r[x] for r in sub], [r[y] for r in sub], marker="o", label=str(name))
+        for r in sub:
+            ax.annotate(str(r[label]), (r[x], r[y]), fontsize=6, xytext=(3, 3), textcoords="offset points",
+                        color=line.get_color())
+    if frontier:
+        ax.step([rows[i][x] for i in frontier], [rows[i][y] for i in frontier], where="post", color="black",
+                linestyle="--", linewidth=0.8, label="Pareto frontier")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return PlotFiles(csv_path, png)
+
+
+def _unique(values: Iterable[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and v == v and v not in (float("inf"), float("-inf"))

@@ -1,0 +1,31 @@
+"""bench/sim_rl.py's measurement (quick scale): cold vs warm iteration and where the CPU time goes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_sim_rl", REPO / "bench" / "sim_rl.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_warm_iteration_reuses_the_weight_sync_plan_and_the_parts_add_up(capsys):
+    assert _bench().main(["--quick", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    it = doc["sections"]["iteration"]
+    assert it["gpus"] == 256 and it["target_cold_s"] == 60.0 and it["target_warm_s"] == 15.0
+    cold, warm = it["rows"]
+    assert (cold["run"], warm["run"]) == ("cold", "warm") and cold["requests"] == warm["requests"] == 2048
+    # the weight-sync plan is made once per layout: the cold iteration plans, the warm one reuses it
+    assert cold["parts_cpu_s"]["weight-sync planner"] > 0 and warm["parts_cpu_s"].get("weight-sync planner", 0) == 0
+    for r in (cold, warm):
+        assert r["parts_cpu_s"]["gen planner"] > 0 and r["parts_cpu_s"]["gen engine"] > 0
+        assert r["parts_cpu_s"]["other"] >= -0.05  # the parts never claim more than the process used
+        assert all(t > 0 for t in r["simulated_s"].values())
