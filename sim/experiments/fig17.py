@@ -29,8 +29,6 @@ Run ``python -m sim.experiments.fig17 [--quick] [--json] [--workers N] [--ray AD
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import sys
@@ -38,7 +36,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.experiments.common import Row, figure_document, format_rows
+from sim.experiments.common import Row
+from sim.experiments.rowsplot import FigureCli, figure_main, sweep_cases
 
 __all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "best_split", "rows_of", "sweep", "run", "main"]
 
@@ -146,11 +145,7 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
 def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
     raw per-case results in case order."""
-    from sim.sweep import run_sweep
-
-    backend = "ray" if ray_address else "pool"
-    address = None if ray_address in (None, "local") else ray_address
-    return run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
+    return sweep_cases(run_case, cases(quick), workers, ray_address)
 
 
 def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
@@ -163,30 +158,15 @@ NOTES = ("throughput: steady-state samples/s of a one-step asynchronous run; TPD
          "ft+sched: the paper gives no number (OrchestrRL 'matches' it in throughput and beats it in TPD)")
 
 
+FIGURE = FigureCli('fig17', __doc__.splitlines()[0], '256 GPUs split in half, 2 iterations',
+                   'Figure 17: co-design, normalised to fixed scheduler on 3:1 FT-OS',
+                   'x baseline',
+                   'Figure 17: 2x2 co-design on Qwen3-235B-A22B (x baseline: fixed scheduler on 3:1 FT-OS)',
+                   'x baseline', NOTES, 'configurations')
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="256 GPUs split in half, 2 iterations")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--workers", type=int, default=None, help="processes of the local pool (default: CPUs)")
-    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
-    ap.add_argument("--out", default=".", metavar="DIR", help="folder for fig17.png and fig17.csv (default: .)")
-    args = ap.parse_args(argv)
-    results = sweep(args.quick, args.workers, args.ray)
-    rows = rows_of(results)
-    from sim.experiments.rowsplot import write_rows
-
-    csv_path, png_path, why = write_rows("fig17", rows, args.out, title="Figure 17: co-design, normalised to "
-                                         "fixed scheduler on 3:1 FT-OS", ylabel="x baseline")
-    notes = list(NOTES) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
-    if args.json:
-        doc = figure_document("fig17", rows, notes)
-        doc["configurations"] = results
-        print(json.dumps(doc, default=str))
-    else:
-        print(format_rows("Figure 17: 2x2 co-design on Qwen3-235B-A22B (x baseline: fixed scheduler on 3:1 FT-OS)",
-                          rows, "x baseline", notes))
-    return 0
-
+    return figure_main(FIGURE, sweep, rows_of, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

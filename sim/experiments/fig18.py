@@ -23,14 +23,13 @@ Run ``python -m sim.experiments.fig18 [--quick] [--json] [--workers N] [--ray AD
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from sim.experiments.common import Row, figure_document, format_rows
+from sim.experiments.common import Row
+from sim.experiments.rowsplot import FigureCli, figure_main, sweep_cases
 
 __all__ = ["PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
@@ -108,11 +107,7 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
 def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
     raw per-case results in case order."""
-    from sim.sweep import run_sweep
-
-    backend = "ray" if ray_address else "pool"
-    address = None if ray_address in (None, "local") else ray_address
-    return run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
+    return sweep_cases(run_case, cases(quick), workers, ray_address)
 
 
 def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
@@ -125,30 +120,15 @@ NOTES = ("ours and paper: RFabric's phase time / FT-OS's (paper: 1 - the reporte
          "('essentially unchanged')")
 
 
+FIGURE = FigureCli('fig18', __doc__.splitlines()[0], '12 AFD instances on 512 GPUs, 4 responses per GPU',
+                   'Figure 18: Gen step AFD -> TP8, RFabric / FT-OS per phase',
+                   'RFabric / FT-OS',
+                   'Figure 18: Gen step from 35 AFD to 175 TP8 instances, RFabric / FT-OS per phase',
+                   'RFabric / FT-OS', NOTES, 'fabrics')
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="12 AFD instances on 512 GPUs, 4 responses per GPU")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--workers", type=int, default=None, help="processes of the local pool (default: CPUs)")
-    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
-    ap.add_argument("--out", default=".", metavar="DIR", help="folder for fig18.png and fig18.csv (default: .)")
-    args = ap.parse_args(argv)
-    results = sweep(args.quick, args.workers, args.ray)
-    rows = rows_of(results)
-    from sim.experiments.rowsplot import write_rows
-
-    csv_path, png_path, why = write_rows("fig18", rows, args.out, title="Figure 18: Gen step AFD -> TP8, "
-                                         "RFabric / FT-OS per phase", ylabel="RFabric / FT-OS")
-    notes = list(NOTES) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
-    if args.json:
-        doc = figure_document("fig18", rows, notes)
-        doc["fabrics"] = results
-        print(json.dumps(doc, default=str))
-    else:
-        print(format_rows("Figure 18: Gen step from 35 AFD to 175 TP8 instances, RFabric / FT-OS per phase", rows,
-                          "RFabric / FT-OS", notes))
-    return 0
-
+    return figure_main(FIGURE, sweep, rows_of, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

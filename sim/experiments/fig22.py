@@ -30,14 +30,13 @@ Run ``python -m sim.experiments.fig22 [--quick] [--json] [--workers N] [--ray AD
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.experiments.common import Row, figure_document, format_rows
+from sim.experiments.common import Row
+from sim.experiments.rowsplot import FigureCli, figure_main, sweep_cases
 
 __all__ = ["DELAYS_S", "QUICK_DELAYS_S", "PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
@@ -173,11 +172,7 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
 def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
     raw per-case results in case order."""
-    from sim.sweep import run_sweep
-
-    backend = "ray" if ray_address else "pool"
-    address = None if ray_address in (None, "local") else ray_address
-    return run_sweep(run_case, cases(quick), backend=backend, workers=workers, ray_address=address)
+    return sweep_cases(run_case, cases(quick), workers, ray_address)
 
 
 def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
@@ -191,31 +186,15 @@ NOTES = ("ours: stage time at T_ocs over the stage's time with instant switching
          "'minimally affected over practical ranges'")
 
 
+FIGURE = FigureCli('fig22', __doc__.splitlines()[0], '4 delays, reduced scale',
+                   'Figure 22: stage time vs OCS reconfiguration delay (x instant switching)',
+                   'x T_ocs = 0',
+                   'Figure 22: sensitivity to OCS reconfiguration delay, Qwen3-235B-A22B (x instant)',
+                   'x T_ocs = 0', NOTES, 'cases', log_y=True)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="4 delays, reduced scale")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--workers", type=int, default=None, help="processes of the local pool (default: CPUs)")
-    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
-    ap.add_argument("--out", default=".", metavar="DIR", help="folder for fig22.png and fig22.csv (default: .)")
-    args = ap.parse_args(argv)
-    results = sweep(args.quick, args.workers, args.ray)
-    rows = rows_of(results)
-    from sim.experiments.rowsplot import write_rows
-
-    csv_path, png_path, why = write_rows("fig22", rows, args.out, title="Figure 22: stage time vs OCS "
-                                         "reconfiguration delay (x instant switching)", ylabel="x T_ocs = 0",
-                                         log_y=True)
-    notes = list(NOTES) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
-    if args.json:
-        doc = figure_document("fig22", rows, notes)
-        doc["cases"] = results
-        print(json.dumps(doc, default=str))
-    else:
-        print(format_rows("Figure 22: sensitivity to OCS reconfiguration delay, Qwen3-235B-A22B (x instant)", rows,
-                          "x T_ocs = 0", notes))
-    return 0
-
+    return figure_main(FIGURE, sweep, rows_of, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,21 +1,24 @@
 """Files behind a paper-comparison figure: a CSV of every row, and a PNG of paper vs ours when matplotlib is there.
 
-Used by fig17, fig18 and fig22 (the plotting helper of the other figures, ``sim/plot.py``, is written
-on another branch; the main developer unifies them). matplotlib is optional: without it the CSV is
-still written and the returned note says why the PNG is missing.
+Used by fig17, fig18 and fig22, with the command line they share (``figure_main``); the CSV writer and
+matplotlib set-up are ``sim/plot.py``'s. matplotlib is optional: without it the CSV is still written and
+the returned note says why the PNG is missing.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from sim.experiments.common import Row
+from sim.experiments.common import Row, figure_document, format_rows
 from sim.plot import _pyplot, matplotlib_available, write_csv
 
-__all__ = ["row_dicts", "write_rows"]
+__all__ = ["FigureCli", "figure_main", "row_dicts", "sweep_cases", "write_rows"]
 
 
 def row_dicts(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -68,3 +71,55 @@ def write_rows(name: str, rows: Sequence[Row], out_dir: str | os.PathLike[str], 
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
     return csv_path, png_path, None
+
+
+def sweep_cases(run_case: Callable[[Any], dict[str, Any]], cases: Sequence[Any], workers: int | None = None,
+                ray_address: str | None = None) -> list[dict[str, Any]]:
+    """Run independent cases on a process pool, or on Ray with ``ray_address`` (``"local"`` starts one
+    here); return the raw per-case results in case order."""
+    from sim.sweep import run_sweep
+
+    backend = "ray" if ray_address else "pool"
+    address = None if ray_address in (None, "local") else ray_address
+    return run_sweep(run_case, cases, backend=backend, workers=workers, ray_address=address)
+
+
+@dataclass(frozen=True)
+class FigureCli:
+    """What a sweep figure's command line needs: its name, texts, and how rows come from results."""
+
+    name: str
+    description: str
+    quick_help: str
+    plot_title: str
+    ylabel: str
+    heading: str
+    unit: str
+    notes: Sequence[str]
+    results_key: str
+    log_y: bool = False
+
+
+def figure_main(fig: FigureCli, sweep: Callable[..., list[dict[str, Any]]],
+                rows_of: Callable[[list[dict[str, Any]]], list[Row]], argv: Sequence[str] | None = None) -> int:
+    """``--quick/--json/--workers/--ray/--out`` for a sweep figure: run, write CSV (+ PNG), print the table."""
+    ap = argparse.ArgumentParser(description=fig.description)
+    ap.add_argument("--quick", action="store_true", help=fig.quick_help)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--workers", type=int, default=None, help="processes of the local pool (default: CPUs)")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the cases on this Ray cluster ('local': here)")
+    ap.add_argument("--out", default=".", metavar="DIR",
+                    help=f"folder for {fig.name}.png and {fig.name}.csv (default: .)")
+    args = ap.parse_args(argv)
+    results = sweep(args.quick, args.workers, args.ray)
+    rows = rows_of(results)
+    csv_path, png_path, why = write_rows(fig.name, rows, args.out, title=fig.plot_title, ylabel=fig.ylabel,
+                                         log_y=fig.log_y)
+    notes = list(fig.notes) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
+    if args.json:
+        doc = figure_document(fig.name, rows, notes)
+        doc[fig.results_key] = results
+        print(json.dumps(doc, default=str))
+    else:
+        print(format_rows(fig.heading, rows, fig.unit, notes))
+    return 0
