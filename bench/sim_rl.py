@@ -40,7 +40,6 @@ import sys
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Iterator
 
 import numpy as np
 
@@ -73,36 +72,11 @@ def _parts():
             (wsplan, "plan_weight_sync", "weight-sync planner"), (ws, "plan_weight_sync", "weight-sync planner"))
 
 
-@contextlib.contextmanager
-def attributing(acc: Counter) -> Iterator[None]:
-    """Wrap the functions of :func:`_parts`; CPU time goes to the innermost one running."""
-    stack: list[str] = []
-    mark = [time.process_time()]
+def attributing(acc: Counter) -> contextlib.AbstractContextManager[None]:
+    """CPU time of an RL iteration by part (:func:`_parts`), innermost part running; see gen_profile."""
+    from sim.stages.gen_profile import attributing as by_part
 
-    def wrap(f, label):
-        def timed(*args, **kwargs):
-            now = time.process_time()
-            if stack:
-                acc[stack[-1]] += now - mark[0]
-            stack.append(label)
-            mark[0] = now
-            try:
-                return f(*args, **kwargs)
-            finally:
-                now = time.process_time()
-                acc[stack.pop()] += now - mark[0]
-                mark[0] = now
-        return timed
-
-    parts = [p for p in _parts() if hasattr(p[0], p[1])]
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in parts]
-    try:
-        for (owner, name, label), (_, _, f) in zip(parts, saved):
-            setattr(owner, name, wrap(f, label))
-        yield
-    finally:
-        for owner, name, f in saved:
-            setattr(owner, name, f)
+    return by_part(acc, _parts())
 
 
 def _load() -> float:

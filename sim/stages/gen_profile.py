@@ -14,7 +14,7 @@ import contextlib
 import json
 import time
 from collections import Counter
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 import compute_sched.scheduler as scheduler
 from compute_sched.hardware import load_gpu, load_model
@@ -24,7 +24,7 @@ from sim.network import NetworkSim, RFabricDriver
 from sim.stages.gen_network import FabricSeam
 from sim.stages.generation import POLICIES, GenerationStage
 
-__all__ = ["profile_generation", "main"]
+__all__ = ["attributing", "profile_generation", "main"]
 
 _PARTS = ((scheduler, "plan_layout", "planner"), (scheduler, "plan_migrations", "balancer"),
           (SimEngine, "advance", "engine"), (SimEngine, "snapshot", "snapshot"),
@@ -34,8 +34,11 @@ _PARTS = ((scheduler, "plan_layout", "planner"), (scheduler, "plan_migrations", 
 
 
 @contextlib.contextmanager
-def _attributing(acc: Counter) -> Iterator[None]:
-    """Wrap the functions of ``_PARTS`` so CPU time goes to the innermost one running; restore them after."""
+def attributing(acc: Counter, parts: Sequence[tuple[Any, str, str]] | None = None) -> Iterator[None]:
+    """Wrap ``(owner, attribute, label)`` functions (default ``_PARTS``) so CPU time goes to the innermost
+    one running, accumulated per label in ``acc``; restore them after. Owners lacking the attribute are
+    skipped."""
+    parts = [p for p in (_PARTS if parts is None else parts) if hasattr(p[0], p[1])]
     stack: list[str] = []
     mark = [time.process_time()]
 
@@ -54,9 +57,9 @@ def _attributing(acc: Counter) -> Iterator[None]:
                 mark[0] = now
         return timed
 
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in _PARTS]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in parts]
     try:
-        for (owner, name, label), (_, _, f) in zip(_PARTS, saved):
+        for (owner, name, label), (_, _, f) in zip(parts, saved):
             setattr(owner, name, wrap(f, label))
         yield
     finally:
@@ -85,7 +88,7 @@ def profile_generation(gpus: int, *, fabric: str = "ft-os", model: str = "Qwen3-
         trace = heavy_tailed_trace(max(1, int(gpus * per_gpu / 8)), 8, max_tokens, seed=trace_seed)
         acc: Counter = Counter()
         wall, cpu = time.perf_counter(), time.process_time()
-        with _attributing(acc):
+        with attributing(acc):
             res = stage.run(trace, now_s=now)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         now += res.time_s + 1.0
