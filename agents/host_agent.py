@@ -207,8 +207,10 @@ class HostAgent:
             if self._backoff_s and not self._closing:
                 self._wake.wait(self._backoff_s)  # close() cuts the back-off short
                 self._wake.clear()
-            while self._send_some():
-                pass  # each call sends one batch; keep going until the queue is drained or a send fails
+            # each call sends one batch; keep going until the queue is drained or a send fails
+            drained = False
+            while not drained:
+                drained = not self._send_some()
             with self._lock:
                 if not self._queue:
                     self._idle.set()

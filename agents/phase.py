@@ -24,6 +24,7 @@ enqueued, and :meth:`PhaseRuntime.warm_start` synchronises the device before it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -274,10 +275,8 @@ class PhaseRuntime:
                         done.set()
                     self._offload(state)
                 finally:
-                    try:
+                    with contextlib.suppress(PermitRevoked):
                         self.client.release(permit["permit_id"])
-                    except PermitRevoked:
-                        pass  # it expired while we ran; the scheduler already moved on
                 self.phases_run.append(name)
                 return result
 

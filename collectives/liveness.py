@@ -22,6 +22,7 @@ rank's schedule digest and world size and names the rank(s) that disagree with t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -165,10 +166,9 @@ class Liveness:
         if int(self._io(lambda: self._store.add("left", 1))) == self.world_size:  # type: ignore[arg-type]
             self._io(lambda: self._store.set("all-left", "1"))
         if self.rank == 0:
-            try:
+            # a rank died right after the barrier: nothing of this round depends on it
+            with contextlib.suppress(Exception):
                 self._store.wait(["all-left"], timedelta(seconds=self.timeout_s))
-            except Exception:  # a rank died right after the barrier: nothing of this round depends on it
-                pass
 
     def close(self) -> None:
         """Stop the heartbeat thread (idempotent); call when the round is over, however it ended."""

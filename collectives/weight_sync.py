@@ -28,6 +28,7 @@ Usage (every rank; rank 0 plans and hosts the store)::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import re
 import threading
 import time
@@ -40,14 +41,13 @@ from typing import Iterable, Mapping
 import torch
 import torch.distributed as dist
 
-from fabric.errors import ConfigError
-
 from collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
 from collectives.errors import WeightSyncError
 from collectives.executor import Loader, LoadWeights, StreamExecutor
 from collectives.liveness import Liveness
 from collectives.schedule import Op, Schedule
 from collectives.targets import check_tensor, resolve_targets
+from fabric.errors import ConfigError
 
 __all__ = ["SyncReport", "SyncHandle", "WeightSync", "LoadWeights"]
 
@@ -415,10 +415,9 @@ class WeightSync:
         executor = self._executor
         if executor is not None:
             executor.stop()
-        try:
+        # a transport that cannot reset is discarded by the caller (documented)
+        with contextlib.suppress(Exception):
             self.transport.reset()
-        except Exception:  # a transport that cannot reset is discarded by the caller (documented)
-            pass
         if executor is not None:
             executor.join(2 * self.timeout_s)
 

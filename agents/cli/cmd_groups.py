@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 from fabric.errors import ConfigError
@@ -158,13 +159,12 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     print(f"phase scheduler for {', '.join(order)} listening on {server.url}", flush=True)
     try:
-        # Serve until SIGTERM sets ``done`` or Ctrl-C raises KeyboardInterrupt here. The timed wait
-        # wakes every second so the main thread can take Ctrl-C on every platform (an untimed
-        # wait is not interruptible on Windows).
-        while not done.wait(timeout=1.0):
-            continue
-    except KeyboardInterrupt:
-        pass  # Ctrl-C is the normal way to stop the server: shut down below like SIGTERM, no traceback
+        # Serve until SIGTERM sets ``done`` or Ctrl-C raises KeyboardInterrupt here (the normal way to
+        # stop: shut down like SIGTERM, no traceback). The timed wait wakes every second so the main
+        # thread can take Ctrl-C on every platform (an untimed wait is not interruptible on Windows).
+        with contextlib.suppress(KeyboardInterrupt):
+            while not done.wait(timeout=1.0):
+                continue
     finally:
         server.stop()
         print(json.dumps(server.state()), file=sys.stderr)

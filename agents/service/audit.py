@@ -26,6 +26,7 @@ cleared on its own: that takes an operator (``POST /v1/reconcile``), as at start
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -109,10 +110,8 @@ class DeviceAuditor:
         if self._thread is not None:
             self._thread.join(30)
         for c in self.clients.values():
-            try:
+            with contextlib.suppress(Exception):  # closing read sessions is best effort at shutdown
                 c.close()
-            except Exception:  # noqa: BLE001 - closing read sessions is best effort at shutdown
-                pass
 
     def poke(self) -> None:
         """Audit now (after a device error or a reconnect), not at the end of the period."""

@@ -39,19 +39,26 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from agents.service.checks import (Conflict, DeviceUnavailable, NotFound, ServiceError, Unprocessable, integral,
-                                   parse_events)
+from agents.service.checks import (
+    Conflict,
+    DeviceUnavailable,
+    NotFound,
+    ServiceError,
+    Unprocessable,
+    integral,
+    parse_events,
+)
 from agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
 from agents.service.jobs import JobConflict, JobRegistry
 from agents.service.metrics import MetricsRegistry, declare_service_metrics
 from agents.service.operator import OperatorMixin
-from agents.service.sharing import SharingMixin
 from agents.service.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
 from agents.service.planner import JobPlanner
+from agents.service.sharing import SharingMixin
 from fabric.controller import FabricController, MaterializeResult
 from fabric.errors import ConfigError
 from fabric.intent import Intent, parse_gpu_set
@@ -60,7 +67,12 @@ from fabric.plan import CircuitPlan, same_cross_connects, validate_plan
 from fabric.runtime.commit import CommitError, CommitInFlightError
 from fabric.runtime.reconcile import reconcile, reconcile_devices_to
 from fabric.runtime.store import FabricStore, StoreWriteError
-from fabric.safe_window import CommitDecision, EventOrderError, GateConfig, SafeWindowGate
+from fabric.safe_window import (
+    CommitDecision,
+    EventOrderError,
+    GateConfig,
+    SafeWindowGate,
+)
 from fabric.templates.stages import TEMPLATES
 from fabric.topology import Topology
 
@@ -456,9 +468,8 @@ class ControlService(SharingMixin, OperatorMixin):
                 if job is not None and job.intent_doc is not None and not self._tenant(j).removing:
                     self._depth += 1
                     try:
-                        self.announce_intent(j, job.intent_doc)
-                    except ServiceError:
-                        pass  # the re-plan's own refusal is in the decision log
+                        with suppress(ServiceError):  # its refusal is in the decision log
+                            self.announce_intent(j, job.intent_doc)
                     finally:
                         self._depth -= 1
 

@@ -9,11 +9,18 @@ expected, which prometheus_client would only report as "incorrect label names".
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Iterable, Sequence
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 __all__ = ["MetricsRegistry", "LATENCY_BUCKETS_S", "declare_service_metrics", "CONTENT_TYPE"]
 
@@ -104,10 +111,8 @@ class MetricsRegistry:
     def remove(self, name: str, **labels: str) -> None:
         """Forget one labelled sample (e.g. the gauge of a job that was removed)."""
         kind, metric, names = self._metrics[name]
-        try:
+        with contextlib.suppress(KeyError):
             metric.remove(*(str(labels[n]) for n in names))  # type: ignore[attr-defined]
-        except KeyError:
-            pass
 
     def value(self, name: str, **labels: str) -> float:
         """Return a counter's or gauge's value (a histogram's count); 0 when never set."""

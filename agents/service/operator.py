@@ -7,16 +7,29 @@ none, so a probe never waits behind a commit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any, Iterable
 
 from agents.service.audit import DeviceAuditor, DeviceState
-from agents.service.checks import (Conflict, DeviceUnavailable, NotFound, StorageUnavailable, Unprocessable,
-                                   parse_mask_ports)
+from agents.service.checks import (
+    Conflict,
+    DeviceUnavailable,
+    NotFound,
+    StorageUnavailable,
+    Unprocessable,
+    parse_mask_ports,
+)
 from agents.service.decisions import GATE_FAMILY, scope_of
 from agents.service.fairness import POLICY
-from agents.service.startup import ADOPTED_SCOPE, STARTUP_MODES, StartupRefused, adopted_plan, startup_diff
+from agents.service.startup import (
+    ADOPTED_SCOPE,
+    STARTUP_MODES,
+    StartupRefused,
+    adopted_plan,
+    startup_diff,
+)
 from fabric.ocs.errors import OcsError
 from fabric.plan import CircuitPlan, CrossConnect, plan_to_json
 from fabric.runtime.reconcile import reconcile_store, unusable_ports, wanted_by_device
@@ -423,10 +436,8 @@ class OperatorMixin:
         """Free the circuits of removed jobs whose window came (called by the auditor every period)."""
         with self._top_level():
             for job in [j for j, t in self._tenants.items() if t.removing]:
-                try:
+                with contextlib.suppress(DeviceUnavailable, StorageUnavailable, Conflict, Unprocessable):
                     self._finish_removal(job)
-                except (DeviceUnavailable, StorageUnavailable, Conflict, Unprocessable):
-                    pass  # retried at the next audit; health names the job
 
     # ------------------------------------------------------------------ reads
     def plan_doc(self, job_id: str | None = None) -> dict[str, Any]:
@@ -465,10 +476,8 @@ class OperatorMixin:
         if self.auditor is not None:
             self.auditor.stop()
         for client in self.devices.values():
-            try:
+            with contextlib.suppress(Exception):  # closing sessions is best effort at shutdown
                 client.close()
-            except Exception:  # noqa: BLE001 - closing sessions is best effort at shutdown
-                pass
         self.registry.close()
         self.store.close()
         if self.state_lock is not None:

@@ -7,14 +7,15 @@ milliseconds and no rank inherits the parent's threads. A rank enters its namesp
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
-from multiprocessing import connection as mp_connection
 import os
 import signal
 import time
 import traceback
 from dataclasses import dataclass
+from multiprocessing import connection as mp_connection
 from typing import Any, Callable, Sequence
 
 __all__ = ["RankResult", "RankGroup", "enter_netns"]
@@ -118,10 +119,8 @@ class RankGroup:
     def kill_all(self) -> None:
         for p in self.procs:
             if p.is_alive():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass  # it exited between the check and the kill: nothing left to stop
         for p in self.procs:
             p.join(timeout=5)
 

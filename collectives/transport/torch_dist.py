@@ -25,6 +25,7 @@ is the peer's, both published in the store). Both ends' pending transfers then f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from datetime import timedelta
@@ -201,15 +202,14 @@ class TorchTransport:
     def _abort(self, peer: int) -> None:
         _, group = self._groups.pop(peer)
         for fd in self._sockets.pop(peer, []):
-            try:  # on a duplicate, so the descriptor stays gloo's to close
+            # on a duplicate, so the descriptor stays gloo's to close; OSError: already closed by the peer, whose
+            # transfers have failed already
+            with contextlib.suppress(OSError):
                 with socket.socket(fileno=os.dup(fd)) as sock:
                     sock.shutdown(socket.SHUT_RDWR)
-            except OSError:  # already closed by the peer: its transfers have failed already
-                pass
-        try:
+        # already aborted, or the backend has nothing to abort: nothing left to stop
+        with contextlib.suppress(Exception):
             group.abort()  # type: ignore[attr-defined]
-        except Exception:  # already aborted, or the backend has nothing to abort: nothing left to stop
-            pass
 
     @staticmethod
     def interface_hint() -> str:
@@ -221,11 +221,9 @@ def _sockets() -> set[int]:
     """File descriptors of this process's sockets."""
     out = set()
     for name in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # closed meanwhile
             if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
                 out.add(int(name))
-        except OSError:  # closed meanwhile
-            pass
     return out
 
 

@@ -13,6 +13,7 @@ import, :func:`ucx_unavailable` returns the reason and the tests skip with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from concurrent.futures import Future
 
@@ -140,10 +141,8 @@ class UcxTransport:
         """Close endpoints and the listener, then stop the loop thread."""
         async def shutdown() -> None:
             for ep in self._eps.values():
-                try:
+                with contextlib.suppress(Exception):  # a peer that already went away: nothing left to flush
                     await ep.close()
-                except Exception:  # a peer that already went away: nothing left to flush
-                    pass
             self._listener.close()
 
         try:
