@@ -75,7 +75,9 @@ def parse_config(text: str) -> InstanceConfig:
     InstanceConfig(kind='ep', tp=2, ep=16, attn_gpus=0, ffn_gpus=0)
     """
     head, _, tail = text.strip().lower().partition("-")
-    tp = int(tail[2:]) if tail.startswith("tp") and tail[2:].isdigit() else 1
+    if tail and not (tail.startswith("tp") and tail[2:].isdigit()):  # "-tpx", "-foo": not a TP suffix
+        raise ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK")
+    tp = int(tail[2:]) if tail else 1
     try:
         if head.startswith("tp") and not tail:
             return InstanceConfig("tp", tp=int(head[2:]))

@@ -40,7 +40,7 @@ __all__ = ["ClusterSettings", "FabricSettings", "TrainSettings", "GenerationSett
            "config_reference", "validate", "MODES", "GEN_POLICIES", "SYNC_METHODS", "ALLOCATIONS"]
 
 MODES = ("sync", "async")
-GEN_POLICIES = ("orchestrl", "verl-to")
+GEN_POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")  # as sim.stages.generation
 SYNC_METHODS = ("planned", "flat")
 ALLOCATIONS = ("greedy", "greedy+ls", "uniform")
 
@@ -88,10 +88,16 @@ class TrainSettings:
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    policy: str = _f("orchestrl", "generation scheduler: OrchestrRL's (Algorithm 1) or static veRL-TO",
+    policy: str = _f("orchestrl", "generation scheduler: OrchestrRL's (Algorithm 1; -pp planner only, -rb "
+                                  "balancer only), static veRL-TO (best TP of a sweep), static (`instance` on every "
+                                  "GPU, e.g. AFD), or two-phase (`instance`, then `switch_to`, §7.3.2)",
                      choices=GEN_POLICIES)
-    instance: str | None = _f(None, "generation instance shape passed to the generation stage, e.g. an AFD "
-                                    "shape for §7.3.2; omit for the policy's own")
+    instance: str | None = _f(None, "generation instance shape (tp8, ep16-tp1, afd24:16-tp8: 24 attention + "
+                                    "16 FFN GPUs, TP8 attention); required by static and two-phase, the start "
+                                    "layout of orchestrl; omit for the policy's own")
+    switch_to: str | None = _f(None, "two-phase: the instance shape every GPU switches to, e.g. tp8")
+    switch_at: float = _f(0.5, "two-phase: share of the step's requests finished when the switch happens",
+                          min=0.0, max=1.0)
     weight_sync_tp: int = _f(8, "TP degree of the generation engines the weights are resharded into at the "
                                 "weight-sync boundary", min=1, max=64)
 
@@ -258,6 +264,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(src, f"train.{exc.field}", exc.problem, exc.allowed) from None
     if t.pp > model.layers:
         raise ConfigError(src, "train.pp", f"{t.pp} stages for {model.layers} layers", f"at most {model.layers}")
+    _check_generation(cfg, model)
     wtp = cfg.generation.weight_sync_tp
     if model.kv_heads * model.head_dim % wtp or model.d_model % wtp:
         raise ConfigError(src, "generation.weight_sync_tp", f"TP={wtp} does not split {model.name}'s "
@@ -284,6 +291,40 @@ def validate(cfg: RunConfig) -> RunConfig:
     if w.trace is not None and not os.path.exists(cfg.resolve(w.trace)):
         raise ConfigError(src, "workload.trace", f"{w.trace} does not exist", "a trace file relative to this file")
     return cfg
+
+
+def _check_generation(cfg: RunConfig, model: Any) -> None:
+    """Instance shapes parse and hold the model; static and two-phase name theirs."""
+    from compute_sched.layout import parse_config  # light: layouts only
+    from compute_sched.perf import PerfModel
+
+    g, src = cfg.generation, cfg.source
+    perf = PerfModel(model, load_gpu(cfg.cluster.gpu))
+    for name in ("instance", "switch_to"):
+        value = getattr(g, name)
+        if value is None:
+            continue
+        try:
+            shape = parse_config(value)
+        except ConfigError:
+            raise ConfigError(src, f"generation.{name}", f"{value!r} is not an instance shape",
+                              "tpK, epN-tpK or afdA:F-tpK, e.g. tp8, ep16-tp1 or afd24:16-tp8") from None
+        gen_gpus = cfg.cluster.gpus - (cfg.cluster.train_gpus or 0)
+        if shape.gpus > gen_gpus:
+            raise ConfigError(src, f"generation.{name}", f"{shape.name} needs {shape.gpus} GPUs, the run generates "
+                              f"on {gen_gpus}", "a smaller shape, or more generation GPUs")
+        if not perf.fits(shape):
+            raise ConfigError(src, f"generation.{name}", f"{model.name} does not fit {shape.name} on "
+                              f"{cfg.cluster.gpu}", "a shape with more GPUs per instance")
+    if g.policy in ("static", "two-phase") and g.instance is None:
+        raise ConfigError(src, "generation.instance", f"policy {g.policy!r} needs an instance shape",
+                          "e.g. instance: afd24:16-tp8")
+    if g.policy == "two-phase" and g.switch_to is None:
+        raise ConfigError(src, "generation.switch_to", "policy 'two-phase' needs the shape it switches to",
+                          "e.g. switch_to: tp8")
+    if g.policy != "two-phase" and g.switch_to is not None:
+        raise ConfigError(src, "generation.switch_to", f"is only read by policy 'two-phase', not {g.policy!r}",
+                          "remove it, or set policy: two-phase")
 
 
 def _check_fields(cfg: RunConfig) -> None:

@@ -107,7 +107,8 @@ def default_stages(sim: Simulation) -> Stages:
     train = TrainingStage(sim.model, cfg.train_layout(len(sim.train_gpus)), sim.train_gpus, sim.gpu, sim.net,
                           sim.driver, job=job)
     gen = GenerationStage(sim.model, sim.gen_gpus, sim.gpu, sim.net, sim.driver, policy=cfg.generation.policy,
-                          instance=cfg.generation.instance, job=job)
+                          instance=cfg.generation.instance, switch_to=cfg.generation.switch_to,
+                          switch_at=cfg.generation.switch_at, job=job)
     sync = weight_sync_stage(sim)
 
     def batch_of(trace: Trace, _: StageResult) -> Any:

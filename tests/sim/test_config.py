@@ -53,7 +53,18 @@ def test_a_config_survives_its_own_json():
     ({"loop": {"iterations": 0}}, "loop.iterations", "out of range"),
     ({"loop": {"itrations": 3}}, "loop.itrations", "is not a known field"),
     ({"loop": {"seed": "one"}}, "loop.seed", "expected an integer"),
-    ({"generation": {"policy": "vllm"}}, "generation.policy", "allowed: orchestrl, verl-to"),
+    ({"generation": {"policy": "vllm"}}, "generation.policy", "allowed: orchestrl, orchestrl-pp"),
+    ({"generation": {"policy": "static"}}, "generation.instance", "needs an instance shape"),
+    ({"generation": {"policy": "static", "instance": "afd24:16-tpx"}}, "generation.instance",
+     "is not an instance shape"),
+    ({"cluster": {"gpus": 64, "train_gpus": 32}, "model": "Qwen2-57B-A14B", "train": {"tp": 4, "ep": 8},
+      "generation": {"policy": "static", "instance": "afd24:16-tp8", "weight_sync_tp": 4}}, "generation.instance",
+     "needs 40 GPUs, the run generates on 32"),
+    ({"generation": {"policy": "static", "instance": "tp1"}, "model": "Qwen2.5-72B"}, "generation.instance",
+     "does not fit tp1"),
+    ({"generation": {"policy": "two-phase", "instance": "tp2"}}, "generation.switch_to", "needs the shape"),
+    ({"generation": {"policy": "orchestrl", "switch_to": "tp8"}}, "generation.switch_to",
+     "only read by policy 'two-phase'"),
     ({"clusters": {"gpus": 64}}, "clusters", "is not a known field"),
     ({"cluster": {"gpus": 100}}, "cluster.gpus", "8-GPU servers"),
     ({"cluster": {"gpus": 64, "train_gpus": 64}}, "cluster.train_gpus", "leaving GPUs to generate"),
@@ -96,3 +107,17 @@ def test_switching_fabric_keeps_the_run_and_revalidates():
     assert ft.fabric.kind == "ft" and ft.cluster == demo.cluster and ft.workload == demo.workload
     with pytest.raises(ConfigError, match="field 'fabric.kind': unknown value 'clos'"):
         demo.with_fabric("clos")
+
+
+def test_static_afd_generation_is_expressible_in_a_run_file(tmp_path):
+    """§7.3.2's AFD shape as a run file's static policy: every generation GPU in 24+16-GPU AFD instances."""
+    from sim.run import build
+
+    doc = {"model": "Qwen2-57B-A14B", "cluster": {"gpus": 256, "train_gpus": 128},
+           "fabric": {"kind": "rfabric"}, "train": {"tp": 4, "ep": 16},
+           "generation": {"policy": "static", "instance": "afd24:16-tp8", "weight_sync_tp": 4},
+           "workload": {"prompts_per_step": 16, "max_tokens": 4096}, "loop": {"iterations": 1}}
+    sim = build(config_from_mapping(doc, str(tmp_path / "afd.yaml")))
+    result = sim.stages.gen.run(sim.trace(0), 0.0)
+    assert result.time_s > 0
+    assert "afd24:16-tp8" in result.detail["initial_layout"] and "3x" in result.detail["initial_layout"]
