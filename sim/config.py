@@ -55,8 +55,8 @@ class ClusterSettings:
     gpus: int = _f(64, "GPUs in the cluster, in servers of 8 with one NIC per GPU (§7.2)", min=16)
     gpu: str = _f("H800", "accelerator spec: a bundled name (compute_sched/specs/gpus) or a YAML file")
     train_gpus: int | None = _f(None, "GPUs of the training cluster (GPUs 0..train_gpus-1; the rest generate). "
-                                      "Omit for the balanced split: StreamRL's rule, the split whose Train and "
-                                      "Gen step times are closest, found by running both stages", min=8)
+                                      "Omit for the balanced split: StreamRL's rule, the candidate with the most "
+                                      "samples per step period, found by running both stages", min=8)
 
 
 @dataclass(frozen=True)

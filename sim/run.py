@@ -167,9 +167,11 @@ def balanced_split(cfg: RunConfig, stages_factory: StageFactory | None = None,
 
     Each candidate (:func:`sim.workload.split_candidates`) is profiled with the run's own stage models
     on step 0 of the workload -- generation of the step's trace, training on its samples -- and the one
-    with the shortest step period wins: ``max(T_train, T_gen)`` for one-step asynchronous runs (the
-    stages overlap, so balance them), ``T_train + T_gen`` for synchronous ones (ties: fewer training
-    GPUs). Returns the winner and one row per candidate.
+    with the most samples per step period wins. The period is ``max(T_train, T_gen)`` for one-step
+    asynchronous runs (the stages overlap, so balance them) and ``T_train + T_gen`` for synchronous
+    ones; the samples are the step's responses, which grow with the generation GPUs when the step is
+    sized per generation GPU (``workload.responses_per_gen_gpu``), so the shortest period is not the
+    highest throughput (ties: fewer training GPUs). Returns the winner and one row per candidate.
 
     Raises
     ------
@@ -190,11 +192,13 @@ def balanced_split(cfg: RunConfig, stages_factory: StageFactory | None = None,
         g = sim.stages.gen.run(trace, 0.0)
         t = sim.stages.train.run(sim.stages.batch_of(trace, g), g.time_s)
         period = max(g.time_s, t.time_s) if cfg.loop.mode == "async" else g.time_s + t.time_s
-        rows.append({"train_gpus": n, "gen_s": g.time_s, "train_s": t.time_s, "period_s": period})
+        samples = len(trace.requests)
+        rows.append({"train_gpus": n, "gen_s": g.time_s, "train_s": t.time_s, "period_s": period,
+                     "samples": samples, "samples_per_s": samples / period if period > 0 else 0.0})
     if not rows:
         raise ConfigError(cfg.source, "cluster.train_gpus", "no split of the cluster fits the training layout",
                           "set cluster.train_gpus, or a layout whose tp*cp*pp divides part of cluster.gpus")
-    best = min(rows, key=lambda r: (r["period_s"], r["train_gpus"]))
+    best = max(rows, key=lambda r: (r["samples_per_s"], -r["train_gpus"]))
     return int(best["train_gpus"]), rows
 
 

@@ -45,7 +45,7 @@ from sim.plot import PlotFiles, grouped_bars
 from sim.run import Simulation, _pod_gpus, balanced_split, build, default_stages
 from sim.stages.generation import GenerationStage
 from sim.sweep import run_sweep
-from sim.workload import split_candidates, step_size
+from sim.workload import split_candidates
 
 __all__ = ["RLCase", "MODELS", "AFD_INSTANCE", "case_config", "run_case", "sweep", "run", "rows_of",
            "add_sweep_options", "sweep_options", "figure_main", "cases", "plot", "main"]
@@ -110,14 +110,7 @@ def _best_split(cfg: RunConfig) -> tuple[int, list[dict[str, float]]]:
                           "for the training layout", "more GPUs (72B: >= 1024, 57B MoE: >= 512)")
     if len(cands) == 1:
         return cands[0], []
-    _, rows = balanced_split(cfg, _stages, cands)
-    w = cfg.workload
-    for r in rows:
-        samples = step_size(w.responses_per_prompt, w.responses_per_gen_gpu, cfg.cluster.gpus - int(r["train_gpus"]),
-                            w.prompts_per_step) * w.responses_per_prompt
-        r["samples_per_s"] = samples / r["period_s"] if r["period_s"] > 0 else 0.0
-    best = max(rows, key=lambda r: (r["samples_per_s"], -r["train_gpus"]))
-    return int(best["train_gpus"]), rows
+    return balanced_split(cfg, _stages, cands)
 
 
 def run_case(case: RLCase) -> dict[str, Any]:

@@ -125,3 +125,15 @@ def test_a_run_is_reproducible_from_its_seed():
 def test_throughput_needs_iterations():
     with pytest.raises(ValueError):
         throughput([])
+
+
+def test_the_split_maximises_samples_per_period_when_the_step_grows_with_generation_gpus():
+    """Steps sized per generation GPU: more generators make a longer step with more samples, so the
+    shortest period is not the highest throughput; the split must pick what the full runs confirm."""
+    scaled = {"prompts_per_step": None, "responses_per_gen_gpu": 16}  # the default; shortest period: 48
+    cfg = _cfg("ft", train_gpus=None, iterations=2, workload=scaled)
+    best, rows = balanced_split(cfg, fixture_stages, candidates=(16, 32, 48))
+    assert len({r["samples"] for r in rows}) == 3  # the step really grows with the generation GPUs
+    runs = {n: _run(_cfg("ft", train_gpus=n, workload=scaled)).throughput.samples_per_s for n in (16, 32, 48)}
+    assert runs[best] == max(runs.values())
+    assert best == max(rows, key=lambda r: r["samples_per_s"])["train_gpus"]
