@@ -18,6 +18,16 @@ result is a timeline of circuit sets that :func:`sim.network.events.simulate` ru
 
 Failed OCS ports go dark at once (ECMP routes around them); the controller masks them and, when
 asked, re-plans the last intent under the remaining port budget (§5.4).
+
+**Scopes.** A plan owns the PoDs its intent's GPUs sit in, not the whole fabric: Train's circuits
+live in the training PoDs and Gen's in the generation PoDs, so in a one-step asynchronous run
+Train(k) and Gen(k+1) reconfigure side by side, each with its own timeline and its own busy
+devices, and the fabric's circuits at a time are the union over scopes. A plan whose PoDs overlap
+another scope's (weight sync spans both clusters) claims them from its commit on: the other scope
+keeps only its circuits that touch none of them. ToRs and boundary fibres belong to one PoD, so
+scopes with disjoint PoDs never compete for a port. This is what the control service does per
+tenant; within one RL job the stages play the tenants (the earlier single plan let a Gen commit
+replace Train's circuits and wait for Train's switching, which slowed 57B generation at 2,048 GPUs).
 """
 
 from __future__ import annotations
@@ -25,11 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from fabric.controller import FabricController, MaterializeResult
+from fabric.controller import FabricController, FabricState, MaterializeResult, materialize
 from fabric.intent import Intent
 from fabric.plan import Circuit, CircuitPlan, same_cross_connects
 from fabric.reconfig_order import ReconfigOrder, order_plan_change
 from fabric.safe_window import CollectiveEvent, CommitDecision, GateConfig, SafeWindowGate
+from fabric.templates.base import pod_of_endpoint
 from fabric.topology import PortRef
 from fabric.traffic import AggregateDemand
 from sim.network.fabrics import Failures
@@ -79,6 +90,31 @@ class _Pending:
 
 
 @dataclass
+class _Scope:
+    """The circuits of one set of PoDs over time (see the module note)."""
+
+    pods: frozenset[int]
+    active: CircuitPlan | None = None
+    snapshots: list[tuple[float, tuple[Circuit, ...]]] = field(default_factory=list)
+    busy_until: float = 0.0
+
+    def circuits_at(self, t_s: float) -> tuple[Circuit, ...]:
+        got: tuple[Circuit, ...] = ()
+        for t, circuits in self.snapshots:
+            if t > t_s:
+                break
+            got = circuits
+        return got
+
+
+def _touches(c: Circuit, pods: frozenset[int]) -> bool:
+    """Whether circuit ``c`` uses a port of one of ``pods`` (an Agg circuit's PoD, a Core circuit's two)."""
+    if c.tier == "agg":
+        return c.pod in pods
+    return pod_of_endpoint(c.a) in pods or pod_of_endpoint(c.b) in pods
+
+
+@dataclass
 class RFabricDriver:
     """RFabric's control loop in simulated time: controller -> gate -> ordered steps -> circuit timeline.
 
@@ -120,8 +156,7 @@ class RFabricDriver:
         self.controller = FabricController(self.fabric.topology, method=self.method)
         self._gates: dict[tuple[str, str], SafeWindowGate] = {}
         self._pending: dict[tuple[str, str], _Pending] = {}
-        self._snapshots: list[tuple[float, tuple[Circuit, ...]]] = [(0.0, ())]
-        self._busy_until = 0.0
+        self._scopes: list[_Scope] = []
         self._plans = 0
 
     # ------------------------------------------------------------------ gates and events
@@ -143,10 +178,72 @@ class RFabricDriver:
             out.append(self._settle(job, pending, d))
         return out
 
+    # ------------------------------------------------------------------ scopes
+    def pods_of(self, intent: Intent) -> frozenset[int]:
+        """The PoDs ``intent``'s GPUs sit in: the scope its plan owns."""
+        topo = self.fabric.topology
+        return frozenset(topo.pod_of_gpu(g) for g in intent.members)
+
+    def in_force(self, pods: frozenset[int]) -> CircuitPlan | None:
+        """The latest plan holding ``pods``' circuits (None: no plan has touched them yet).
+
+        The plan of the scope that owns exactly ``pods``, or else the circuits of every scope that
+        touch them, as one plan (what a new plan for ``pods`` changes from).
+        """
+        for sc in self._scopes:
+            if sc.pods == pods and sc.active is not None:
+                return sc.active
+        parts = [sc for sc in self._scopes if sc.active is not None and sc.pods & pods]
+        if not parts:
+            return None
+        circuits = tuple(c for sc in parts for c in sc.active.circuits if _touches(c, pods))
+        return replace(parts[-1].active, circuits=circuits)
+
+    def materialize(self, intent: Intent, demand: AggregateDemand | None = None) -> MaterializeResult:
+        """Run Algorithm 2 for ``intent`` against the circuits in force in its PoDs."""
+        ctl = self.controller
+        ctl.last_intent = intent
+        result = materialize(intent, FabricState(ctl.topology, self.in_force(self.pods_of(intent))), ctl.cache,
+                             demand=demand, method=ctl.method)
+        ctl.history.append(result)
+        del ctl.history[:-256]
+        return result
+
+    def _claim(self, pods: frozenset[int], t_s: float) -> _Scope:
+        """Return the scope owning ``pods`` from ``t_s`` on; overlapping scopes give up those PoDs' circuits."""
+        for sc in self._scopes:
+            if sc.pods == pods:
+                return sc
+        carried: list[Circuit] = []
+        busy = 0.0
+        for sc in self._scopes:
+            if not sc.pods & pods:
+                continue
+            carried += [c for c in sc.circuits_at(t_s) if _touches(c, pods)]
+            keep = [(t, c) for t, c in sc.snapshots if t < t_s]
+            keep.append((t_s, tuple(c for c in sc.circuits_at(t_s) if not _touches(c, pods))))
+            keep += [(t, tuple(x for x in c if not _touches(x, pods))) for t, c in sc.snapshots if t > t_s]
+            sc.snapshots = keep
+            if sc.active is not None:
+                sc.active = replace(sc.active, circuits=tuple(c for c in sc.active.circuits if not _touches(c, pods)))
+            sc.pods = sc.pods - pods
+            busy = max(busy, sc.busy_until)
+        new = _Scope(pods, None, [(t_s, tuple(carried))], busy)
+        self._scopes = [sc for sc in self._scopes if sc.pods or sc.snapshots] + [new]
+        return new
+
+    def _sync_active(self) -> None:
+        """The controller's active plan is the union of every scope's (what the devices hold)."""
+        plans = [sc.active for sc in self._scopes if sc.active is not None]
+        if len(plans) == 1:
+            self.controller.active = plans[0]
+        elif plans:
+            self.controller.active = replace(plans[-1], circuits=tuple(c for p in plans for c in p.circuits))
+
     # ------------------------------------------------------------------ plans
     def announce(self, intent: Intent, now_s: float, demand: AggregateDemand | None = None) -> DriverDecision:
         """Materialise ``intent`` and offer its plan to the job's gate at ``now_s``."""
-        result = self.controller.materialize(intent, demand)
+        result = self.materialize(intent, demand)
         self._plans += 1
         plan_id = f"{intent.job}#{self._plans}"
         family = GATE_FAMILY[intent.stage]
@@ -156,11 +253,11 @@ class RFabricDriver:
         self._pending.pop((intent.job, family), None)
         gate = self.gate(intent.job, intent.stage)
         gate.withdraw(intent.job)
-        if same_cross_connects(self.controller.active, result.plan):
-            self.controller.apply(result)
+        old = self.in_force(self.pods_of(intent))
+        if same_cross_connects(old, result.plan):
             return self._log(DriverDecision(intent.job, intent.stage, "unchanged", "no device change needed",
                                             now_s, result))
-        order = order_plan_change(self.controller.active, result.plan)
+        order = order_plan_change(old, result.plan)
         delay = self.switching_time_s(order)
         d = gate.submit(intent.job, intent.stage, delay, now_s, plan_id)
         return self._settle(intent.job, _Pending(intent, result, plan_id), d, order)
@@ -169,13 +266,14 @@ class RFabricDriver:
                 ) -> DriverDecision:
         stage = pending.intent.stage
         if d.action == "commit":
-            change = self._commit(pending.result, d.at_s, order)
+            change = self._commit(pending.result, d.at_s, order, self.pods_of(pending.intent))
             return self._log(DriverDecision(job, stage, "commit", d.reason, d.at_s, pending.result, change))
         if d.action == "defer":
             self._pending[(job, GATE_FAMILY[stage])] = pending
             # what the change would cost, so a caller can see why it waits
-            order = order or order_plan_change(self.controller.active, pending.result.plan)
-            preview = self._steps(self.controller.active, pending.result.plan, order, d.at_s)
+            old = self.in_force(self.pods_of(pending.intent))
+            order = order or order_plan_change(old, pending.result.plan)
+            preview = self._steps(old, pending.result.plan, order, d.at_s)
             return self._log(DriverDecision(job, stage, "defer", d.reason, d.at_s, pending.result, preview))
         return self._log(DriverDecision(job, stage, d.action, d.reason, d.at_s, pending.result))
 
@@ -214,27 +312,43 @@ class RFabricDriver:
             snaps.append((t, tuple(new.circuits)))
         return PlanChange(new, start, start, t, tuple(snaps), tuple(o.reason for o in order.outages))
 
-    def _commit(self, result: MaterializeResult, at_s: float, order: ReconfigOrder | None) -> PlanChange:
-        old = self.controller.active
+    def _plan_pods(self, plan: CircuitPlan) -> frozenset[int]:
+        """The PoDs a plan's circuits touch; every PoD for an empty plan."""
+        pods = frozenset(p for c in plan.circuits
+                         for p in ((c.pod,) if c.tier == "agg" else (pod_of_endpoint(c.a), pod_of_endpoint(c.b))))
+        return pods or frozenset(self.fabric.topology.pods)
+
+    def _commit(self, result: MaterializeResult, at_s: float, order: ReconfigOrder | None,
+                pods: frozenset[int] | None = None) -> PlanChange:
+        pods = self._plan_pods(result.plan) if pods is None else pods
+        old = self.in_force(pods)
         order = order or order_plan_change(old, result.plan)
-        start = max(at_s, self._busy_until)
+        scope = self._claim(pods, at_s)
+        start = max(at_s, scope.busy_until)
         change = replace(self._steps(old, result.plan, order, start), committed_s=at_s)
-        self.controller.apply(result)
-        self._busy_until = change.end_s
-        # a later snapshot replaces every earlier one from the same time on
-        self._snapshots = [s for s in self._snapshots if s[0] < start] or [(0.0, ())]
-        self._snapshots.extend(change.snapshots)
+        scope.active = result.plan
+        scope.busy_until = change.end_s
+        # a later snapshot replaces every earlier one of the scope from the same time on
+        scope.snapshots = [s for s in scope.snapshots if s[0] < start] + list(change.snapshots)
+        self._sync_active()
         self.changes.append(change)
         return change
 
-    def install(self, plan: CircuitPlan | MaterializeResult, at_s: float = 0.0) -> PlanChange:
-        """Put a plan in force at ``at_s`` at once, without gate or switching (the fabric as it stands)."""
+    def install(self, plan: CircuitPlan | MaterializeResult, at_s: float = 0.0,
+                pods: frozenset[int] | None = None) -> PlanChange:
+        """Put a plan in force at ``at_s`` at once, without gate or switching (the fabric as it stands).
+
+        ``pods``: the PoDs the plan owns (default: those its circuits touch; every PoD for an empty plan).
+        """
         result = plan if isinstance(plan, MaterializeResult) else MaterializeResult(plan, True, False, plan.template,
                                                                                       plan.signature)
-        self.controller.apply(result)
+        pods = self._plan_pods(result.plan) if pods is None else pods
+        scope = self._claim(frozenset(pods), at_s)
         change = PlanChange(result.plan, at_s, at_s, at_s, ((at_s, tuple(result.plan.circuits)),), ())
-        self._snapshots = [s for s in self._snapshots if s[0] < at_s] + list(change.snapshots)
-        self._busy_until = max(self._busy_until, at_s)
+        scope.snapshots = [s for s in scope.snapshots if s[0] < at_s] + list(change.snapshots)
+        scope.active = result.plan
+        scope.busy_until = max(scope.busy_until, at_s)
+        self._sync_active()
         self.changes.append(change)
         return change
 
@@ -258,17 +372,14 @@ class RFabricDriver:
         return self.controller.active
 
     def circuits_at(self, t_s: float) -> tuple[Circuit, ...]:
-        """Return the circuits carrying traffic at ``t_s``."""
-        got: tuple[Circuit, ...] = ()
-        for t, circuits in self._snapshots:
-            if t <= t_s:
-                got = circuits
-        return got
+        """Return the circuits carrying traffic at ``t_s`` (every scope's)."""
+        parts = [sc.circuits_at(t_s) for sc in self._scopes]
+        parts = [p for p in parts if p]
+        return parts[0] if len(parts) == 1 else tuple(c for p in parts for c in p)
 
     def timeline(self, since_s: float = 0.0) -> list[tuple[float, NetState]]:
         """Return the fabric states in force from ``since_s`` on, for :func:`sim.network.events.simulate`."""
         out = [(since_s, self.fabric.with_circuits(self.circuits_at(since_s), self.failures))]
-        for t, circuits in self._snapshots:
-            if t > since_s:
-                out.append((t, self.fabric.with_circuits(circuits, self.failures)))
+        for t in sorted({t for sc in self._scopes for t, _ in sc.snapshots if t > since_s}):
+            out.append((t, self.fabric.with_circuits(self.circuits_at(t), self.failures)))
         return out

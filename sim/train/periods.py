@@ -74,18 +74,19 @@ def enter_period(driver: RFabricDriver, intent: Intent, t_s: float, *, per_perio
     at most two cost evaluations.
     """
     job, stage = intent.job, intent.stage
-    if driver.active is None:  # the job is being placed: nothing runs yet, so the plan goes in at once
-        result = driver.controller.materialize(intent)
+    pods = driver.pods_of(intent)
+    if driver.in_force(pods) is None:  # the job is being placed: nothing runs yet, so the plan goes in at once
+        result = driver.materialize(intent)
         if not result.accepted:
             return PeriodEntry(t_s, "refused", "; ".join(result.violations[:2]), 0.0, False)
-        driver.install(result, at_s=t_s)
+        driver.install(result, at_s=t_s, pods=pods)
         return PeriodEntry(t_s, "installed", "first plan of the job, installed before any traffic", 0.0, True)
     try:
         d: DriverDecision = driver.announce(intent, now_s=t_s)
     except ValueError as exc:  # fabric.reconfig_order found no make-before-break order between the plans
-        result = driver.controller.materialize(intent)
+        result = driver.materialize(intent)
         delay = _teardown_delay_s(driver)
-        driver.install(result, at_s=t_s + delay)
+        driver.install(result, at_s=t_s + delay, pods=pods)
         return PeriodEntry(t_s + delay, "forced", f"no non-blocking order ({str(exc)[:160]}); switched by tearing "
                            "down and re-adding in one step", delay, True)
     if d.action == "commit":
@@ -97,7 +98,7 @@ def enter_period(driver: RFabricDriver, intent: Intent, t_s: float, *, per_perio
     driver.gate(job, stage).withdraw(job)
     result = d.result
     try:
-        delay = driver.switching_time_s(order_plan_change(driver.active, result.plan))
+        delay = driver.switching_time_s(order_plan_change(driver.in_force(pods), result.plan))
     except ValueError:
         delay = _teardown_delay_s(driver)
     if not per_period:
@@ -106,7 +107,7 @@ def enter_period(driver: RFabricDriver, intent: Intent, t_s: float, *, per_perio
         if keep <= switch:
             return PeriodEntry(t_s, "kept", f"{d.reason}; current circuits: {keep:.4g} s <= switch + new: "
                                f"{switch:.4g} s", 0.0, False)
-    driver.install(result, at_s=t_s + delay)
+    driver.install(result, at_s=t_s + delay, pods=pods)
     why = "reconfigured every period (Appendix I)" if per_period else "switching beats the circuits in force"
     return PeriodEntry(t_s + delay, "forced", f"{why}; gate said: {d.reason}", delay, True)
 

@@ -112,3 +112,35 @@ def test_failed_ocs_ports_go_dark_and_the_replan_avoids_them(fab):
     degraded = fab.with_circuits(drv.circuits_at(0.0), drv.failures)
     healthy = fab.with_circuits(drv.circuits_at(0.0))
     assert degraded.capacity_bps.sum() == pytest.approx(healthy.capacity_bps.sum() - 2 * B)
+
+
+def test_train_and_gen_in_their_own_pods_reconfigure_side_by_side_and_a_sync_claims_both():
+    """Stages on disjoint PoDs own their circuits: a Gen commit neither drops Train's circuits nor waits
+    for Train's switching; a weight-sync plan over both clusters takes both PoDs' circuits over."""
+    fab = build_fabric("rfabric", 512)  # two PoDs of 256 GPUs: PoD 0 trains, PoD 1 generates
+    drv = RFabricDriver(fab)
+    train = _a2a(range(0, 256, 2))
+    gen = _a2a(range(256, 512, 2), stage="gen", period="decode")
+    drv.install(drv.materialize(train), at_s=0.0, pods=drv.pods_of(train))
+    later = drv.materialize(_a2a(range(0, 256, 4)))  # Train's next period: its devices switch from 10 s on
+    busy_until = drv._commit(later, 10.0, None, drv.pods_of(train)).end_s
+    assert busy_until >= 10.0 + PIEZO_S
+    g = drv.materialize(gen)
+    assert g.accepted and g.plan.circuits
+    change = drv._commit(g, 10.0, None, drv.pods_of(gen))
+    assert change.start_s == 10.0 < busy_until  # not after Train's devices are done
+    up = set(drv.circuits_at(11.0))
+    assert set(later.plan.circuits) <= up and set(g.plan.circuits) <= up  # both clusters' circuits stand
+    assert {c.pod for c in later.plan.circuits} == {0} and {c.pod for c in g.plan.circuits} == {1}
+    sync = _a2a(range(0, 512, 8))  # a plan over both clusters (as a weight sync's is)
+    s = drv.materialize(sync)
+    assert s.accepted and any(c.tier == "core" for c in s.plan.circuits)
+    drv._commit(s, 20.0, None, drv.pods_of(sync))
+    assert set(drv.circuits_at(21.0)) == set(s.plan.circuits)  # the sync holds both PoDs now
+    assert set(drv.circuits_at(10.5)) >= set(g.plan.circuits)  # the past is kept
+    again = drv.materialize(train)
+    drv._commit(again, 30.0, None, drv.pods_of(train))
+    now = set(drv.circuits_at(31.0))
+    assert set(again.plan.circuits) <= now
+    assert {c for c in s.plan.circuits if c.tier == "agg" and c.pod == 1} <= now  # PoD 1 keeps the sync's
+    assert not any(c.tier == "core" for c in now - set(again.plan.circuits))  # Core touched PoD 0: released
