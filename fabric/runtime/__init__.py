@@ -6,7 +6,8 @@ The planning core (:mod:`fabric.topology`, :mod:`fabric.intent`, :mod:`fabric.tr
 storage and no sockets, so the simulator reuses it as it is. What touches a disk or a device lives
 here and in :mod:`fabric.ocs`:
 
-* :mod:`fabric.runtime.store` (with ``store_records`` and ``store_checkpoint``): the SQLite journal;
+* :mod:`fabric.runtime.store` (with ``store_file``, ``store_records`` and ``store_checkpoint``): the
+  SQLite journal;
 * :mod:`fabric.runtime.commit`: journalled commits that drive every device of a step at once;
 * :mod:`fabric.runtime.reconcile`: bring devices back to the journal after a crash or a failed step.
 

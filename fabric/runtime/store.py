@@ -9,16 +9,15 @@ the outcome. So after a crash at any point, ``last_committed_plan`` is the plan 
 known to have reached, and ``in_flight`` names the commit that may have left devices
 half-changed; :mod:`fabric.runtime.reconcile` reads the devices and restores the former.
 
-Each journal write is one SQLite transaction in WAL mode: one interrupted by a crash is absent as
-a whole. A transaction written with ``synchronous=FULL`` is on disk when it returns, at the price of
-an fsync, the dominant cost of a commit; so a commit makes exactly one such *durable* write, its
-last: :meth:`FabricStore.finish_commit`, with what the devices confirmed and the outcome. The
-earlier records of the same commit (the desired plan, :meth:`FabricStore.begin_commit`; closing one
-ordered step and journalling the next step's intent, :meth:`FabricStore.advance_commit`; the
-confirmations of a failed step, :meth:`FabricStore.record_steps`) are written with
-``synchronous=NORMAL``: S + 1 transactions for S steps, one fsync. The connection stays at
-``NORMAL`` and a durable transaction raises it to ``FULL`` for itself alone, so the records before
-it cost no statement to switch. Why that keeps the guarantee:
+Each journal write is one transaction of the store file (:class:`fabric.runtime.store_file.StoreFile`):
+one interrupted by a crash is absent as a whole. A *durable* transaction (``synchronous=FULL``) is
+on disk when it returns, at the price of an fsync, the dominant cost of a commit; so a commit makes
+exactly one durable write, its last: :meth:`FabricStore.finish_commit`, with what the devices
+confirmed and the outcome. The earlier records of the same commit (the desired plan,
+:meth:`FabricStore.begin_commit`; closing one ordered step and journalling the next step's intent,
+:meth:`FabricStore.advance_commit`; the confirmations of a failed step,
+:meth:`FabricStore.record_steps`) are written with ``synchronous=NORMAL``, the file's default:
+S + 1 transactions for S steps, one fsync. Why that keeps the guarantee:
 
 * The frames of a ``NORMAL`` transaction are in the WAL file, i.e. in the OS page cache, when the
   call returns, before any device is touched. A crash of the *process* (what the crash/restart
@@ -39,8 +38,7 @@ it cost no statement to switch. Why that keeps the guarantee:
 The decision log is an audit trail that no recovery reads: its rows are written with
 ``synchronous=NORMAL`` too and become durable with the next durable write; a crash of the process
 loses none of them, a power cut at most the rows since the last commit. :attr:`FabricStore.durable_writes`
-counts the durable transactions, so a test can hold a commit to its one fsync. The schema version
-lives in ``PRAGMA user_version``; a file written by a newer orchestrl is refused rather than guessed at.
+counts the durable transactions, so a test can hold a commit to its one fsync.
 
 A commit row's plan is its canonical JSON compressed with zlib (schema version 2; version 1 rows
 hold the JSON text and are still read). A cluster-wide plan is ~200 kB of JSON and a change in S
@@ -52,8 +50,15 @@ What a commit costs in statements: one read of the scope's head (:meth:`FabricSt
 committed record and any unfinished one), then per transaction only its inserts and updates. A
 commit id's scope never changes, so closing a commit this store opened needs no read of it (its
 state is checked by the ``UPDATE`` itself), and a committed close knows it is the scope's newest
-committed record when it prunes. The WAL is copied back into the database file by a background
-thread (:mod:`fabric.runtime.store_checkpoint`), not inside whichever commit fills it.
+committed record when it prunes.
+
+This module owns what the rows mean. Opening the file (schema, version, refusals that name the
+fix), the lock, durable and non-durable transactions and the online backup are
+:mod:`fabric.runtime.store_file`'s; the WAL is copied back into the database file by a background
+thread (:mod:`fabric.runtime.store_checkpoint`), not inside whichever commit fills it; the row
+dataclasses, the schema and the errors are :mod:`fabric.runtime.store_records`'. What callers use
+of them (the records, the errors, :func:`store_write_error`, :func:`backup_state_file`) is
+importable from here too.
 """
 
 from __future__ import annotations
@@ -61,18 +66,15 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import threading
 import time
 import zlib
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
-from fabric.runtime.store_checkpoint import WalCheckpointer, guard_wal
-from fabric.runtime.store_records import (_COMMIT_KINDS, _FINAL_STATES, _SCHEMA, _TABLES, COMMIT_STATES, SCHEMA_VERSION,
-                                          CommitRecord, DecisionRecord, DeviceStep, MaskedPort, ScopeHead, SimplexPairs,
-                                          StepRecord, StoreCorruptError, StoreError, StoreVersionError, StoreWriteError,
+from fabric.runtime.store_file import StoreFile, backup_state_file, store_write_error
+from fabric.runtime.store_records import (_COMMIT_KINDS, _FINAL_STATES, COMMIT_STATES, SCHEMA_VERSION, CommitRecord,
+                                          DecisionRecord, DeviceStep, MaskedPort, ScopeHead, SimplexPairs, StepRecord,
+                                          StoreCorruptError, StoreError, StoreVersionError, StoreWriteError,
                                           default_store_path)
 from fabric.templates.cache import CacheEntry, TemplateCache
 
@@ -89,7 +91,7 @@ __all__ = [
 ]
 
 
-class FabricStore:
+class FabricStore(StoreFile):
     """SQLite-backed durable state of the fabric controller (thread-safe, one file per controller).
 
     Parameters
@@ -116,82 +118,13 @@ class FabricStore:
                  decision_retention: int = 10_000) -> None:
         if commit_retention < 1 or decision_retention < 1:
             raise ValueError("commit_retention and decision_retention must be at least 1")
-        self.path = str(default_store_path() if path is None else path)
         self.commit_retention = commit_retention
         self.decision_retention = decision_retention
-        self._lock = threading.RLock()
         self._plans: dict[int, CircuitPlan] = {}  # commit id -> plan: hot paths skip re-parsing JSON
         self._docs: dict[int, tuple[CircuitPlan, bytes]] = {}  # id(plan) -> (plan, its journal document)
         self._pair_docs: dict[int, tuple[SimplexPairs, str]] = {}  # id(pairs) -> (pairs, JSON): steps recur too
         self._scopes: dict[int, str] = {}  # commit id -> scope, for commits this store opened (never changes)
-        self.durable_writes = 0  # transactions committed with an fsync (synchronous=FULL) by this instance
-        self._conn = self._open()
-        self._checkpointer = WalCheckpointer(self.path) if self.path != ":memory:" else None
-
-    def _open(self) -> sqlite3.Connection:
-        memory = self.path == ":memory:"
-        if not memory:
-            try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise StoreError(self.path, f"cannot create its directory ({e.strerror})",
-                                 "choose a writable location for the store file") from e
-        try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
-        except sqlite3.Error as e:
-            raise StoreError(self.path, f"cannot open ({e})", "check that the path is a writable file") from e
-        try:
-            self._prepare(conn, memory)
-            if not memory:
-                self._check_readable(conn)
-        except StoreError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as e:
-            conn.close()
-            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
-                raise StoreError(self.path, f"database is locked ({e})",
-                                 "stop the other controller process that holds this store") from e
-            raise StoreCorruptError(
-                self.path, f"not a readable orchestrl store ({e})",
-                f"restore the file from a backup, or move it aside (mv {self.path} {self.path}.corrupt) to start "
-                "an empty journal; note that reconciliation against an empty journal removes every cross-connect"
-            ) from e
-        return conn
-
-    def _prepare(self, conn: sqlite3.Connection, memory: bool) -> None:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]  # first read: fails on a non-database
-        if version > SCHEMA_VERSION:
-            raise StoreVersionError(self.path, f"schema version {version} is newer than this orchestrl supports "
-                                    f"({SCHEMA_VERSION})", "upgrade orchestrl, or point the controller at another store file")
-        if (check := conn.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
-            raise sqlite3.DatabaseError(f"integrity check failed: {check}")
-        if not memory:
-            conn.execute("PRAGMA journal_mode=WAL")
-            guard_wal(conn)  # the WalCheckpointer copies the WAL back; this connection only as a safety net
-        conn.execute("PRAGMA synchronous=NORMAL")  # a durable transaction raises it to FULL for itself (_tx)
-        conn.execute("PRAGMA foreign_keys=ON")
-        if version == 0:
-            tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
-            if tables:
-                raise StoreError(self.path, "is an SQLite database but not an orchestrl store (no schema version)",
-                                 "point the controller at another store file")
-            try:  # one transaction; IF NOT EXISTS makes a concurrent first open harmless
-                conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version={SCHEMA_VERSION}; COMMIT;")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        else:
-            have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            missing = [t for t in _TABLES if t not in have]
-            if missing:
-                raise StoreCorruptError(self.path, f"table {missing[0]} is missing (schema version {version})",
-                                        "restore the file from a backup (orchestrl proxy backup), or move it aside "
-                                        "and start with --adopt to take the devices' circuits as they are")
-            if version < SCHEMA_VERSION:
-                # 1 -> 2: plans are written compressed from now on; the JSON text of older rows is read as it is
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        super().__init__(path)  # opens the file, and reads it through _check_readable
 
     def _check_readable(self, conn: sqlite3.Connection) -> None:
         """Read every scope's newest committed plan once: a garbled one is refused at start-up, not mid-commit."""
@@ -200,61 +133,6 @@ class FabricStore:
         rows += conn.execute("SELECT id, scope, plan_json FROM commits WHERE state = 'intent'").fetchall()
         for cid, scope, doc in rows:
             self._decode(cid, scope, doc)
-
-    @contextmanager
-    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One transaction: all of the body, or none of it; on disk when it returns if ``durable``.
-
-        A durable transaction runs with ``synchronous=FULL`` (its commit fsyncs the WAL); the
-        connection is otherwise at ``NORMAL``: a non-durable transaction skips its fsync (WAL keeps
-        it atomic and consistent, and it survives a crash of the process) and becomes durable with
-        the next durable one, whose fsync covers the WAL.
-        """
-        with self._lock:
-            try:
-                if durable:
-                    self._conn.execute("PRAGMA synchronous=FULL")
-                try:
-                    self._conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        yield self._conn
-                    except BaseException:
-                        if self._conn.in_transaction:
-                            self._conn.execute("ROLLBACK")
-                        raise
-                    self._conn.execute("COMMIT")
-                finally:
-                    if durable:
-                        self._conn.execute("PRAGMA synchronous=NORMAL")
-            except sqlite3.OperationalError as e:
-                if self._conn.in_transaction:  # a failed COMMIT leaves the transaction open: nothing of it stays
-                    try:
-                        self._conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
-                raise store_write_error(self.path, e) from e
-            if durable:
-                self.durable_writes += 1
-                if self._checkpointer is not None:
-                    self._checkpointer.wrote()
-
-    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
-        with self._lock:
-            return self._conn.execute(sql, args).fetchall()
-
-    def close(self) -> None:
-        """Stop the checkpoint thread (after its current pass) and close the file; a write in progress ends first."""
-        with self._lock:  # the thread never takes this lock, so joining it here cannot deadlock
-            if self._checkpointer is not None:
-                self._checkpointer.close()
-                self._checkpointer = None
-            self._conn.close()
-
-    def __enter__(self) -> "FabricStore":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def begin_commit(self, scope: str, plan: CircuitPlan, *, kind: str = "apply", base_id: int | None = None) -> int:
         """Journal ``plan`` as the desired state of ``scope`` (state ``intent``); return the commit id.
@@ -537,59 +415,6 @@ class FabricStore:
         rows = self._query(f"SELECT id, at, scope, outcome, detail_json FROM decisions {where} "
                            "ORDER BY id DESC LIMIT ?", (*args, limit))
         return [DecisionRecord(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
-
-
-def store_write_error(path: str, e: sqlite3.OperationalError) -> StoreError:
-    """The store error for a refused write: a full disk, a read-only file, an I/O error, a lock held too long."""
-    text = str(e)
-    kind = ("full" if "full" in text else "read-only" if "readonly" in text else "locked" if "locked" in text
-            else "io" if "I/O" in text else "other")
-    fix = {"full": "free space on the state file's filesystem; the proxy retries by itself",
-           "read-only": "make the state file and its directory writable",
-           "locked": "another process holds the state file; stop it",
-           "io": "check the disk holding the state file"}.get(kind, "check the state file")
-    return StoreWriteError(path, f"a write was refused ({text})", fix, kind=kind)
-
-
-def backup_state_file(state: str | os.PathLike, out: str | os.PathLike) -> dict[str, Any]:
-    """Copy a state file to ``out`` with SQLite's online backup (safe while a proxy writes it); return a summary.
-
-    Copying ``fabric.db`` with ``cp`` while the proxy runs misses what is still in its WAL (most
-    recent commits, or all of them); the online backup reads the database as one consistent
-    snapshot, WAL included, and writes a self-contained file (no ``-wal`` beside it).
-
-    Raises
-    ------
-    StoreError
-        If the state file cannot be read, or ``out`` exists or cannot be written.
-    """
-    state, out = os.fspath(state), os.fspath(out)
-    if not os.path.exists(state) or os.path.getsize(state) == 0:
-        raise StoreError(state, "does not exist or is empty", "give the --state file the proxy runs with")
-    if os.path.exists(out):
-        raise StoreError(out, "already exists", "choose a new file name for the backup")
-    try:
-        src = sqlite3.connect(f"file:{state}?mode=ro", uri=True, timeout=30.0)
-    except sqlite3.Error as e:
-        raise StoreError(state, f"cannot be opened ({e})", "check the path") from e
-    try:
-        dst = sqlite3.connect(out)
-        try:
-            src.backup(dst)
-            dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
-            check = dst.execute("PRAGMA quick_check").fetchone()[0]
-            commits = dst.execute("SELECT count(*) FROM commits WHERE state = 'committed'").fetchone()[0]
-            scopes = dst.execute("SELECT count(DISTINCT scope) FROM commits WHERE state = 'committed'").fetchone()[0]
-        finally:
-            dst.close()
-    except sqlite3.Error as e:
-        if os.path.exists(out):
-            os.unlink(out)
-        raise StoreError(state, f"backup to {out} failed ({e})", "check both paths and free space") from e
-    finally:
-        src.close()
-    return {"state": state, "backup": out, "integrity": check, "committed_records": commits, "scopes": scopes,
-            "bytes": os.path.getsize(out)}
 
 
 def _put_bounded(cache: dict, key: Any, value: Any, limit: int) -> None:

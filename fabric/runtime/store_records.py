@@ -1,7 +1,8 @@
 """The rows of the durable store as dataclasses, its SQLite schema and its errors.
 
-:mod:`fabric.runtime.store` reads and writes these; they are plain frozen dataclasses so that callers
-(reconciliation, the control service, reports) never see SQL.
+:mod:`fabric.runtime.store` reads and writes these and :mod:`fabric.runtime.store_file` creates the
+schema; they are plain frozen dataclasses so that callers (reconciliation, the control service,
+reports) never see SQL.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.experiments.common import Row
-from sim.experiments.rowsplot import FigureCli, figure_main, sweep_cases
+from sim.experiments.rowsplot import FigureCli, SweepFigure
 
 __all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "best_split", "rows_of", "sweep", "run", "main"]
 
@@ -142,31 +142,24 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
-    """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
-    raw per-case results in case order."""
-    return sweep_cases(run_case, cases(quick), workers, ray_address)
-
-
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
-    """Run the sweep (process pool, or Ray with ``ray_address``) and return the rows."""
-    return rows_of(sweep(quick, workers, ray_address))
-
-
 NOTES = ("throughput: steady-state samples/s of a one-step asynchronous run; TPD: samples per dollar with "
          "GPUs at RollMux Table 1 prices and the network's Table 4 price over 3 years (sim.pricing)",
          "ft+sched: the paper gives no number (OrchestrRL 'matches' it in throughput and beats it in TPD)")
 
 
-FIGURE = FigureCli('fig17', __doc__.splitlines()[0], '256 GPUs split in half, 2 iterations',
-                   'Figure 17: co-design, normalised to fixed scheduler on 3:1 FT-OS',
-                   'x baseline',
-                   'Figure 17: 2x2 co-design on Qwen3-235B-A22B (x baseline: fixed scheduler on 3:1 FT-OS)',
-                   'x baseline', NOTES, 'configurations')
+FIGURE = SweepFigure(
+    FigureCli(name='fig17',
+              description=__doc__.splitlines()[0],
+              quick_help='256 GPUs split in half, 2 iterations',
+              plot_title='Figure 17: co-design, normalised to fixed scheduler on 3:1 FT-OS',
+              ylabel='x baseline',
+              heading='Figure 17: 2x2 co-design on Qwen3-235B-A22B (x baseline: fixed scheduler on 3:1 FT-OS)',
+              unit='x baseline',
+              notes=NOTES,
+              results_key='configurations'),
+    run_case=run_case, cases=cases, rows_of=rows_of)
+sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main  # the entry points bench/, tests and the CLI use
 
-
-def main(argv=None) -> int:
-    return figure_main(FIGURE, sweep, rows_of, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.experiments.common import Row
-from sim.experiments.rowsplot import FigureCli, figure_main, sweep_cases
+from sim.experiments.rowsplot import FigureCli, SweepFigure
 
 __all__ = ["PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
@@ -104,31 +104,24 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
-    """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
-    raw per-case results in case order."""
-    return sweep_cases(run_case, cases(quick), workers, ray_address)
-
-
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
-    """Run both fabrics (process pool, or Ray with ``ray_address``) and return the rows."""
-    return rows_of(sweep(quick, workers, ray_address))
-
-
 NOTES = ("ours and paper: RFabric's phase time / FT-OS's (paper: 1 - the reported reduction)",
          "switch = fixed switch-over + parameter reload; the paper gives no number for switch and tp-phase "
          "('essentially unchanged')")
 
 
-FIGURE = FigureCli('fig18', __doc__.splitlines()[0], '12 AFD instances on 512 GPUs, 4 responses per GPU',
-                   'Figure 18: Gen step AFD -> TP8, RFabric / FT-OS per phase',
-                   'RFabric / FT-OS',
-                   'Figure 18: Gen step from 35 AFD to 175 TP8 instances, RFabric / FT-OS per phase',
-                   'RFabric / FT-OS', NOTES, 'fabrics')
+FIGURE = SweepFigure(
+    FigureCli(name='fig18',
+              description=__doc__.splitlines()[0],
+              quick_help='12 AFD instances on 512 GPUs, 4 responses per GPU',
+              plot_title='Figure 18: Gen step AFD -> TP8, RFabric / FT-OS per phase',
+              ylabel='RFabric / FT-OS',
+              heading='Figure 18: Gen step from 35 AFD to 175 TP8 instances, RFabric / FT-OS per phase',
+              unit='RFabric / FT-OS',
+              notes=NOTES,
+              results_key='fabrics'),
+    run_case=run_case, cases=cases, rows_of=rows_of)
+sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main  # the entry points bench/, tests and the CLI use
 
-
-def main(argv=None) -> int:
-    return figure_main(FIGURE, sweep, rows_of, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

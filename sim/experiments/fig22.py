@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.experiments.common import Row
-from sim.experiments.rowsplot import FigureCli, figure_main, sweep_cases
+from sim.experiments.rowsplot import FigureCli, SweepFigure
 
 __all__ = ["DELAYS_S", "QUICK_DELAYS_S", "PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
@@ -169,32 +169,26 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
-def sweep(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[dict[str, Any]]:
-    """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
-    raw per-case results in case order."""
-    return sweep_cases(run_case, cases(quick), workers, ray_address)
-
-
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
-    """Run every case (process pool, or Ray with ``ray_address``) and return the rows."""
-    return rows_of(sweep(quick, workers, ray_address))
-
-
 NOTES = ("ours: stage time at T_ocs over the stage's time with instant switching; fine-grained reconfiguration "
          "in every stage (Appendix I)",
          "paper gives numbers only for Gen's range (4-325x); Train 'stable for T_ocs <= 100 ms', Weight Sync "
          "'minimally affected over practical ranges'")
 
 
-FIGURE = FigureCli('fig22', __doc__.splitlines()[0], '4 delays, reduced scale',
-                   'Figure 22: stage time vs OCS reconfiguration delay (x instant switching)',
-                   'x T_ocs = 0',
-                   'Figure 22: sensitivity to OCS reconfiguration delay, Qwen3-235B-A22B (x instant)',
-                   'x T_ocs = 0', NOTES, 'cases', log_y=True)
+FIGURE = SweepFigure(
+    FigureCli(name='fig22',
+              description=__doc__.splitlines()[0],
+              quick_help='4 delays, reduced scale',
+              plot_title='Figure 22: stage time vs OCS reconfiguration delay (x instant switching)',
+              ylabel='x T_ocs = 0',
+              heading='Figure 22: sensitivity to OCS reconfiguration delay, Qwen3-235B-A22B (x instant)',
+              unit='x T_ocs = 0',
+              notes=NOTES,
+              results_key='cases',
+              log_y=True),
+    run_case=run_case, cases=cases, rows_of=rows_of)
+sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main  # the entry points bench/, tests and the CLI use
 
-
-def main(argv=None) -> int:
-    return figure_main(FIGURE, sweep, rows_of, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

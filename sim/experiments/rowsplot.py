@@ -1,8 +1,10 @@
 """Files behind a paper-comparison figure: a CSV of every row, and a PNG of paper vs ours when matplotlib is there.
 
-Used by fig17, fig18 and fig22, with the command line they share (``figure_main``); the CSV writer and
-matplotlib set-up are ``sim/plot.py``'s. matplotlib is optional: without it the CSV is still written and
-the returned note says why the PNG is missing.
+Used by fig17, fig18 and fig22, with what they share: the command line (``figure_main``) and the
+``sweep``/``run``/``main`` each exports (``SweepFigure``: a figure module names its cases, how one runs
+and how rows come from results, and binds the three). The CSV writer and matplotlib set-up are
+``sim/plot.py``'s. matplotlib is optional: without it the CSV is still written and the returned note
+says why the PNG is missing.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Callable, Sequence
 from sim.experiments.common import Row, figure_document, format_rows
 from sim.plot import _pyplot, matplotlib_available, write_csv
 
-__all__ = ["FigureCli", "figure_main", "row_dicts", "sweep_cases", "write_rows"]
+__all__ = ["FigureCli", "SweepFigure", "figure_main", "row_dicts", "sweep_cases", "write_rows"]
 
 
 def row_dicts(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -123,3 +125,31 @@ def figure_main(fig: FigureCli, sweep: Callable[..., list[dict[str, Any]]],
     else:
         print(format_rows(fig.heading, rows, fig.unit, notes))
     return 0
+
+
+@dataclass(frozen=True)
+class SweepFigure:
+    """A sweep figure's whole: its command line, its cases, how one case runs and how rows come from results.
+
+    A figure module exports the three entry points bound from it, e.g.
+    ``sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main``, with the signatures below.
+    """
+
+    cli: FigureCli
+    run_case: Callable[[Any], dict[str, Any]]  # module-level, so a process pool or Ray can pickle it
+    cases: Callable[[bool], Sequence[Any]]  # quick -> the cases, in the order results come back
+    rows_of: Callable[[list[dict[str, Any]]], list[Row]]
+
+    def sweep(self, quick: bool = False, workers: int | None = None,
+              ray_address: str | None = None) -> list[dict[str, Any]]:
+        """Run every case (process pool, or Ray with ``ray_address``; ``"local"`` starts one here); return the
+        raw per-case results in case order."""
+        return sweep_cases(self.run_case, self.cases(quick), workers, ray_address)
+
+    def run(self, quick: bool = False, workers: int | None = None, ray_address: str | None = None) -> list[Row]:
+        """Run every case (process pool, or Ray with ``ray_address``) and return the figure's rows."""
+        return self.rows_of(self.sweep(quick, workers, ray_address))
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """The figure's command line (:func:`figure_main`); return the exit status."""
+        return figure_main(self.cli, self.sweep, self.rows_of, argv)
