@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
@@ -66,7 +67,7 @@ class Failures:
 NO_FAILURES = Failures()
 
 
-class Fabric:
+class Fabric(ABC):
     """A fabric of ``gpus`` GPUs: its wiring and how its states route flows.
 
     Subclasses build :meth:`state`; every state of one fabric shares the base bundles.
@@ -123,8 +124,9 @@ class Fabric:
             got = self._states[failures.key] = self._build_state(failures)
         return got
 
+    @abstractmethod
     def _build_state(self, failures: Failures) -> NetState:
-        raise NotImplementedError
+        """Return the fabric's state under ``failures`` (each fabric family builds its own)."""
 
     def describe(self) -> dict[str, object]:
         """Return the fabric's numbering (which switch each GPU's NIC reaches) for reports."""

@@ -18,6 +18,7 @@ route instead of one per link (see :func:`merged_bundles`).
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,7 +133,7 @@ def _lookup(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, row_of: n
     return on_bundle
 
 
-class NetState:
+class NetState(ABC):
     """Capacities and routes of a fabric in one state (failures, circuits); routes cached per class.
 
     Subclasses (one per fabric family) say where a flow enters and leaves the routing graph and
@@ -183,10 +184,11 @@ class NetState:
             (fabric.signature + "|" + tag).encode()).hexdigest()[:16]
 
     # ---------------------------------------------------------------- hooks
+    @abstractmethod
     def _endpoints(self, src: np.ndarray, dst: np.ndarray):
         """Return (source node, sink key, {sink key: Sink}, context for _own) for cross-server flows."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _own(self, src: np.ndarray, dst: np.ndarray, ctx, exit_dist: np.ndarray, on_bundle):
         """Return (rows, bundles, fractions, extra latency per flow) of the flows' own bundles.
 
@@ -194,7 +196,6 @@ class NetState:
         ``r`` of the destination server (column ``R``: onto the flow's own NIC); ``on_bundle(i, b)``
         returns the fraction of flows ``i`` routed over bundles ``b`` (vectorised).
         """
-        raise NotImplementedError
 
     # ---------------------------------------------------------------- classes
     def _classes(self, nodes: np.ndarray, keys: np.ndarray, sinks: dict) -> np.ndarray:
