@@ -86,8 +86,8 @@ def parse_config(text: str) -> InstanceConfig:
         if head.startswith("afd"):
             a, _, f = head[3:].partition(":")
             return InstanceConfig("afd", tp=tp, attn_gpus=int(a), ffn_gpus=int(f))
-    except ValueError:
-        pass  # a number that is not one: refused below with the accepted forms
+    except ValueError:  # a number that is not one
+        raise ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK") from None
     raise ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK")
 
 

@@ -20,6 +20,7 @@ A bulk connect of k pairs is ONE ``ENT-PATCH`` (one switching delay on the devic
 
 from __future__ import annotations
 
+from contextlib import suppress
 from functools import partial
 from itertools import repeat
 from typing import Any, Iterable
@@ -236,11 +237,10 @@ class Tl1Driver(Tl1Session):
 
     def _removal_statuses(self, data: tuple[str, ...]) -> list[XcStatus]:
         if set(map(str.count, data, repeat(","))) <= {1}:  # "<in>,<out>" lines: all at once, no loop
-            try:
+            # not two numbers a line: parse_patch_line below names the line (or takes the first two fields)
+            with suppress(ValueError):
                 ports = list(map(int, ",".join(data).split(","))) if data else []
                 return list(map(applied_status, ports[::2], ports[1::2]))
-            except ValueError:
-                pass  # not two numbers a line: parse_patch_line below names the line (or takes the first two fields)
         return [applied_status(*parse_patch_line(line, self.name)) for line in data]
 
     def port_status(self, ports: Iterable[int] | None = None) -> dict[int, PortStatus]:

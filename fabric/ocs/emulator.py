@@ -32,6 +32,7 @@ and ``CANC-USER`` are never dropped or delayed, so a session can always be opene
 
 from __future__ import annotations
 
+from contextlib import suppress
 import asyncio
 import logging
 import random
@@ -102,10 +103,8 @@ class _Session:
             if self.writer.is_closing():
                 return
             self.writer.write(text.encode("utf-8"))
-            try:
+            with suppress(ConnectionError):  # the client went away; its session ends when the reader sees EOF
                 await self.writer.drain()
-            except ConnectionError:
-                pass  # the client went away; its session ends when the reader sees EOF
 
     def abort(self) -> None:
         for task in list(self.tasks):
@@ -197,13 +196,12 @@ class Emulator:
         self._sessions.add(session)
         splitter = Tl1Splitter()
         try:
-            while data := await reader.read(65536):
-                for text in splitter.feed(data):
-                    task = asyncio.create_task(self._run(session, text))
-                    session.tasks.add(task)
-                    task.add_done_callback(session.tasks.discard)
-        except ConnectionError:
-            pass  # the client vanished: nothing to answer
+            with suppress(ConnectionError):  # the client vanished: nothing to answer
+                while data := await reader.read(65536):
+                    for text in splitter.feed(data):
+                        task = asyncio.create_task(self._run(session, text))
+                        session.tasks.add(task)
+                        task.add_done_callback(session.tasks.discard)
         finally:
             self._sessions.discard(session)
             session.abort()
@@ -446,7 +444,5 @@ def run_emulator(config: EmulatorConfig, announce: Callable[[str], None] = print
         announce(f"listening on {host}:{port}")
         await emu.serve_forever()
 
-    try:
+    with suppress(KeyboardInterrupt):  # Ctrl-C is how an operator stops an emulator
         asyncio.run(main())
-    except KeyboardInterrupt:
-        pass  # Ctrl-C is how an operator stops an emulator

@@ -64,10 +64,10 @@ class EmulatorControl:
                                 raise denied_from_code(self.name, verb, msg.code, msg.comment)
                             return msg
         except socket.timeout:
-            pass  # no reply in time: raised as OcsTimeout below
+            raise OcsTimeout(self.name, verb, f"no reply within {self.timeout_s:g} s") from None
         except OSError as exc:
             raise OcsConnectionError(self.name, verb, f"cannot reach the emulator ({exc}); is it running?") from None
-        raise OcsTimeout(self.name, verb, f"no reply within {self.timeout_s:g} s")
+        raise OcsTimeout(self.name, verb, f"no reply within {self.timeout_s:g} s")  # connection closed, no reply
 
     def set(self, **keywords: object) -> None:
         """Send one ``ED-EMUL`` with raw keywords, e.g. ``set(DROP=0.1, DELAYMS=50)``."""

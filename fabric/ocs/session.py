@@ -29,6 +29,7 @@ reply came fails as a lost connection. Failures are handled by what is safe to r
 
 from __future__ import annotations
 
+from contextlib import suppress
 import logging
 import select
 import socket
@@ -280,10 +281,8 @@ class Tl1Session:
 
     def _drop(self) -> None:
         if self._sock is not None:
-            try:
+            with suppress(OSError):  # already gone
                 self._sock.close()
-            except OSError:
-                pass  # already gone
         self._sock = None
         self._splitter = Tl1Splitter()
         self._blocks.clear()

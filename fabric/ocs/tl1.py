@@ -32,6 +32,7 @@ from __future__ import annotations
 import codecs
 import re
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -408,10 +409,10 @@ def parse_ports(text: str, device: str = "", command: str = "") -> list[int]:
     [1, 3, 4, 5]
     """
     if "&&" not in text:
-        try:  # the common case, a list of single ports, converted in one pass
+        # the common case, a list of single ports, converted in one pass; empty items or junk fall
+        # through to the loop below, which skips the one and names the other
+        with suppress(ValueError):
             return list(map(int, text.split("&"))) if text.strip() else []
-        except ValueError:
-            pass  # empty items or junk: the loop below skips the one and names the other
     out: list[int] = []
     for part in text.replace("&&", "~").split("&"):
         try:

@@ -36,6 +36,7 @@ circuits another scope holds on a shared device. Earlier steps of a chain stay c
 
 from __future__ import annotations
 
+from contextlib import suppress
 import threading
 from dataclasses import dataclass
 from functools import partial
@@ -230,10 +231,8 @@ def _apply_diff(store: FabricStore, scope: str, cid: int, diff: PlanDiff,
                                f"{name} {step.action}: {errors[0]}", keep_other_scopes=True)
     refused: set[tuple[str, int, str]] = set()
     for d, _, errs in failed:
-        try:
+        with suppress(OcsError):  # the device does not answer: the rollback report already says so
             refused |= {(d, p, s) for p, s in unusable_ports(devices[d], errs).items()}
-        except OcsError:
-            pass  # the device does not answer: the rollback report already says so
     failed_ports = sorted(set(rollback.failed_ports) | refused)
     if failed_ports:
         store.mask_ports(failed_ports)

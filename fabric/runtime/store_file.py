@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator, Sequence, TypeVar
 
@@ -173,10 +173,8 @@ class StoreFile:
                         self._conn.execute("PRAGMA synchronous=NORMAL")
             except sqlite3.OperationalError as e:
                 if self._conn.in_transaction:  # a failed COMMIT leaves the transaction open: nothing of it stays
-                    try:
+                    with suppress(sqlite3.Error):  # the connection is broken too: the error below says why
                         self._conn.execute("ROLLBACK")
-                    except sqlite3.Error:
-                        pass
                 raise store_write_error(self.path, e) from e
             if durable:
                 self.durable_writes += 1
