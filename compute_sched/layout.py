@@ -74,9 +74,12 @@ def parse_config(text: str) -> InstanceConfig:
     >>> parse_config("ep16-tp2")
     InstanceConfig(kind='ep', tp=2, ep=16, attn_gpus=0, ffn_gpus=0)
     """
+    def unreadable() -> ConfigError:  # built only when refused: parse_config runs in the planner's loops
+        return ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK")
+
     head, _, tail = text.strip().lower().partition("-")
     if tail and not (tail.startswith("tp") and tail[2:].isdigit()):  # "-tpx", "-foo": not a TP suffix
-        raise ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK")
+        raise unreadable()
     tp = int(tail[2:]) if tail else 1
     try:
         if head.startswith("tp") and not tail:
@@ -87,8 +90,8 @@ def parse_config(text: str) -> InstanceConfig:
             a, _, f = head[3:].partition(":")
             return InstanceConfig("afd", tp=tp, attn_gpus=int(a), ffn_gpus=int(f))
     except ValueError:  # a number that is not one
-        raise ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK") from None
-    raise ConfigError("<config>", "name", f"cannot read {text!r}", "tpK, epN-tpK or afdA:F-tpK")
+        raise unreadable() from None
+    raise unreadable()
 
 
 @dataclass(frozen=True)
