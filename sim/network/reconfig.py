@@ -107,11 +107,14 @@ class _Scope:
         return got
 
 
+def _circuit_pods(c: Circuit) -> tuple[int, ...]:
+    """The PoDs whose ports circuit ``c`` uses: an Agg circuit's PoD, a Core circuit's two."""
+    return (c.pod,) if c.tier == "agg" else (pod_of_endpoint(c.a), pod_of_endpoint(c.b))
+
+
 def _touches(c: Circuit, pods: frozenset[int]) -> bool:
-    """Whether circuit ``c`` uses a port of one of ``pods`` (an Agg circuit's PoD, a Core circuit's two)."""
-    if c.tier == "agg":
-        return c.pod in pods
-    return pod_of_endpoint(c.a) in pods or pod_of_endpoint(c.b) in pods
+    """Whether circuit ``c`` uses a port of one of ``pods``."""
+    return any(p in pods for p in _circuit_pods(c))
 
 
 @dataclass
@@ -229,7 +232,7 @@ class RFabricDriver:
             sc.pods = sc.pods - pods
             busy = max(busy, sc.busy_until)
         new = _Scope(pods, None, [(t_s, tuple(carried))], busy)
-        self._scopes = [sc for sc in self._scopes if sc.pods or sc.snapshots] + [new]
+        self._scopes.append(new)  # emptied scopes stay: their snapshots are the fabric's past
         return new
 
     def _sync_active(self) -> None:
@@ -314,8 +317,7 @@ class RFabricDriver:
 
     def _plan_pods(self, plan: CircuitPlan) -> frozenset[int]:
         """The PoDs a plan's circuits touch; every PoD for an empty plan."""
-        pods = frozenset(p for c in plan.circuits
-                         for p in ((c.pod,) if c.tier == "agg" else (pod_of_endpoint(c.a), pod_of_endpoint(c.b))))
+        pods = frozenset(p for c in plan.circuits for p in _circuit_pods(c))
         return pods or frozenset(self.fabric.topology.pods)
 
     def _commit(self, result: MaterializeResult, at_s: float, order: ReconfigOrder | None,
