@@ -59,17 +59,11 @@ from fabric.traffic_pairs import (  # noqa: F401
     tree_all_reduce_pair_arrays,
     weight_sync_transfers,
 )
+from fabric.traffic_pairs import __all__ as _pairs_all
 
 __all__ = [
     "AggregateDemand",
-    "PairArrays",
-    "collective_pair_arrays",
-    "intent_pair_arrays",
-    "tree_all_reduce_pair_arrays",
-    "rank_pair_bytes",
-    "transfer_pair_bytes",
-    "weight_sync_transfers",
-    "demand_of_intent",
+    *_pairs_all,  # the pair-array API, re-exported
     "aggregate_demand",
     "aggregate_pair_arrays",
     "aggregate_intent",
