@@ -36,6 +36,10 @@ C. The performance model against the paper's six measured §2.1 times (Qwen2.5-1
    Qwen2-57B-A14B (Appendix F). Target: < 1 s at 1,024 GPUs (the paper reports < 11 s).
 3. RolloutPipe: trainer waiting ratio and rollout-to-train-end time with CGP and CGP+FGD vs the
    serial (Slime) baseline, R = 32/64/96 groups of K = 8, U = 2.
+4. Probes behind the unmet targets (docs/compute_sched.md): (a) the §2.1 trace's worker imbalance
+   against the paper's 1.58x max-to-min worker time; (b) the non-clairvoyant form of the
+   clairvoyant's placement -- 2x TP=4 + TP=2 instances, requests that pass a progress threshold
+   moved to the TP=4 pair -- against veRL-TO on 14B/16 GPUs.
 
 The forecasters are compared in bench/forecast.py.
 """
@@ -61,12 +65,12 @@ from compute_sched.calibration_h800 import H800_PARAMETERS, base_perf  # noqa: E
 from compute_sched.case_study import PAPER_POINTS, case_study_times  # noqa: E402
 from compute_sched.clairvoyant import clairvoyant_schedule  # noqa: E402
 from compute_sched.costs import CostModel  # noqa: E402
-from compute_sched.engine import GenerationRequest  # noqa: E402
+from compute_sched.engine import GenerationRequest, Migration  # noqa: E402
 from compute_sched.hardware import load_gpu, load_model  # noqa: E402
-from compute_sched.layout import InstanceConfig, homogeneous  # noqa: E402
+from compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous  # noqa: E402
 from compute_sched.perf import PerfModel  # noqa: E402
 from compute_sched.planner import plan_layout  # noqa: E402
-from compute_sched.replay import ReplayOptions, replay  # noqa: E402
+from compute_sched.replay import ReplayOptions, launch_contiguous, replay  # noqa: E402
 from compute_sched.rollout_pipe import run_pipeline  # noqa: E402
 from compute_sched.sim_engine import SimEngine  # noqa: E402
 from compute_sched.traces import heavy_tailed_trace  # noqa: E402
@@ -317,6 +321,87 @@ def part3_rolloutpipe(quick: bool) -> dict:
     return {"rows": rows}
 
 
+def _worker_spread(perf: PerfModel, trace, gpus: int, tp: int) -> tuple[float, float]:
+    """Max-to-min over a static run's instances of (last finish, mean finish), veRL's contiguous split."""
+    engine = SimEngine(perf, homogeneous(InstanceConfig("tp", tp=tp), gpus),
+                       {q.request_id: q.output_tokens for q in trace.requests})
+    reqs = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
+    launch_contiguous(engine, reqs)
+    where = engine.snapshot().instance_of()
+    done: dict[int, list[float]] = {}
+    while not engine.idle():
+        for f in engine.advance(10.0):
+            done.setdefault(where[f.request_id], []).append(f.finish_time_s)
+    last, mean = [max(v) for v in done.values()], [statistics.mean(v) for v in done.values()]
+    return max(last) / min(last), max(mean) / min(mean)
+
+
+def _promotion(perf: PerfModel, trace, gpus: int, big_share: float, threshold: int | None) -> float:
+    """Makespan of 2x TP=4 + TP=2 on the rest, ``big_share`` of the batch on the TP=4 pair, and every
+    request on a TP=2 instance that passes ``threshold`` tokens moved (recompute) to the less loaded TP=4:
+    the non-clairvoyant form of the clairvoyant's placement of long requests on larger instances."""
+    insts = [Instance(InstanceConfig("tp", tp=4), tuple(range(4 * k, 4 * k + 4))) for k in range(2)]
+    insts += [Instance(InstanceConfig("tp", tp=2), (g, g + 1)) for g in range(8, gpus, 2)]
+    engine = SimEngine(perf, Layout(tuple(insts), gpus), {q.request_id: q.output_tokens for q in trace.requests})
+    reqs = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
+    cut = int(len(reqs) * big_share)
+    for part, first, count in ((reqs[:cut], 0, 2), (reqs[cut:], 2, len(insts) - 2)):
+        chunk = -(-len(part) // count)
+        for k in range(count):
+            engine.add_requests(part[k * chunk:(k + 1) * chunk], first + k)
+    moved: set[str] = set()
+    end = 0.0
+    while not engine.idle():
+        if threshold is not None:
+            snap = engine.snapshot()
+            load = {w.instance: len(w.running) + len(w.waiting) for w in snap.workers}
+            moves = []
+            for w in snap.workers[2:]:
+                for r in w.running:
+                    if r.generated_tokens >= threshold and r.request_id not in moved:
+                        dst = min((0, 1), key=load.__getitem__)
+                        load[dst] += 1
+                        moves.append(Migration(r.request_id, w.instance, dst))
+                        moved.add(r.request_id)
+            if moves:
+                engine.migrate(moves)
+        done = engine.advance(2.0)
+        end = done[-1].finish_time_s if done else end
+    return end
+
+
+def part4_probes(quick: bool, calibration: str) -> dict:
+    """Two measurements behind the docs' account of the unmet targets."""
+    path = bundled_calibration("H800") if calibration == "bundled" else calibration
+    setup = calibration_setup(path)
+    perf = perf_model("Qwen2.5-14B", "H800", calibration)
+    seeds = range(2) if quick else range(8)
+    print(f"\n4a. Worker imbalance of the §2.1 trace (512 requests, 8 GPUs, cap {setup.max_tokens}, seeds "
+          f"{seeds[0]}-{seeds[-1]}): max-to-min over instances of a static run, veRL's contiguous split")
+    spread = {}
+    for tp in (2, 4):
+        runs = [_worker_spread(perf, heavy_tailed_trace(setup.prompts, setup.responses_per_prompt, setup.max_tokens,
+                                                        seed=s), setup.gpus, tp) for s in seeds]
+        spread[tp] = {"last_finish": [r[0] for r in runs], "mean_finish": [r[1] for r in runs]}
+        print(f"   TP={tp}: last finish {statistics.mean(r[0] for r in runs):.2f}x ({min(r[0] for r in runs):.2f}-"
+              f"{max(r[0] for r in runs):.2f}), mean finish {statistics.mean(r[1] for r in runs):.2f}x "
+              f"({min(r[1] for r in runs):.2f}-{max(r[1] for r in runs):.2f})")
+    print("   paper §2.1 / Figure 2b: 1.58x max-to-min worker time (reference)")
+    shares, thresholds = ((0.5,), (None, 9000)) if quick else ((0.45, 0.5, 0.55), (None, 5000, 7000, 9000, 12000))
+    print("\n4b. Promotion by progress on 2x TP=4 + TP=2 (the clairvoyant's mixed layout without its lengths), "
+          "14B on 16 GPUs, seed 11; x = veRL-TO / probe")
+    promo = {}
+    for cap in ((15360,) if quick else (15360, 25600)):
+        trace = heavy_tailed_trace(16 * REQUESTS_PER_GPU // 8, 8, cap, seed=11)
+        to = replay(trace, perf, 16, "verl-to").makespan_s
+        grid = {(b, t): _promotion(perf, trace, 16, b, t) for b in shares for t in thresholds}
+        (b, t), best = min(grid.items(), key=lambda kv: kv[1])
+        promo[cap] = {"verl_to_s": to, "best_s": best, "best": [b, t], "grid": {f"{b}/{t}": v for (b, t), v in grid.items()}}
+        print(f"   cap {cap}: veRL-TO {to:.1f} s; best of {len(grid)} (TP=4 share x threshold): {best:.1f} s "
+              f"({to / best:.2f}x) at share {b}, threshold {t}")
+    return {"worker_spread_21": spread, "promotion": promo}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one §6 setting, stored leave-one-out, fewer clairvoyant runs")
@@ -329,7 +414,8 @@ def main() -> int:
           f"{' (quick)' if args.quick else ''}")
     doc = {"calibration": part_c_calibration(calibration, args.quick), "case_21": part21_case_study(calibration, args.quick),
            "settings": part1_settings(args.quick, calibration)}
-    doc.update(solve=part2_solve(args.quick, calibration), rolloutpipe=part3_rolloutpipe(args.quick))
+    doc.update(solve=part2_solve(args.quick, calibration), rolloutpipe=part3_rolloutpipe(args.quick),
+               probes=part4_probes(args.quick, calibration))
     doc.update(speedup_vs_verl_to=doc["settings"]["speedup_vs_verl_to"],
                headroom_captured=doc["settings"]["headroom_captured"], pp_only_21=doc["case_21"]["pp_only_21"],
                loo_error_max=doc["calibration"]["loo_error_max"], orderings_21_ok=doc["calibration"]["orderings_ok"],
