@@ -10,10 +10,11 @@ the GPUs each one occupies; GPUs are numbered ``0..G-1`` inside the generation c
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from fabric.errors import ConfigError
 
-__all__ = ["InstanceConfig", "Instance", "Layout", "homogeneous", "candidate_configs", "parse_config"]
+__all__ = ["InstanceConfig", "Instance", "Layout", "homogeneous", "aligned", "candidate_configs", "parse_config"]
 
 KINDS = ("tp", "ep", "afd")
 
@@ -147,6 +148,41 @@ def homogeneous(config: InstanceConfig, total_gpus: int, first_gpu: int = 0, cou
     insts = tuple(Instance(config, tuple(range(first_gpu + k * config.gpus, first_gpu + (k + 1) * config.gpus)))
                   for k in range(n))
     return Layout(insts, total_gpus)
+
+
+def aligned(config: InstanceConfig, domains: Sequence[int]) -> Layout:
+    """Return as many ``config`` instances as fit with none spanning two domains (e.g. PoDs).
+
+    ``domains[g]`` names the domain of local GPU ``g`` (GPUs of one domain consecutive). Instances go
+    left to right; one that would cross into the next domain starts at that domain instead, so GPUs
+    at a domain's end stay idle. An instance larger than every domain cannot avoid spanning: then
+    the layout is :func:`homogeneous`'s.
+
+    >>> afd = parse_config("afd24:16-tp8")
+    >>> homogeneous(afd, 512).describe(), aligned(afd, [g // 256 for g in range(512)]).describe()
+    ('12x afd24:16-tp8', '12x afd24:16-tp8')
+    >>> [i.gpu_ids[0] for i in aligned(afd, [g // 256 for g in range(512)]).instances][5:8]
+    [200, 256, 296]
+    """
+    n, size = len(domains), config.gpus
+    runs: dict[int, int] = {}
+    start: dict[int, int] = {}  # each domain's first GPU
+    for k, d in enumerate(domains):
+        if d in runs and domains[k - 1] != d:
+            raise ConfigError("Layout", "domains", f"GPU {k} returns to domain {d} after another",
+                              "number GPUs so that each domain's are consecutive")
+        start.setdefault(d, k)
+        runs[d] = runs.get(d, 0) + 1
+    if size > max(runs.values(), default=0):
+        return homogeneous(config, n)
+    insts, g = [], 0
+    while g + size <= n:
+        if domains[g + size - 1] != domains[g]:
+            g = start[domains[g]] + runs[domains[g]]  # the next domain's first GPU
+            continue
+        insts.append(Instance(config, tuple(range(g, g + size))))
+        g += size
+    return Layout(tuple(insts), n)
 
 
 def candidate_configs(total_gpus: int, gpus_per_node: int, *, moe: bool, cross_node_tp: bool = True,

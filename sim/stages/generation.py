@@ -49,7 +49,7 @@ from typing import Any, Sequence
 from compute_sched.costs import CostModel
 from compute_sched.engine import ClusterSnapshot, EngineCapabilities, GenerationRequest
 from compute_sched.hardware import GpuSpec, ModelSpec
-from compute_sched.layout import InstanceConfig, Layout, homogeneous, parse_config
+from compute_sched.layout import InstanceConfig, Layout, aligned, homogeneous, parse_config
 from compute_sched.perf import Calibration, PerfModel
 from compute_sched.planner import PlannerConfig
 from compute_sched.replay import launch_contiguous
@@ -87,7 +87,10 @@ class GenerationStage:
     model, gpu : ModelSpec, GpuSpec
     gpus : sequence of int
         Fabric GPUs of the generation cluster, in the order the scheduler numbers them (whole
-        servers). On RFabric, keep instances inside PoDs: a PoD's servers consecutive.
+        servers). On RFabric the stage's layouts keep every instance inside one PoD
+        (:func:`compute_sched.layout.aligned`: an instance that would cross a PoD boundary starts at
+        the next PoD, leaving the GPUs before it idle), so attention-FFN and EP traffic never
+        waits for OCS-Core circuits; list a PoD's GPUs consecutively.
     net : NetworkSim
     driver : RFabricDriver, optional
         RFabric only: deployments are announced to it and flows run on its circuit timeline.
@@ -170,6 +173,8 @@ class GenerationStage:
                                copies=self.copies)
         self.perf = self.perf0.with_network(self.seam)
         self.forecast = forecast
+        topo = getattr(net.fabric, "topology", None)  # RFabric: instances stay inside PoDs (module note)
+        self._domains = [topo.pod_of_gpu(g) for g in self.gpus[:self.n]] if topo is not None else None
         self._history: list[int] = []  # output lengths of the previous run: the next run's forecast
         self._clock_s = 0.0  # when the previous run ended (stage clock)
 
@@ -203,18 +208,22 @@ class GenerationStage:
         self.seam.start(now_s)
         pp, rb = _FLAGS[self.policy]
         if self.policy == "two-phase":
-            report, engine = self._two_phase(trace, homogeneous(start, n), homogeneous(self.switch_to, n))
+            report, engine = self._two_phase(trace, self._layout(start), self._layout(self.switch_to))
         else:
-            report, engine = self._step(trace, homogeneous(start, n), pp, rb, forecast if pp or rb else None)
+            report, engine = self._step(trace, self._layout(start), pp, rb, forecast if pp or rb else None)
         self._history = [f.output_tokens for f in report.finished]
         self._clock_s = now_s + report.makespan_s
-        result = self._result(report, engine, homogeneous(start, n), label, sweep, time.perf_counter() - wall)
+        result = self._result(report, engine, self._layout(start), label, sweep, time.perf_counter() - wall)
         if self.copies == 1:
             return result
         scale = len(full.requests) / len(trace.requests)
         detail = {**result.detail, "slice": {"gpus": n, "copies": self.copies, "requests": len(trace.requests),
                                              "samples": result.samples, "tokens": result.tokens}}
         return replace(result, samples=round(result.samples * scale), tokens=result.tokens * scale, detail=detail)
+
+    def _layout(self, config: InstanceConfig) -> Layout:
+        """As many ``config`` instances as fit the engine's GPUs; on RFabric none spans two PoDs."""
+        return aligned(config, self._domains) if self._domains is not None else homogeneous(config, self.n)
 
     def _engine(self, trace: Trace, layout: Layout) -> SimEngine:
         lengths = {q.request_id: q.output_tokens for q in trace.requests}
@@ -263,7 +272,7 @@ class GenerationStage:
         if len(fits) == 1:
             return fits[0], {}
         with self.seam.probing():
-            sweep = {t: self._step(trace, homogeneous(InstanceConfig("tp", tp=t), n), False, False, None)[0].makespan_s
+            sweep = {t: self._step(trace, self._layout(InstanceConfig("tp", tp=t)), False, False, None)[0].makespan_s
                      for t in fits}
         return min(sweep, key=sweep.__getitem__), sweep
 

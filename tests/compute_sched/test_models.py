@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from compute_sched.costs import CostModel
 from compute_sched.engine import EngineCapabilities
 from compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
-from compute_sched.layout import InstanceConfig, Layout, Instance, candidate_configs, homogeneous, parse_config
+from compute_sched.layout import InstanceConfig, Layout, Instance, aligned, candidate_configs, homogeneous, parse_config
 from compute_sched.perf import MeasuredStep, PerfModel, calibrate
 from fabric.errors import ConfigError
 
@@ -84,6 +84,18 @@ def test_layouts_refuse_overlapping_gpus():
     assert homogeneous(tp4, 16).describe() == "4x tp4"
     with pytest.raises(ConfigError):
         parse_config("tpx")
+
+
+def test_aligned_layouts_keep_instances_inside_their_domain():
+    afd = parse_config("afd24:16-tp8")
+    pods = [g // 256 for g in range(768)] + [3] * 96  # three PoDs and a 96-GPU remainder
+    lay = aligned(afd, pods)
+    assert lay.describe() == "20x afd24:16-tp8"  # 6 + 6 + 6 + 2, where packing end to end fits 21
+    assert all(len({pods[g] for g in inst.gpu_ids}) == 1 for inst in lay.instances)
+    assert aligned(parse_config("tp8"), pods).describe() == homogeneous(parse_config("tp8"), len(pods)).describe()
+    with pytest.raises(ConfigError, match="consecutive"):
+        aligned(afd, [0] * 40 + [1] * 40 + [0] * 8)
+    assert aligned(afd, [g // 16 for g in range(64)]).describe() == "1x afd24:16-tp8"  # larger than any domain
 
 
 def test_calibration_recovers_a_known_scale(pm14):
