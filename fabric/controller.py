@@ -120,7 +120,7 @@ def _agg_problem(topology: Topology, pod: int, scope: TemplateScope, demand: Map
     return AllocationProblem(topology.link_bps, ports, dict(demand), frozenset(eligible), False)
 
 
-def _allocate_agg(problem: AllocationProblem, method: str) -> dict[tuple[str, str], int]:
+def _allocate_agg(problem: AllocationProblem, method: str, *, relay: bool = True) -> dict[tuple[str, str], int]:
     """Allocate one PoD's OCS-Agg circuits: lift/drop access first, ToR-to-ToR on what is left.
 
     A Core circuit carries nothing unless both PoDs cross-connect its boundary fibre down to a ToR
@@ -130,6 +130,12 @@ def _allocate_agg(problem: AllocationProblem, method: str) -> dict[tuple[str, st
     the Core circuits, so the access pairs are served first and the ToR-to-ToR pairs share the
     remaining ToR ports. Both passes are Algorithm 3 unchanged.
 
+    With fewer boundary fibres than ToRs asking for access (a port-starved boundary), the first
+    pass lifts only some ToRs and the others' cross-PoD bytes would have no path. With ``relay``
+    (the template allows ToR-to-ToR circuits) each such ToR's access demand becomes demand to a
+    lifted ToR, served in the second pass: its traffic rides ToR -> lifted ToR -> boundary, one
+    extra EPS hop, instead of never arriving.
+
     Notes
     -----
     Two greedy runs: O((P + K) log P) for P demanded pairs and K circuits.
@@ -138,17 +144,55 @@ def _allocate_agg(problem: AllocationProblem, method: str) -> dict[tuple[str, st
         return any(is_uplink_endpoint(e) for e in pair)
 
     access = frozenset(p for p in problem.eligible if is_access(p))
-    if not access or access == problem.eligible:
+    if not access or access == problem.eligible and not relay:
         return dict(allocate(problem, method).circuits)
     first = allocate(replace(problem, eligible=access), method)
     left = dict(problem.ports)
     for endpoint, n in first.ports_used().items():
         left[endpoint] -= n
-    second = allocate(replace(problem, ports=left, eligible=problem.eligible - access), method)
+    demand, rest = dict(problem.demand), problem.eligible - access
+    if relay:
+        demand, relayed = _relay_unlifted(problem, first.circuits, left)
+        rest |= relayed
+    if not rest:
+        return dict(first.circuits)
+    second = allocate(replace(problem, ports=left, demand=demand, eligible=rest), method)
     counts = dict(first.circuits)
     for pair, n in second.circuits.items():
         counts[pair] = counts.get(pair, 0) + n
     return counts
+
+
+def _relay_unlifted(problem: AllocationProblem, lifts: Mapping[tuple[str, str], int], left: Mapping[str, int]
+                    ) -> tuple[dict[tuple[str, str], float], set[frozenset[str]]]:
+    """Move the access demand of ToRs the first pass left unlifted onto ToR pairs with a lifted ToR.
+
+    Each unlifted ToR relays through the lifted ToR with the most free ports (ties: name), its
+    bytes to and from the boundary becoming bytes to and from that ToR. Returns the new demand and
+    the ToR pairs made eligible.
+    """
+    lifted = {e for pair, n in lifts.items() if n > 0 for e in pair if not is_uplink_endpoint(e)}
+    up: dict[str, float] = {}  # unlifted ToR -> bytes toward the boundary
+    down: dict[str, float] = {}  # and from it
+    for pair in problem.eligible:
+        a, b = sorted(pair)
+        for src, dst in ((a, b), (b, a)):
+            if is_uplink_endpoint(dst) and not is_uplink_endpoint(src) and src not in lifted:
+                up[src] = up.get(src, 0.0) + problem.demand.get((src, dst), 0.0)
+            elif is_uplink_endpoint(src) and not is_uplink_endpoint(dst) and dst not in lifted:
+                down[dst] = down.get(dst, 0.0) + problem.demand.get((src, dst), 0.0)
+    demand = dict(problem.demand)
+    eligible: set[frozenset[str]] = set()
+    if not lifted:
+        return demand, eligible
+    share = dict.fromkeys(lifted, 0)
+    for tor in sorted(set(up) | set(down), key=lambda t: (-up.get(t, 0.0) - down.get(t, 0.0), t)):
+        via = max(sorted(lifted), key=lambda t: left.get(t, 0) - share[t])
+        share[via] += 1
+        demand[(tor, via)] = demand.get((tor, via), 0.0) + up.get(tor, 0.0)
+        demand[(via, tor)] = demand.get((via, tor), 0.0) + down.get(tor, 0.0)
+        eligible.add(frozenset((tor, via)))
+    return demand, eligible
 
 
 def _trim_uncoupled(core: list[Circuit], agg: list[Circuit], topology: Topology) -> tuple[list[Circuit], list[Circuit], list[str]]:
@@ -222,7 +266,8 @@ def materialize(intent: Intent, state: FabricState, cache: TemplateCache, *, dem
         pod_demand = {k: x for k, x in demand.tor_demand.get(pod, {}).items() if x > 0}
         if not pod_demand:
             continue
-        counts = _allocate_agg(_agg_problem(topology, pod, scope, pod_demand, fibres), entry.method)
+        counts = _allocate_agg(_agg_problem(topology, pod, scope, pod_demand, fibres), entry.method,
+                               relay=scope.agg_tor_tor)
         ups = {uplink_endpoint(p, q): fs for (p, q), fs in fibres.items() if p == pod}
         placed, pod_notes = place_agg(topology, pod, counts, ups, used)
         agg_circuits.extend(placed)

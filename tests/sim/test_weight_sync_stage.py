@@ -73,6 +73,18 @@ def test_on_a_narrow_cross_pod_fabric_the_planner_wins_by_the_copies_it_saves():
     assert _stage(_net("rfabric", topology=wide)).run(0.0).time_s < planned.time_s
 
 
+def test_a_boundary_with_fewer_fibres_than_tors_still_syncs_through_a_lifted_tor():
+    # 4 fibres per PoD, 8 rail ToRs per PoD: only 4 source ToRs can be lifted to OCS-Core; the others
+    # reach one of them over an OCS-Agg circuit (their sync used to have no path and never finish)
+    starved = _boundary(4)
+    assert len(starved.tors_by_pod[0]) == 8
+    r = _stage(_net("rfabric", topology=starved)).run(0.0)
+    assert r.detail["decision"] == "commit"
+    model_bits = r.detail["model_bytes"] * 8
+    assert model_bits / (4 * B) <= r.time_s < float("inf")
+    assert _stage(_net("rfabric", topology=_boundary(8))).run(0.0).time_s < r.time_s
+
+
 @pytest.mark.parametrize("fabric", ["ft", "ft-os", "topoopt", "mixnet", "rfabric"])
 def test_the_pipeline_replay_agrees_with_the_edge_by_edge_replay(fabric):
     edges = _stage(_net(fabric, 128), replay="edges", train=64).run(0.0)
