@@ -132,8 +132,9 @@ def _allocate_agg(problem: AllocationProblem, method: str, *, relay: bool = True
 
     With fewer boundary fibres than ToRs asking for access (a port-starved boundary), the first
     pass lifts only some ToRs and the others' cross-PoD bytes would have no path. With ``relay``
-    (the template allows ToR-to-ToR circuits) each such ToR's access demand becomes demand to a
-    lifted ToR, served in the second pass: its traffic rides ToR -> lifted ToR -> boundary, one
+    (the template's ``relay_unlifted``: every template that allows ToR-to-ToR circuits except Gen's
+    deliberate Core slice) each such ToR's access demand becomes demand to a lifted ToR, served in
+    the second pass: its traffic rides ToR -> lifted ToR -> boundary, one
     extra EPS hop, instead of never arriving.
 
     Notes
@@ -267,7 +268,7 @@ def materialize(intent: Intent, state: FabricState, cache: TemplateCache, *, dem
         if not pod_demand:
             continue
         counts = _allocate_agg(_agg_problem(topology, pod, scope, pod_demand, fibres), entry.method,
-                               relay=scope.agg_tor_tor)
+                               relay=scope.relay_unlifted)
         ups = {uplink_endpoint(p, q): fs for (p, q), fs in fibres.items() if p == pod}
         placed, pod_notes = place_agg(topology, pod, counts, ups, used)
         agg_circuits.extend(placed)

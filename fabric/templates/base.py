@@ -35,6 +35,7 @@ class TemplateScope:
     agg_tor_tor: bool = True  # OCS-Agg may join two ToRs of a PoD
     agg_lift_drop: bool = True  # OCS-Agg may join a ToR to the PoD boundary
     core_bipartite: bool = False  # Core pairs form a bipartite graph (Train PoDs -> Gen PoDs)
+    relay_unlifted: bool = True  # a ToR the boundary cannot lift reaches it through a lifted ToR (OCS-Agg)
     roles: Mapping[int, str] = field(default_factory=dict)  # pod -> "train" | "gen" | "mixed", for reports
 
     def core_eligible(self, a: str, b: str) -> bool:
@@ -56,6 +57,7 @@ class Template:
     core_slice_ports: int = 0  # per-PoD boundary ports reserved for the "slice" policy
     agg_tor_tor: bool = True
     agg_lift_drop: bool = True
+    relay_unlifted: bool = True  # see TemplateScope; off where the Core share is a deliberate slice
 
     def instantiate(self, pod_flows: Mapping[str, set[tuple[int, int]]], pods: set[int]) -> TemplateScope:
         """Return the scope for PoD-level flows grouped by primitive.
@@ -105,5 +107,6 @@ class Template:
             agg_tor_tor=self.agg_tor_tor,
             agg_lift_drop=self.agg_lift_drop,
             core_bipartite=self.core_policy == "bipartite",
+            relay_unlifted=self.relay_unlifted and self.agg_tor_tor,
             roles=roles,
         )

@@ -28,6 +28,10 @@ GEN = Template(
     figure="Figure 8(c)",
     core_policy="slice",
     core_slice_ports=DEFAULT_GEN_CORE_SLICE_PORTS,
+    # The slice lifts two ToRs per PoD for KB-scale response streaming on purpose; relaying every
+    # other ToR to them would spend the ToR ports Gen's own traffic uses, and add circuits that
+    # the next Train period must tear down inside its first safe window.
+    relay_unlifted=False,
 )
 WEIGHT_SYNC = Template(
     name="weight-sync",
