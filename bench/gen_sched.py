@@ -70,7 +70,7 @@ from compute_sched.hardware import load_gpu, load_model  # noqa: E402
 from compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous  # noqa: E402
 from compute_sched.perf import PerfModel  # noqa: E402
 from compute_sched.planner import plan_layout  # noqa: E402
-from compute_sched.replay import ReplayOptions, launch_contiguous, replay  # noqa: E402
+from compute_sched.replay import ReplayOptions, launch_contiguous, replay, trace_requests  # noqa: E402
 from compute_sched.rollout_pipe import run_pipeline  # noqa: E402
 from compute_sched.sim_engine import SimEngine  # noqa: E402
 from compute_sched.traces import heavy_tailed_trace  # noqa: E402
@@ -325,8 +325,7 @@ def _worker_spread(perf: PerfModel, trace, gpus: int, tp: int) -> tuple[float, f
     """Max-to-min over a static run's instances of (last finish, mean finish), veRL's contiguous split."""
     engine = SimEngine(perf, homogeneous(InstanceConfig("tp", tp=tp), gpus),
                        {q.request_id: q.output_tokens for q in trace.requests})
-    reqs = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
-    launch_contiguous(engine, reqs)
+    launch_contiguous(engine, trace_requests(trace))
     where = engine.snapshot().instance_of()
     done: dict[int, list[float]] = {}
     while not engine.idle():
@@ -343,12 +342,10 @@ def _promotion(perf: PerfModel, trace, gpus: int, big_share: float, threshold: i
     insts = [Instance(InstanceConfig("tp", tp=4), tuple(range(4 * k, 4 * k + 4))) for k in range(2)]
     insts += [Instance(InstanceConfig("tp", tp=2), (g, g + 1)) for g in range(8, gpus, 2)]
     engine = SimEngine(perf, Layout(tuple(insts), gpus), {q.request_id: q.output_tokens for q in trace.requests})
-    reqs = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
+    reqs = trace_requests(trace)
     cut = int(len(reqs) * big_share)
-    for part, first, count in ((reqs[:cut], 0, 2), (reqs[cut:], 2, len(insts) - 2)):
-        chunk = -(-len(part) // count)
-        for k in range(count):
-            engine.add_requests(part[k * chunk:(k + 1) * chunk], first + k)
+    launch_contiguous(engine, reqs[:cut], (0, 1))
+    launch_contiguous(engine, reqs[cut:], range(2, len(insts)))
     moved: set[str] = set()
     end = 0.0
     while not engine.idle():

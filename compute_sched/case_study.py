@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from compute_sched.engine import GenerationRequest
 from compute_sched.layout import InstanceConfig, homogeneous
 from compute_sched.perf import PerfModel
-from compute_sched.replay import launch_contiguous
+from compute_sched.replay import launch_contiguous, trace_requests
 from compute_sched.sim_engine import SimEngine
 from compute_sched.traces import Trace, heavy_tailed_trace
 from fabric.errors import ConfigError
@@ -119,14 +119,10 @@ def _makespan(perf: PerfModel, setup: CaseStudySetup, tp: int, requests: list[Ge
     return last
 
 
-def _requests(trace: Trace) -> list[GenerationRequest]:
-    return [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id) for q in trace.requests]
-
-
 def _progress_at_tail(perf: PerfModel, setup: CaseStudySetup, trace: Trace) -> dict[str, int]:
     """Progress of every request still running once only ``tail_fraction`` of the batch is left."""
     engine = _engine(perf, setup, setup.reference_tp, {q.request_id: q.output_tokens for q in trace.requests})
-    launch_contiguous(engine, _requests(trace))
+    launch_contiguous(engine, trace_requests(trace))
     left = max(1, round(setup.tail_fraction * len(trace.requests)))
     while True:
         pending = engine.snapshot().pending
@@ -162,7 +158,7 @@ def _one_trace(perf: PerfModel, setup: CaseStudySetup, trace: Trace,
         at_tail = _progress_at_tail(perf, setup, trace)
     else:
         at_tail = {q.request_id: setup.window_tokens for q in trace.requests if q.output_tokens > setup.window_tokens}
-    early = _requests(trace)
+    early = trace_requests(trace)
     early_lengths = {q.request_id: max(1, at_tail.get(q.request_id, q.output_tokens)) for q in trace.requests}
     tail = [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id,
                               generated_tokens=at_tail[q.request_id]) for q in trace.requests if q.request_id in at_tail]

@@ -29,7 +29,7 @@ on veRL-TO's eight TP=2 instances (§6.2.2).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from compute_sched.costs import CostModel
 from compute_sched.engine import RECOMPUTE_ONLY, EngineCapabilities, GenerationRequest
@@ -42,7 +42,8 @@ from compute_sched.traces import Trace
 from compute_sched.workload import LengthHistogram, prior_histogram
 from fabric.errors import ConfigError
 
-__all__ = ["POLICIES", "FORECASTS", "ReplayOptions", "ReplayResult", "replay", "launch_contiguous", "step_forecast"]
+__all__ = ["POLICIES", "FORECASTS", "ReplayOptions", "ReplayResult", "replay", "launch_contiguous", "step_forecast",
+           "trace_requests"]
 
 POLICIES = ("static-tp:K", "verl-to", "verl-lo", "partial-rollout", "orchestrl", "orchestrl-pp", "orchestrl-rb",
             "planner-exact")
@@ -76,17 +77,20 @@ class ReplayResult:
         return self.report.makespan_s
 
 
-def _requests(trace: Trace) -> list[GenerationRequest]:
+def trace_requests(trace: Trace) -> list[GenerationRequest]:
+    """The trace's requests as an engine takes them (each may run to the trace's cap; progress kept)."""
     return [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id,
                               generated_tokens=q.generated_tokens) for q in trace.requests]
 
 
-def launch_contiguous(engine: SimEngine, requests: list[GenerationRequest]) -> None:
-    """Add a batch the way veRL splits it: contiguous per-replica chunks, in batch order."""
-    n = len(engine.layout.instances)
-    chunk = -(-len(requests) // n)
-    for k in range(n):
-        engine.add_requests(requests[k * chunk:(k + 1) * chunk], k)
+def launch_contiguous(engine: SimEngine, requests: list[GenerationRequest],
+                      instances: Sequence[int] | None = None) -> None:
+    """Add a batch the way veRL splits it: contiguous per-replica chunks, in batch order, over
+    ``instances`` (default: every instance of the engine's layout)."""
+    targets = list(range(len(engine.layout.instances)) if instances is None else instances)
+    chunk = -(-len(requests) // len(targets))
+    for j, k in enumerate(targets):
+        engine.add_requests(requests[j * chunk:(j + 1) * chunk], k)
 
 
 def _run(trace: Trace, perf: PerfModel, gpus: int, tp: int, sched: SchedulerConfig, opts: ReplayOptions,
@@ -94,7 +98,7 @@ def _run(trace: Trace, perf: PerfModel, gpus: int, tp: int, sched: SchedulerConf
     layout = homogeneous(InstanceConfig("tp", tp=tp), gpus)
     lengths = {q.request_id: q.output_tokens for q in trace.requests}
     engine = SimEngine(perf, layout, lengths, max_num_seqs=opts.max_num_seqs, capabilities=opts.capabilities)
-    launch_contiguous(engine, _requests(trace))
+    launch_contiguous(engine, trace_requests(trace))
     sched_obj = GenerationScheduler(engine, perf, CostModel.for_engine(perf, engine), forecast, sched,
                                     exact_lengths=lengths if exact else None, sink=sink, job=job)
     return layout.describe(), sched_obj.run_step()

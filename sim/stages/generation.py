@@ -47,12 +47,12 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from compute_sched.costs import CostModel
-from compute_sched.engine import ClusterSnapshot, EngineCapabilities, GenerationRequest
+from compute_sched.engine import ClusterSnapshot, EngineCapabilities
 from compute_sched.hardware import GpuSpec, ModelSpec
 from compute_sched.layout import InstanceConfig, Layout, aligned, homogeneous, parse_config
 from compute_sched.perf import Calibration, PerfModel
 from compute_sched.planner import PlannerConfig
-from compute_sched.replay import launch_contiguous
+from compute_sched.replay import launch_contiguous, trace_requests
 from compute_sched.scheduler import GenerationScheduler, ReconfigEvent, SchedulerConfig, StepReport
 from compute_sched.sim_engine import SimEngine
 from compute_sched.traces import Trace, heavy_tailed_trace
@@ -228,8 +228,7 @@ class GenerationStage:
     def _engine(self, trace: Trace, layout: Layout) -> SimEngine:
         lengths = {q.request_id: q.output_tokens for q in trace.requests}
         engine = SimEngine(self.perf, layout, lengths, max_num_seqs=self.max_num_seqs, capabilities=self.capabilities)
-        launch_contiguous(engine, [GenerationRequest(q.request_id, q.prompt_tokens, trace.max_tokens, q.group_id,
-                                                     generated_tokens=q.generated_tokens) for q in trace.requests])
+        launch_contiguous(engine, trace_requests(trace))
         return engine
 
     def _step(self, trace: Trace, layout: Layout, pp: bool, rb: bool, forecast: LengthHistogram | None
