@@ -145,7 +145,7 @@ def _allocate_agg(problem: AllocationProblem, method: str, *, relay: bool = True
         return any(is_uplink_endpoint(e) for e in pair)
 
     access = frozenset(p for p in problem.eligible if is_access(p))
-    if not access or access == problem.eligible and not relay:
+    if not access or (access == problem.eligible and not relay):
         return dict(allocate(problem, method).circuits)
     first = allocate(replace(problem, eligible=access), method)
     left = dict(problem.ports)
@@ -172,20 +172,20 @@ def _relay_unlifted(problem: AllocationProblem, lifts: Mapping[tuple[str, str], 
     bytes to and from the boundary becoming bytes to and from that ToR. Returns the new demand and
     the ToR pairs made eligible.
     """
-    lifted = {e for pair, n in lifts.items() if n > 0 for e in pair if not is_uplink_endpoint(e)}
-    up: dict[str, float] = {}  # unlifted ToR -> bytes toward the boundary
-    down: dict[str, float] = {}  # and from it
-    for pair in problem.eligible:
-        a, b = sorted(pair)
-        for src, dst in ((a, b), (b, a)):
-            if is_uplink_endpoint(dst) and not is_uplink_endpoint(src) and src not in lifted:
-                up[src] = up.get(src, 0.0) + problem.demand.get((src, dst), 0.0)
-            elif is_uplink_endpoint(src) and not is_uplink_endpoint(dst) and dst not in lifted:
-                down[dst] = down.get(dst, 0.0) + problem.demand.get((src, dst), 0.0)
     demand = dict(problem.demand)
     eligible: set[frozenset[str]] = set()
+    lifted = {e for pair, n in lifts.items() if n > 0 for e in pair if not is_uplink_endpoint(e)}
     if not lifted:
         return demand, eligible
+    up: dict[str, float] = {}  # unlifted ToR -> bytes toward the boundary
+    down: dict[str, float] = {}  # and from it
+    for (src, dst), x in problem.demand.items():
+        if frozenset((src, dst)) not in problem.eligible:
+            continue
+        if is_uplink_endpoint(dst) and not is_uplink_endpoint(src) and src not in lifted:
+            up[src] = up.get(src, 0.0) + x
+        elif is_uplink_endpoint(src) and not is_uplink_endpoint(dst) and dst not in lifted:
+            down[dst] = down.get(dst, 0.0) + x
     share = dict.fromkeys(lifted, 0)
     for tor in sorted(set(up) | set(down), key=lambda t: (-up.get(t, 0.0) - down.get(t, 0.0), t)):
         via = max(sorted(lifted), key=lambda t: left.get(t, 0) - share[t])

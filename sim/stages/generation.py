@@ -207,13 +207,14 @@ class GenerationStage:
             start = InstanceConfig("tp", tp=tp)
         self.seam.start(now_s)
         pp, rb = _FLAGS[self.policy]
+        first = self._layout(start)
         if self.policy == "two-phase":
-            report, engine = self._two_phase(trace, self._layout(start), self._layout(self.switch_to))
+            report, engine = self._two_phase(trace, first, self._layout(self.switch_to))
         else:
-            report, engine = self._step(trace, self._layout(start), pp, rb, forecast if pp or rb else None)
+            report, engine = self._step(trace, first, pp, rb, forecast if pp or rb else None)
         self._history = [f.output_tokens for f in report.finished]
         self._clock_s = now_s + report.makespan_s
-        result = self._result(report, engine, self._layout(start), label, sweep, time.perf_counter() - wall)
+        result = self._result(report, engine, first, label, sweep, time.perf_counter() - wall)
         if self.copies == 1:
             return result
         scale = len(full.requests) / len(trace.requests)
