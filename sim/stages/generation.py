@@ -63,9 +63,10 @@ from sim.network.reconfig import RFabricDriver
 from sim.stages.base import StageResult
 from sim.stages.gen_network import FabricSeam
 
-__all__ = ["POLICIES", "KV_TRANSFER", "SIM_SCHEDULER", "GenerationStage", "phase_breakdown", "local_placement",
+__all__ = ["POLICIES", "PLACEMENTS", "KV_TRANSFER", "SIM_SCHEDULER", "GenerationStage", "phase_breakdown", "local_placement",
            "slice_trace"]
 
+PLACEMENTS = ("auto", "aligned", "packed")
 POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")
 KV_TRANSFER = EngineCapabilities(kv_transfer=True, label="RLSim: OrchestrRL's engine transfers KV or recomputes, "
                                                           "whichever is cheaper (§4.1, Appendix A)")
@@ -87,10 +88,7 @@ class GenerationStage:
     model, gpu : ModelSpec, GpuSpec
     gpus : sequence of int
         Fabric GPUs of the generation cluster, in the order the scheduler numbers them (whole
-        servers). On RFabric the stage's layouts keep every instance inside one PoD
-        (:func:`compute_sched.layout.aligned`: an instance that would cross a PoD boundary starts at
-        the next PoD, leaving the GPUs before it idle), so attention-FFN and EP traffic never
-        waits for OCS-Core circuits; list a PoD's GPUs consecutively.
+        servers); list a PoD's GPUs consecutively (see ``placement``).
     net : NetworkSim
     driver : RFabricDriver, optional
         RFabric only: deployments are announced to it and flows run on its circuit timeline.
@@ -114,6 +112,15 @@ class GenerationStage:
         Engine advance of the static policies (no monitoring to run in between).
     slice_gpus : int, optional
         Simulate this many GPUs (a divisor of ``len(gpus)``, whole servers) as one of identical copies.
+    placement : str
+        Fabrics with PoDs (RFabric) only. ``"aligned"`` keeps every instance inside one PoD
+        (:func:`compute_sched.layout.aligned`: an instance that would cross a PoD boundary starts at
+        the next PoD, leaving the GPUs before it idle), so attention-FFN and EP traffic never waits
+        for OCS-Core circuits; ``"packed"`` puts instances end to end as on every other fabric;
+        ``"auto"`` (default) takes ``aligned`` when it loses no instance, and otherwise runs both on
+        the stage's first trace as what-ifs off the driver (as veRL-TO's sweep does) and keeps the
+        faster, per configuration. Aligned pays idle GPUs, packed pays straddling instances' waits
+        for Core circuits; which costs more depends on the scale and link speed.
 
     Examples
     --------
@@ -132,7 +139,7 @@ class GenerationStage:
                  scheduler: SchedulerConfig | None = None, sweep_tps: tuple[int, ...] = (1, 2, 4, 8),
                  max_num_seqs: int | None = None, forecast: LengthHistogram | None = None,
                  switch_to: str | None = None, switch_at: float = 0.5, static_tick_s: float = 10.0,
-                 slice_gpus: int | None = None) -> None:
+                 slice_gpus: int | None = None, placement: str = "auto") -> None:
         src = "GenerationStage"
         if policy not in POLICIES:
             raise ConfigError(src, "policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
@@ -153,6 +160,11 @@ class GenerationStage:
         elif policy in ("static", "two-phase"):
             raise ConfigError(src, "instance", f"policy {policy!r} needs an instance configuration",
                               "e.g. instance='tp8' or 'afd24:16-tp8'")
+        if placement not in PLACEMENTS:
+            raise ConfigError(src, "placement", f"unknown placement {placement!r}", ", ".join(PLACEMENTS))
+        self.placement = placement
+        self._placed: dict[str, str] = {}  # configuration -> "aligned" / "packed" (auto's choices)
+        self._placement_probe: dict[str, dict[str, float]] = {}  # configuration -> each what-if's seconds
         self.switch_to: InstanceConfig | None = None
         if policy == "two-phase":
             if switch_to is None or not 0.0 <= switch_at <= 1.0:
@@ -207,6 +219,8 @@ class GenerationStage:
             start = InstanceConfig("tp", tp=tp)
         self.seam.start(now_s)
         pp, rb = _FLAGS[self.policy]
+        for config in (start, self.switch_to) if self.policy == "two-phase" else (start,):
+            self._place(trace, config)
         first = self._layout(start)
         if self.policy == "two-phase":
             report, engine = self._two_phase(trace, first, self._layout(self.switch_to))
@@ -223,8 +237,24 @@ class GenerationStage:
         return replace(result, samples=round(result.samples * scale), tokens=result.tokens * scale, detail=detail)
 
     def _layout(self, config: InstanceConfig) -> Layout:
-        """As many ``config`` instances as fit the engine's GPUs; on RFabric none spans two PoDs."""
-        return aligned(config, self._domains) if self._domains is not None else homogeneous(config, self.n)
+        """As many ``config`` instances as fit the engine's GPUs, placed as ``placement`` says."""
+        if self._domains is None:
+            return homogeneous(config, self.n)
+        how = self._placed.get(config.name, "aligned" if self.placement == "auto" else self.placement)
+        return aligned(config, self._domains) if how == "aligned" else homogeneous(config, self.n)
+
+    def _place(self, trace: Trace, config: InstanceConfig) -> None:
+        """``auto``: pick aligned or packed for ``config`` once, by a what-if static run of each."""
+        if self._domains is None or self.placement != "auto" or config.name in self._placed:
+            return
+        both = {"aligned": aligned(config, self._domains), "packed": homogeneous(config, self.n)}
+        if len(both["aligned"].instances) >= len(both["packed"].instances):
+            self._placed[config.name] = "aligned"  # nothing idle: staying inside PoDs costs nothing
+            return
+        with self.seam.probing():
+            probe = {how: self._step(trace, layout, False, False, None)[0].makespan_s for how, layout in both.items()}
+        self._placed[config.name] = min(probe, key=probe.__getitem__)
+        self._placement_probe[config.name] = probe
 
     def _engine(self, trace: Trace, layout: Layout) -> SimEngine:
         lengths = {q.request_id: q.output_tokens for q in trace.requests}
@@ -310,6 +340,9 @@ class GenerationStage:
         }
         if sweep:
             detail["verl_to_sweep_s"] = sweep
+        if self._domains is not None:
+            detail["placement"] = {"mode": self.placement, "chosen": dict(self._placed),
+                                   "probe_s": {k: dict(v) for k, v in self._placement_probe.items()}}
         return StageResult("gen", report.makespan_s, breakdown, tokens=float(sum(f.output_tokens for f in report.finished)),
                            samples=len(report.finished), intents=announced, reconfigurations=committed, detail=detail)
 

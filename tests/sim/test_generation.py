@@ -156,6 +156,26 @@ def test_on_rfabric_afd_instances_stay_inside_pods_and_generate_as_fast_as_on_ft
     assert times["rfabric"] <= times["ft"] * 1.005  # packed across the boundary: 3.9% slower
 
 
+def test_auto_placement_keeps_whichever_of_aligned_and_packed_generates_faster():
+    # 480 GPUs over two PoDs (256 + 224): packed holds 12 AFD instances of 40 GPUs, one straddling
+    # the boundary; inside PoDs only 6 + 5 fit. Neither is right at every scale, so auto runs both.
+    trace = heavy_tailed_trace(48, 8, 4096, seed=3)
+    times, layouts = {}, {}
+    for placement in ("aligned", "packed", "auto"):
+        stage, net, _ = _stage("rfabric", range(480), MOE57, total=512, policy="static", instance="afd24:16-tp8",
+                               placement=placement)
+        res = stage.run(trace)
+        times[placement], layouts[placement] = res.time_s, res.detail["initial_layout"]
+    assert layouts["aligned"] == "11x afd24:16-tp8" and layouts["packed"] == "12x afd24:16-tp8"
+    assert times["aligned"] != pytest.approx(times["packed"], rel=1e-3)  # the choice matters here
+    best = min(("aligned", "packed"), key=times.get)
+    assert layouts["auto"] == layouts[best] and times["auto"] == pytest.approx(times[best], rel=1e-9)
+    assert res.detail["placement"]["chosen"] == {"afd24:16-tp8": best}
+    assert set(res.detail["placement"]["probe_s"]["afd24:16-tp8"]) == {"aligned", "packed"}
+    with pytest.raises(ConfigError, match="placement"):
+        _stage("rfabric", range(480), MOE57, total=512, policy="static", instance="afd24:16-tp8", placement="pods")
+
+
 def test_a_second_run_reuses_every_fabric_timing():
     stage, net, _ = _stage("ft-os", ACROSS_LEAVES, policy="static", instance="ep16-tp1")
     stage.run(heavy_tailed_trace(24, 8, 4096, seed=1))
