@@ -35,7 +35,7 @@ from compute_sched.hardware import load_gpu, load_model
 from compute_sched.perf import Calibration, PerfModel
 from compute_sched.traces import heavy_tailed_trace
 
-__all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "main"]
+__all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "memory_share_refits", "main"]
 
 H800_PARAMETERS = (
     FitParameter("mem_efficiency", 0.45, 0.9,
@@ -105,6 +105,28 @@ def best_static_tp(perf: PerfModel, *, gpus: int = 16, prompts: int = 128, caps:
     return out
 
 
+def memory_share_refits(setup: CaseStudySetup, shares: Sequence[float] = (0.5, 0.4), *,
+                        max_nfev: int = 40) -> list[dict]:
+    """Refit at each vLLM ``gpu_memory_utilization`` in ``shares``: does a smaller KV cache give TP=8 its tail edge?
+
+    §2.1 does not state the engine's memory share. A smaller one shrinks every instance's KV
+    cache, and TP=8 (one copy of the weights) keeps the most room for KV, so preemption at TP=2
+    and TP=4 is the one effect outside the balanced step model (docs/compute_sched.md) that could
+    widen TP=8's tail lead. Each row: the share, the refit's rms log error, and the tail
+    TP=4/TP=8 and early TP=4/TP=2 ratios it gives (paper: 1.14, 1.22).
+    """
+    rows = []
+    for share in shares:
+        perf = base_perf()
+        fit = fit_case_study(perf.with_calibration(replace(perf.cal, mem_utilization=share)), H800_PARAMETERS,
+                             setup=setup, max_nfev=max_nfev)
+        t = {(p.phase, p.tp): m for p, m in zip(fit.points, fit.model_s)}
+        rows.append({"mem_utilization": share, "rms_log_error": round(fit.rms_log_error, 4),
+                     "tail_tp4_over_tp8": round(t["tail", 4] / t["tail", 8], 3),
+                     "early_tp4_over_tp2": round(t["early", 4] / t["early", 2], 3)})
+    return rows
+
+
 def _sweep_row(setup: CaseStudySetup, fit: CaseStudyFit) -> dict:
     times = {(p.phase, p.tp): m for p, m in zip(fit.points, fit.model_s)}
     return {"assumptions": setup.describe(), "rms_log_error": round(fit.rms_log_error, 4),
@@ -136,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "verl_to_paper": "eight TP=2 instances (§6.2.2)",
               "static_makespan_s": {str(cap): {str(tp): round(v, 1) for tp, v in row.items()}
                                     for cap, row in static.items()}}
+    if not args.quick:
+        checks["memory_share_refits"] = memory_share_refits(chosen, max_nfev=args.max_nfev)
     roof = case_study_times(PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800")), chosen)
     save_calibration(fit, args.out, name=Path(args.out).stem, gpu="H800", source=SOURCE,
                      engine="veRL rollout on vLLM (the paper's testbed)", fixed=H800_FIXED,
