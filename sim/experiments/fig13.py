@@ -1,7 +1,7 @@
 """OrchestrRL §7.2.1, Figure 13: end-to-end RL throughput on the six fabrics, normalised to FT.
 
-Each case is one RL run of ``orchestrl sim run`` (:func:`sim.run.build`: the training, generation and
-weight-sync stage models, the real fabric controller on RFabric, the one-step asynchronous loop) on
+Each case is one RL run through ``orchestrl sim run``'s code (:func:`sim.run.build`: the training,
+generation and weight-sync stage models, the real fabric controller on RFabric, the one-step asynchronous loop) on
 one fabric at one scale. The models are the paper's: Qwen2.5-72B (TP8 PP2 CP3) and Qwen2-57B-A14B
 (TP4 EP16), from the bundled ``examples/sim/fig13-*.yaml``; MoE generation runs in AFD mode
 (instances of 3x8 attention and 2x8 FFN GPUs, the shape of §7.3.2 and Figure 14's "Gen (AFD
