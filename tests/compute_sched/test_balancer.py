@@ -80,3 +80,21 @@ def test_a_request_placed_recently_is_not_moved_again():
     assert not {m.request_id for m in again} & set(recent)  # none of them moves within the cooldown
     later = plan_migrations(snap, BalancerConfig(moved_cooldown_s=5.0), recent)
     assert {m.request_id for m in later} & set(recent)  # past the cooldown they may move again
+
+
+def test_a_request_the_planner_just_re_homed_stays_in_the_queue_it_was_sent_to():
+    """The planner re-homes requests by migration, so they wait on their new instance; the balancer must not
+    move them on before the cooldown (it did, waiting requests being free to move, and undid the plan)."""
+    from compute_sched.balancer import plan_migrations
+    from compute_sched.engine import ClusterSnapshot
+
+    sent = tuple(RequestState(f"p{k}", 1000, 0, 8192) for k in range(48))  # placed by the planner at t = 90 s
+    hot = WorkerState(0, TP2, tuple(RequestState(f"w0-{k}", 1000, 0, 8192) for k in range(48)), sent, 48 * 1000,
+                      500_000, 2000.0, max_batch=256)
+    cold = _worker(1, 8, 8 * 1000, 2000.0)
+    snap = ClusterSnapshot(100.0, homogeneous(TP2, 4), (hot, cold), 0)
+    free = plan_migrations(snap, BalancerConfig(move_running=False))
+    assert {m.request_id for m in free} & {r.request_id for r in sent}  # without the record they would move
+    placed = {r.request_id: 90.0 for r in sent}
+    kept = plan_migrations(snap, BalancerConfig(move_running=False), placed)
+    assert not {m.request_id for m in kept} & set(placed)
