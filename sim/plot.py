@@ -140,7 +140,8 @@ def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, A
 def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
     """Return the indices of the points no other point beats on both cost (lower) and performance (higher).
 
-    Points are ``(cost, performance)``; the frontier is returned in order of increasing cost.
+    Points are ``(cost, performance)``; the frontier is returned in order of increasing cost. Equal
+    points are all on it or all off it (FT and RO price and perform alike in Figure 16).
 
     Notes
     -----
@@ -151,13 +152,17 @@ def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
     --------
     >>> pareto_frontier([(1.0, 1.0), (2.0, 0.5), (3.0, 2.0), (0.5, 0.2)])
     [3, 0, 2]
+    >>> pareto_frontier([(1.0, 1.0), (1.0, 1.0), (2.0, 0.5)])
+    [0, 1]
     """
     order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
-    out, best = [], float("-inf")
+    out, best, at = [], float("-inf"), None
     for i in order:
         if points[i][1] > best:
             out.append(i)
-            best = points[i][1]
+            best, at = points[i][1], points[i]
+        elif points[i] == at:  # the same point again: dominated by nothing the first is not
+            out.append(i)
     return out
 
 
