@@ -13,7 +13,9 @@ A training step is kernels plus whatever communication and pipeline bubble they 
   permutation work per routed token): ``eta_expert = eta0 / (1 + c_expert * 1024 etp / expert_ffn)``;
 * ``ep_exposed`` -- the fraction of each all-to-all on the critical path.
 
-:data:`FREE_PARAMS` says which are fitted; the others stay 0. The published points
+:data:`FREE_PARAMS` says which are fitted; the others stay 0. Each point also records its source's
+EP dispatcher and router (DeepEP's per-node deduplication: :mod:`sim.train.dispatch`) and activation
+recomputation; :data:`SETUP` says which of these the fit models (:func:`as_modelled`). The points
 (``sim/specs/mfu_points.yaml``) ran on DGX-H100-class clusters, so their communication is timed on
 an :class:`IdealNetwork` -- non-blocking, one 400 Gb/s NIC and NVLink 4 per GPU -- in closed form;
 ``tests/sim/test_training.py`` checks the closed form against :class:`sim.network.NetworkSim` on a
@@ -23,7 +25,7 @@ fitted point and the held-out points the fit never sees; :func:`format_variants`
 nested variants by leave-one-out error (which is how the default was chosen, so its own
 leave-one-out error is slightly optimistic).
 
-Run ``python -m sim.train.mfu [--json]`` for the calibration table.
+Run ``python -m sim.train.mfu [--json] [--setup dispatch,recompute]`` for the calibration table.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
@@ -45,12 +47,14 @@ from fabric.config import Reader, load_document
 from fabric.errors import ConfigError
 from fabric.layout import ParallelLayout, parallel_groups
 from sim.network.collectives import bus_factor, collective_steps
+from sim.train.dispatch import DISPATCHERS, ROUTINGS, TokenCopies, token_copies
 from sim.train.flops import ArchSpec
 from sim.train.step import (OPTIMIZER_BYTES_PER_PARAM, Efficiency, LayerComm, TrainLayout, grad_traffic,
                             microbatch_times, microbatch_traffic)
 
 __all__ = ["MfuParams", "IdealNetwork", "PublishedPoint", "PointPrediction", "Calibration", "POINTS_FILE",
-           "FREE_PARAMS", "efficiency", "load_points", "predict_point", "fit", "calibrate", "default_calibration",
+           "FREE_PARAMS", "SETUP_FACTS", "SETUP", "SETUPS", "efficiency", "load_points", "predict_point", "fit",
+           "as_modelled", "calibrate", "default_calibration",
            "default_params",
            "constant_baseline", "format_calibration", "format_variants"]
 
@@ -59,6 +63,13 @@ _BOUNDS = {"eta0": (0.05, 1.0), "c_dense": (0.0, 50.0), "c_expert": (0.0, 50.0),
 #: The parameters the default calibration fits; the others stay at 0. Chosen by leave-one-out error
 #: among the nested variants (``python -m sim.train.mfu --variants``); c_expert did not help.
 FREE_PARAMS = ("eta0", "c_dense", "ep_exposed")
+#: What of each source's recorded setup the model can take into account: its EP dispatcher and
+#: router (``dispatch``, :mod:`sim.train.dispatch`) and full activation recomputation (``recompute``).
+SETUP_FACTS = ("dispatch", "recompute")
+#: The facts the default calibration uses: none. A fact is taken in only if it lowers the mean
+#: leave-one-out error without raising the worst (``--variants``); neither does (docs/sim-training.md §2).
+SETUP: tuple[str, ...] = ()
+SETUPS = ((), ("dispatch",), ("recompute",), ("dispatch", "recompute"))
 VARIANTS = (("eta0", "ep_exposed"), ("eta0", "c_dense", "ep_exposed"), ("eta0", "c_expert", "ep_exposed"),
             ("eta0", "c_dense", "c_expert", "ep_exposed"))
 
@@ -122,6 +133,15 @@ class IdealNetwork:
         on = size_bytes * (per_server - 1) / n / self.nvlink_bytes_per_s
         return max(off, on) + self._alpha(n, per_server)
 
+    def dispatch_s(self, copy_bytes: float, copies: TokenCopies, n: int, per_server: int) -> float:
+        """One EP dispatch (or combine) sending ``copies`` of ``copy_bytes`` (one copy of every token of
+        a rank) over the NIC and NVLink at once; with the ``alltoall`` copies this is :meth:`alltoall_s`."""
+        if n <= 1 or copy_bytes <= 0:
+            return 0.0
+        off = copy_bytes * copies.nic / self.nic_bytes_per_s
+        on = copy_bytes * copies.nvlink / self.nvlink_bytes_per_s
+        return max(off, on) + self._alpha(n, per_server)
+
     def p2p_s(self, size_bytes: float, cross_server: bool) -> float:
         if size_bytes <= 0:
             return 0.0
@@ -149,6 +169,9 @@ class PublishedPoint:
     note: str
     use: str  # "fit" or "holdout"
     fsdp: bool = False
+    recompute: bool = False  # full activation recomputation (every layer's forward re-run in backward)
+    dispatcher: str = "alltoall"  # EP token dispatcher (sim.train.dispatch): "alltoall" | "deepep"
+    routing: str = "random"  # how the benchmark's router picks experts: "random" | "sequential"
 
     @property
     def microbatches(self) -> int:
@@ -185,7 +208,7 @@ def load_points(path: str | Path | None = None) -> tuple[list[PublishedPoint], I
     points = []
     for i, p in enumerate(r.sections("points")):
         p.reject_unknown({"id", "model", "gpus", "seq", "layout", "mfu", "tflops_per_gpu", "tokens_per_s_per_gpu",
-                          "framework", "source", "note", "use"})
+                          "framework", "source", "note", "use", "dispatch"})
         name = p.str("model")
         arch = arches.get(name)
         if arch is None:
@@ -196,7 +219,7 @@ def load_points(path: str | Path | None = None) -> tuple[list[PublishedPoint], I
                               ", ".join(sorted(arches))) from None
         gpus = p.int("gpus", minimum=1)
         lay = p.section("layout")
-        lay.reject_unknown({"tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp"})
+        lay.reject_unknown({"tp", "pp", "cp", "ep", "etp", "vp", "mbs", "gbs", "fsdp", "recompute"})
         tp, pp, cp = (lay.int(k, default=1, minimum=1) for k in ("tp", "pp", "cp"))
         if gpus % (tp * pp * cp):
             raise lay.error("tp", f"tp*pp*cp = {tp * pp * cp} does not divide gpus={gpus}", "a divisor of gpus")
@@ -212,11 +235,18 @@ def load_points(path: str | Path | None = None) -> tuple[list[PublishedPoint], I
         else:  # no token rate given: the source is taken to count model FLOPs as we do (causal attention)
             fpt = arch.flops(float(seq), tokens=1.0).total
         src = p.section("source")
+        disp = p.section("dispatch", default={})
+        disp.reject_unknown({"type", "routing", "source"})
+        dispatcher = disp.str("type", default="alltoall", choices=DISPATCHERS)
+        routing = disp.str("routing", default="random", choices=ROUTINGS)
+        if disp.has("type"):
+            disp.str("source")  # a dispatcher is a claim about the source's setup: say where it is from
         points.append(PublishedPoint(
             id=p.str("id"), arch=arch, gpus=gpus, seq=seq, layout=layout, mbs=lay.int("mbs", default=1, minimum=1),
             gbs=lay.int("gbs", minimum=1), mfu=mfu, flops_per_token=fpt, framework=p.str("framework"),
             source=src.str("title"), url=src.str("url"), note=p.str("note", default=""),
-            use=p.str("use", choices=("fit", "holdout")), fsdp=lay.bool("fsdp", default=False)))
+            use=p.str("use", choices=("fit", "holdout")), fsdp=lay.bool("fsdp", default=False),
+            recompute=lay.bool("recompute", default=False), dispatcher=dispatcher, routing=routing))
     return points, net, peak
 
 
@@ -233,7 +263,11 @@ def _layer_comm(pt: PublishedPoint, net: IdealNetwork) -> tuple[LayerComm, float
     lay, arch = pt.layout, pt.arch
     traffic = microbatch_traffic(arch, lay, pt.mbs * pt.seq)
     s = net.gpus_per_server
-    ep = net.alltoall_s(traffic.ep_bytes, *_group_shape(lay, "ep", s)) if arch.is_moe and lay.ep > 1 else 0.0
+    ep = 0.0
+    if arch.is_moe and lay.ep > 1:
+        ep_n, ep_k = _group_shape(lay, "ep", s)
+        copies = token_copies(arch.experts, arch.topk, ep_n, ep_k, pt.dispatcher, pt.routing)
+        ep = net.dispatch_s(traffic.ep_bytes / arch.topk, copies, ep_n, ep_k)
     cp_n, cp_k = _group_shape(lay, "cp", s)
     cp = net.p2p_s(traffic.cp_chunk_bytes, cp_k < cp_n) if lay.cp > 1 else 0.0
     tp_n, tp_k = _group_shape(lay, "tp", s)
@@ -278,7 +312,7 @@ def predict_point(pt: PublishedPoint, params: MfuParams, net: IdealNetwork, peak
     comm, dp_rs = _layer_comm(pt, net)
     eff = efficiency(arch, lay.tp, lay.etp, params)
     mb = microbatch_times(arch, lay, arch.flops(float(pt.seq), tokens=float(pt.mbs * pt.seq)), eff, comm,
-                          peak_flops, ep_exposed=params.ep_exposed)
+                          peak_flops, ep_exposed=params.ep_exposed, recompute=pt.recompute)
     m = pt.microbatches
     pipe = (m + (lay.pp - 1) / lay.vp) * mb.total_s + 2 * (lay.pp - 1) * comm.pp_p2p_s
     dp = max(0.0, dp_rs - mb.bwd_s)
@@ -346,15 +380,31 @@ class Calibration:
                 "holdout": [row(p) for p in self.holdout]}
 
 
-def calibrate(path: str | Path | None = None, free: Sequence[str] = FREE_PARAMS) -> Calibration:
+def as_modelled(points: Sequence[PublishedPoint], setup: Sequence[str] = SETUP) -> list[PublishedPoint]:
+    """Return ``points`` with the parts of each source's setup outside ``setup`` (of :data:`SETUP_FACTS`)
+    replaced by the plain default: the all-to-all dispatcher, no recomputation."""
+    unknown = set(setup) - set(SETUP_FACTS)
+    if unknown:
+        raise ConfigError("as_modelled", "setup", f"unknown facts {sorted(unknown)}", ", ".join(SETUP_FACTS))
+    plain_dispatch = {} if "dispatch" in setup else {"dispatcher": "alltoall", "routing": "random"}
+    plain_recompute = {} if "recompute" in setup else {"recompute": False}
+    return [replace(p, **plain_dispatch, **plain_recompute) for p in points]
+
+
+def calibrate(path: str | Path | None = None, free: Sequence[str] = FREE_PARAMS,
+              setup: Sequence[str] = SETUP) -> Calibration:
     """Fit the points marked ``use: fit``; predict each of them with a fit that left it out, and
     the ``holdout`` points with the full fit.
+
+    ``setup`` names what of each source's recorded setup the model takes into account
+    (:func:`as_modelled`).
 
     Notes
     -----
     N + 1 fits for N fitted points (each about 0.1 s here).
     """
     points, net, peak = load_points(path)
+    points = as_modelled(points, setup)
     train = [p for p in points if p.use == "fit"]
     held = [p for p in points if p.use == "holdout"]
     params = fit(train, net, peak, free=free)
@@ -376,7 +426,7 @@ def default_calibration() -> Calibration:
 def default_params() -> MfuParams:
     """Return the model fitted to the bundled points (one fit, about 0.2 s, once per process)."""
     points, net, peak = load_points()
-    return fit([p for p in points if p.use == "fit"], net, peak)
+    return fit([p for p in as_modelled(points) if p.use == "fit"], net, peak)
 
 
 def format_calibration(cal: Calibration) -> str:
@@ -405,16 +455,19 @@ def constant_baseline(path: str | Path | None = None) -> tuple[float, float]:
     return float(np.mean(np.abs(errs))), float(np.max(np.abs(errs)))
 
 
-def format_variants(path: str | Path | None = None) -> str:
-    """Return the leave-one-out comparison of the nested model variants and the constant baseline."""
-    lines = [f"{'fitted parameters':<42} {'in-sample mean/max':>19} {'leave-one-out mean/max':>23}"]
-    for free in VARIANTS:
-        s = calibrate(path, free).summary()
-        mark = "  <- default" if tuple(free) == FREE_PARAMS else ""
-        lines.append(f"{', '.join(free):<42} {s['in_sample_mean_abs']:8.1%} / {s['in_sample_max_abs']:6.1%}"
-                     f"   {s['leave_one_out_mean_abs']:10.1%} / {s['leave_one_out_max_abs']:6.1%}{mark}")
+def format_variants(path: str | Path | None = None, setups: Sequence[Sequence[str]] = SETUPS) -> str:
+    """Return the leave-one-out comparison of the model variants (fitted parameters x setup facts
+    taken into account) and the constant baseline."""
+    lines = [f"{'setup':<19} {'fitted parameters':<36} {'in-sample mean/max':>19} {'leave-one-out mean/max':>23}"]
+    for setup in setups:
+        for free in VARIANTS:
+            s = calibrate(path, free, setup).summary()
+            mark = "  <- default" if tuple(free) == FREE_PARAMS and tuple(setup) == SETUP else ""
+            lines.append(f"{'+'.join(setup) or 'neither':<19} {', '.join(free):<36} "
+                         f"{s['in_sample_mean_abs']:8.1%} / {s['in_sample_max_abs']:6.1%}"
+                         f"   {s['leave_one_out_mean_abs']:10.1%} / {s['leave_one_out_max_abs']:6.1%}{mark}")
     mean, mx = constant_baseline(path)
-    lines.append(f"{'constant MFU (geometric mean of the others)':<42} {'':>19}   {mean:10.1%} / {mx:6.1%}")
+    lines.append(f"{'constant MFU (geometric mean of the others)':<56} {'':>19}   {mean:10.1%} / {mx:6.1%}")
     return "\n".join(lines)
 
 
@@ -423,11 +476,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--points", default=None, help="points file (default: sim/specs/mfu_points.yaml)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--variants", action="store_true", help="compare the nested model variants (leave-one-out)")
+    ap.add_argument("--setup", default=",".join(SETUP),
+                    help=f"comma-separated facts of each source's setup to model, of {', '.join(SETUP_FACTS)} "
+                         f"(default: {','.join(SETUP) or 'none'})")
     args = ap.parse_args(argv)
     if args.variants:
         print(format_variants(args.points))
         return 0
-    cal = calibrate(args.points)
+    setup = tuple(f for f in args.setup.split(",") if f)
+    if set(setup) - set(SETUP_FACTS):
+        ap.error(f"--setup: unknown {sorted(set(setup) - set(SETUP_FACTS))}; choose from {', '.join(SETUP_FACTS)}")
+    cal = calibrate(args.points, FREE_PARAMS, setup)
     print(json.dumps(cal.to_json(), indent=1) if args.json else format_calibration(cal))
     return 0
 

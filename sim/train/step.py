@@ -12,9 +12,10 @@ options its performance recipes use):
   part longer than those GEMMs is exposed.
 * **CP**: a ring exchange of K and V chunks per layer (``cp - 1`` steps forward, twice that in
   backward for K, V and their gradients), overlapped with the attention core; the excess is exposed.
-* **EP**: a dispatch and a combine all-to-all per MoE layer in forward, two more in backward; a
-  fraction ``ep_exposed`` of their time is on the critical path (fitted: DeepEP deduplication and
-  shared-expert overlap hide the rest).
+* **EP**: a dispatch and a combine all-to-all per MoE layer in forward, two more in backward, each
+  sending ``topk`` copies of every token (Megatron's all-to-all dispatcher; DeepEP's one copy per
+  node is :mod:`sim.train.dispatch`, which the default calibration leaves out); a fraction
+  ``ep_exposed`` of their time is on the critical path (fitted: 1.0, nothing hidden).
 * **PP**: one activation (forward) or gradient (backward) transfer per stage boundary and
   micro-batch; overlapped in the steady state, exposed while the pipeline fills and drains.
 * **DP**: gradients reduce-scattered in fp32 (distributed optimizer) and parameters all-gathered in
