@@ -145,6 +145,12 @@ def _exponent(rows: list[dict], run: str) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def exponent_line(exps: dict[str, float | None]) -> str:
+    """Return the growth table's fitted-exponent line; a fit needs two or more sizes that ran."""
+    fitted = ", ".join(f"{k} {v:.2f}" for k, v in exps.items() if v is not None)
+    return "  fitted exponent of CPU seconds against GPUs: " + (fitted or "(needs two or more --sizes)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="256 GPUs only (seconds; used by the tests)")
@@ -187,8 +193,7 @@ def main(argv=None) -> int:
         for g, why in failed.items():
             print(f"  {g} GPUs failed: {why}")
         exps = {run: _exponent(growth, run) for run in ("cold", "warm")}
-        print("  fitted exponent of CPU seconds against GPUs: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in exps.items() if v is not None))
+        print(exponent_line(exps))
         doc["sections"]["growth"] = {"rows": growth, "cpu_exponent": exps, "failed": failed}
 
         if not args.no_fig17:

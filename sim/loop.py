@@ -172,7 +172,8 @@ class LoopResult:
 
 
 def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations: int, mode: str = "async", *,
-                   on_iteration: Callable[[Iteration], None] | None = None) -> list[Iteration]:
+                   on_iteration: Callable[[Iteration], None] | None = None,
+                   on_stage: Callable[[int, str], None] | None = None) -> list[Iteration]:
     """Run ``iterations`` RL iterations and return them (see the module note for the schedule).
 
     Parameters
@@ -184,6 +185,10 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
     mode : {"sync", "async"}
     on_iteration : callable, optional
         Called with each finished :class:`Iteration` (progress reporting).
+    on_stage : callable, optional
+        Called as ``on_stage(step, part)`` as each part of a step starts, ``part`` one of ``"trace"``
+        (building the step's length trace), ``"gen"``, ``"train"``, ``"weight-sync"``: progress
+        inside an iteration, whose stages can each take minutes on a big step.
 
     Raises
     ------
@@ -202,9 +207,15 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
     traces: dict[int, Trace] = {}
     gens: dict[int, tuple[float, StageResult, float]] = {}  # step -> (start, result, wall)
 
+    def starting(k: int, part: str) -> None:
+        if on_stage is not None:
+            on_stage(k, part)
+
     def gen(k: int, start: float) -> tuple[float, StageResult, float]:
         if k not in gens:
+            starting(k, "trace")
             traces[k] = trace_of(k)
+            starting(k, "gen")
             t0 = time.perf_counter()
             gens[k] = (start, _finite(stages.gen.run(traces[k], start), k), time.perf_counter() - t0)
         return gens[k]
@@ -215,6 +226,7 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
         g_start, g_res, g_wall = gens[k]
         g_end = g_start + g_res.time_s
         t_start = max(g_end, sync_end[k - 1])
+        starting(k, "train")
         t0 = time.perf_counter()
         t_res = _finite(stages.train.run(stages.batch_of(traces[k], g_res), t_start), k)
         wall = g_wall + time.perf_counter() - t0
@@ -226,6 +238,7 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
             s_start = max(t_end, n_start + n_res.time_s)
         else:
             s_start = max(t_end, g_end)
+        starting(k, "weight-sync")
         t0 = time.perf_counter()
         s_res = _finite(stages.sync.run(s_start), k)
         wall += time.perf_counter() - t0

@@ -14,12 +14,15 @@ from __future__ import annotations
 import csv
 import importlib.util
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["PlotFiles", "matplotlib_available", "write_csv", "grouped_bars", "scatter_frontier",
-           "pareto_frontier"]
+from fabric.errors import ConfigError
+
+__all__ = ["PlotFiles", "matplotlib_available", "check_output", "write_failure", "write_csv", "grouped_bars",
+           "scatter_frontier", "pareto_frontier"]
 
 MISSING_MATPLOTLIB = "matplotlib is not installed (pip install 'orchestrl[sim]'); wrote the CSV only"
 
@@ -36,6 +39,80 @@ class PlotFiles:
 def matplotlib_available() -> bool:
     """Return whether matplotlib can be imported (the ``sim`` extra)."""
     return importlib.util.find_spec("matplotlib") is not None
+
+
+def check_output(option: str, folder: str | os.PathLike[str], files: Sequence[str] = (), *,
+                 given: str | None = None, example: str = "results") -> Path:
+    """Return ``folder`` once it is a folder this process can write ``files`` into; refuse it otherwise.
+
+    Run before a sweep or a simulation, so a bad output location costs seconds, not the run: the
+    folder is created (with its parents) if missing, a temporary file is written and removed in it
+    (the only test that sees read-only mounts, full quotas and root alike), and none of ``files`` may
+    be an existing folder.
+
+    Parameters
+    ----------
+    option : str
+        The command-line option that named the location (``"--out"``, ``"--plot"``), for the message.
+    folder : path
+        Where the files go.
+    files : sequence of str
+        Names of the files that will be written in ``folder``.
+    given : str, optional
+        The option's value as the user typed it, when it is not ``folder`` itself (``--plot a/b.png``).
+    example : str
+        A value of ``option`` the fix suggests.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``option``, the path and the fix, when the folder is an existing file, cannot be
+        created or cannot be written, or a file to write is an existing folder.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = os.path.join(tempfile.mkdtemp(), "figs")
+    >>> check_output("--out", d, ["fig13.csv"]).is_dir()
+    True
+    """
+    path = Path(folder)
+    head = f"{given!r}: " if given is not None else ""
+    fix = f"a folder this user can write to (it is created if missing), e.g. {option} {example}"
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        where = "is" if existing == path else f"is inside {existing}, which is"
+        raise ConfigError("command line", option, f"{head}the folder {str(folder)!r} {where} an existing file",
+                          fix)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError("command line", option, f"{head}cannot create the folder {str(folder)!r}: "
+                          f"{exc.strerror or exc}", fix) from None
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".orchestrl-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError("command line", option, f"{head}cannot write in the folder {str(folder)!r}: "
+                          f"{exc.strerror or exc}", fix) from None
+    for name in files:
+        if (path / name).is_dir():
+            raise ConfigError("command line", option, f"{head}{str(path / name)!r} is a folder, so {name} cannot "
+                              "be written", f"another {option}, or move that folder away")
+    return path
+
+
+def write_failure(option: str, exc: OSError, files: Sequence[str]) -> str:
+    """Return the message of an output that failed after the work was done (the results are printed).
+
+    ``files`` are the paths the command meant to write; the message names the one that failed and
+    says that every one of them may be missing or stale.
+    """
+    failed = exc.filename if exc.filename is not None else (files[0] if files else "?")
+    return str(ConfigError("command line", option, f"could not write {failed} ({exc.strerror or exc}); "
+                           f"not written (or incomplete): {', '.join(map(str, files))}",
+                           "the results printed above are complete; free space or pick another "
+                           f"{option} and run again to get the files"))
 
 
 def write_csv(path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]]) -> str:

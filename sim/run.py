@@ -77,11 +77,15 @@ class Simulation:
                           seed=self.config.loop.seed, length_scale=w.length_scale,
                           drift_per_step=w.drift_per_step, source=self.source_trace)
 
-    def run(self, on_iteration: Callable[[Iteration], None] | None = None) -> LoopResult:
-        """Run the configured iterations and return throughput and throughput per dollar."""
+    def run(self, on_iteration: Callable[[Iteration], None] | None = None,
+            on_stage: Callable[[int, str], None] | None = None) -> LoopResult:
+        """Run the configured iterations and return throughput and throughput per dollar.
+
+        ``on_iteration`` and ``on_stage`` report progress (:func:`sim.loop.run_iterations`).
+        """
         started = time.perf_counter()
         its = run_iterations(self.stages, self.trace, self.config.loop.iterations, self.config.loop.mode,
-                             on_iteration=on_iteration)
+                             on_iteration=on_iteration, on_stage=on_stage)
         head, whole = throughput(its)
         detail = dict(self.detail, wall_s=time.perf_counter() - started, train_gpus=len(self.train_gpus),
                       gen_gpus=len(self.gen_gpus), prompts_per_step=self.prompts_per_step)
@@ -214,8 +218,13 @@ def _pod_gpus(cfg: RunConfig) -> int:
 
 def simulate(cfg: RunConfig, *, stages_factory: StageFactory | None = None,
              on_iteration: Callable[[Iteration], None] | None = None,
-             on_split: Callable[[list[dict[str, float]]], None] | None = None) -> LoopResult:
-    """Build and run ``cfg`` (finding the balanced split first when ``cluster.train_gpus`` is omitted)."""
+             on_split: Callable[[list[dict[str, float]]], None] | None = None,
+             on_stage: Callable[[int, str], None] | None = None) -> LoopResult:
+    """Build and run ``cfg`` (finding the balanced split first when ``cluster.train_gpus`` is omitted).
+
+    ``on_iteration``, ``on_split`` and ``on_stage`` report progress: each finished iteration, the
+    profile of the split candidates, and each part of a step as it starts.
+    """
     split_rows = None
     if cfg.cluster.train_gpus is None:
         n, split_rows = balanced_split(cfg, stages_factory)
@@ -225,4 +234,4 @@ def simulate(cfg: RunConfig, *, stages_factory: StageFactory | None = None,
     sim = build(cfg, stages_factory=stages_factory)
     if split_rows is not None:
         sim.detail["split_profile"] = split_rows
-    return sim.run(on_iteration)
+    return sim.run(on_iteration, on_stage)

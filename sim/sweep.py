@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
+import urllib.parse
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
 from fabric.errors import ConfigError
 
-__all__ = ["BACKENDS", "run_sweep", "NetCase", "run_net_case", "ray_available"]
+__all__ = ["BACKENDS", "run_sweep", "NetCase", "run_net_case", "ray_available", "check_ray_address"]
 
 BACKENDS = ("serial", "pool", "ray")
+RAY_PROBE_TIMEOUT_S = 5.0  # a Ray head answers a TCP connect in milliseconds; ray.init itself waits forever
 C = TypeVar("C")
 R = TypeVar("R")
 
@@ -37,6 +40,49 @@ def ray_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def check_ray_address(address: str | None, *, timeout_s: float = RAY_PROBE_TIMEOUT_S,
+                      source: str = "command line", option: str = "--ray") -> None:
+    """Refuse a Ray address where nothing listens, before ``ray.init`` (which would wait for it forever).
+
+    ``None``, ``"local"`` (start Ray here) and ``"auto"`` (Ray finds its own cluster) are left to Ray;
+    ``HOST:PORT`` and ``ray://HOST:PORT`` get one TCP connection attempt of at most ``timeout_s``.
+
+    Raises
+    ------
+    ConfigError
+        From ``source``, naming ``option``, the address and the fix, if the address is not ``HOST:PORT`` or the
+        connection is refused or times out.
+
+    Examples
+    --------
+    >>> check_ray_address("local")
+    >>> check_ray_address("head-node")
+    Traceback (most recent call last):
+    ...
+    fabric.errors.ConfigError: command line: field '--ray': 'head-node' is not HOST:PORT (allowed: ...)
+    """
+    if address is None or address in ("local", "auto"):
+        return
+    fix = ("HOST:PORT of a running Ray head (`ray start --head` prints it), ray://HOST:10001 for Ray Client, "
+           "'auto', or 'local' to start Ray on this machine")
+    rest = address.split("://", 1)[1] if "://" in address else address
+    try:
+        parts = urllib.parse.urlsplit("//" + rest)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or port is None:
+        raise ConfigError(source, option, f"{address!r} is not HOST:PORT", fix)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(source, option, f"no Ray cluster answers at {address} ({why})",
+                          f"start one there with `ray start --head --port={port}`, or use {option} local to run "
+                          "the cases on a Ray instance started on this machine") from None
 
 
 def run_sweep(fn: Callable[[C], R], cases: Sequence[C], *, backend: str = "pool", workers: int | None = None,
@@ -61,7 +107,8 @@ def run_sweep(fn: Callable[[C], R], cases: Sequence[C], *, backend: str = "pool"
     Raises
     ------
     ConfigError
-        For an unknown backend, or ``ray`` when Ray is not installed.
+        For an unknown backend, ``ray`` when Ray is not installed, or a ``ray_address`` where nothing
+        answers (:func:`check_ray_address`).
 
     Notes
     -----
@@ -96,6 +143,7 @@ def run_sweep(fn: Callable[[C], R], cases: Sequence[C], *, backend: str = "pool"
         raise ConfigError("sweep", "backend", "ray is not installed", "pip install 'orchestrl[ray]', or backend pool")
     import ray
 
+    check_ray_address(ray_address, source="sweep", option="ray_address")
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=ray_address, num_cpus=None if ray_address else (workers or os.cpu_count()),

@@ -86,17 +86,19 @@ def register(groups: argparse._SubParsersAction) -> None:
     col.set_defaults(func=_collective)
 
     fig = sub.add_parser("figure", help="run a paper experiment: paper value, ours and their ratio",
-                         description="fig13: RL throughput vs FT on six fabrics (§7.2.1); fig14: per-stage time "
-                                     "vs FT (§7.2.2); fig16: performance vs network cost at 100-800 Gb/s "
-                                     "(§7.2.4); fig21: link failures per RL stage (Appendix H); fig23: "
-                                     "traffic-aware vs uniform circuit allocation (Appendix I). Sweeps write "
-                                     "NAME.png and NAME.csv into --out.")
-    fig.add_argument("name", choices=tuple(_FIGURES), help="experiment")
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Run one experiment of the OrchestrRL paper: the paper's number, ours and "
+                                     "their ratio.\n\n"
+                                     + "\n".join(f"  {name}  {what}" for name, (_, what) in _FIGURES.items())
+                                     + "\n\nSweeps take --workers/--ray and write NAME.png and NAME.csv into "
+                                       "--out; the folder is checked\n(created if missing) before the sweep "
+                                       "starts, and --ray HOST:PORT is probed first.")
+    fig.add_argument("name", choices=tuple(_FIGURES), help="experiment (see the list above)")
     fig.add_argument("--quick", action="store_true", help="reduced run (under a minute)")
     fig.add_argument("--json", action="store_true",
                      help='print {"figure", "rows": [{"label", "paper", "ours", "ratio", ...}], "notes"}')
     fig.add_argument("--workers", type=int, metavar="N", help="sweeps: processes of the local pool (default: CPUs)")
-    fig.add_argument("--ray", metavar="ADDRESS", help="sweeps: run the cases on the Ray cluster at ADDRESS "
+    fig.add_argument("--ray", metavar="ADDRESS", help="sweeps: run the cases on the Ray cluster at HOST:PORT "
                                                       "('local' starts one here; needs orchestrl[ray])")
     fig.add_argument("--out", metavar="DIR", help="sweeps: folder for NAME.png and NAME.csv (default: .)")
     fig.set_defaults(func=_figure)
@@ -105,9 +107,19 @@ def register(groups: argparse._SubParsersAction) -> None:
     cmd_sim_run.register(sub)
 
 
-_FIGURES = {"fig21": "sim.experiments.fig21", "fig23": "sim.experiments.fig23",
-            "fig13": "sim.experiments.fig13", "fig14": "sim.experiments.fig14", "fig16": "sim.experiments.fig16",
-            "fig17": "sim.experiments.fig17", "fig18": "sim.experiments.fig18", "fig22": "sim.experiments.fig22"}
+#: name -> (module, one line on what it shows); "(sweep)": takes --workers, --ray and --out
+_FIGURES = {
+    "fig13": ("sim.experiments.fig13", "§7.2.1: end-to-end RL throughput on the six fabrics, relative to FT (sweep)"),
+    "fig14": ("sim.experiments.fig14", "§7.2.2: per-stage time of 57B MoE on the six fabrics, relative to FT (sweep)"),
+    "fig16": ("sim.experiments.fig16", "§7.2.4: performance vs network cost at 100-800 Gb/s, Pareto frontier "
+                                       "(sweep)"),
+    "fig17": ("sim.experiments.fig17", "§7.3.1: 2x2 co-design ablation, scheduler x fabric, Qwen3-235B (sweep)"),
+    "fig18": ("sim.experiments.fig18", "§7.3.2: a Gen step switching AFD -> TP layout, RFabric vs FT-OS (sweep)"),
+    "fig21": ("sim.experiments.fig21", "Appendix H: one and two NIC-EPS or OCS-layer link failures, per RL stage"),
+    "fig22": ("sim.experiments.fig22", "§7.2.5 / Appendix I: each RL stage's sensitivity to the OCS "
+                                       "reconfiguration delay (sweep)"),
+    "fig23": ("sim.experiments.fig23", "Appendix I: traffic-aware (Algorithm 3) vs uniform circuit allocation"),
+}
 
 
 def _figure(args: argparse.Namespace) -> int:
@@ -120,7 +132,7 @@ def _figure(args: argparse.Namespace) -> int:
     for opt in ("workers", "ray", "out"):  # only the sweep options given, so one-process figures keep working
         if getattr(args, opt) is not None:
             argv += [f"--{opt}", str(getattr(args, opt))]
-    module = importlib.import_module(_FIGURES[args.name])
+    module = importlib.import_module(_FIGURES[args.name][0])
     ticker = Ticker()
     # fig21/fig23 report progress per configuration; the sweeps print their own per case
     kwargs = {"progress": ticker.step} if "progress" in inspect.signature(module.main).parameters else {}

@@ -2,7 +2,13 @@
 
 Prints one line by default (``--json`` for the whole result), a progress line per iteration on
 stderr, and with ``--plot out.png`` a timeline of both clusters plus ``out.csv`` with every bar.
-Bad input is refused with the file, the field and what is allowed (exit status 2).
+Bad input is refused with the file, the field and what is allowed (exit status 2); the ``--plot``
+location is checked before the simulation, and the result is printed before the files are written,
+so a write that still fails (disk full) costs the files, never the result (exit status 1).
+
+A part of a step that runs longer than ``ORCHESTRL_PROGRESS_EVERY_S`` (default 10 s) is named on
+stderr every that many seconds (building the step's trace, generation, training, weight sync), so a
+big step shows where it is.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ import argparse
 import csv
 import json
 import math
+import os
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -53,6 +61,7 @@ def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = 
         raise ConfigError("command line", "CONFIG.yaml", "is required", "a run file, e.g. examples/sim/demo-64gpu.yaml")
     if args.plot:
         _check_plot(args.plot)
+    plot_files = [args.plot, str(Path(args.plot).with_suffix(".csv"))] if args.plot else []
     cfg = load_run_config(args.config)
     if args.fabric:
         cfg = cfg.with_fabric(args.fabric)
@@ -60,16 +69,24 @@ def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = 
         if args.iterations < 1:
             raise ConfigError("command line", "--iterations", f"{args.iterations}", "an integer >= 1")
         cfg = validate(replace(cfg, loop=replace(cfg.loop, iterations=args.iterations)))
-    c = cfg.cluster
+    c, w = cfg.cluster, cfg.workload
     split = f"{c.train_gpus} train" if c.train_gpus else "balanced split"
+    step = (f"{w.prompts_per_step * w.responses_per_prompt:,} responses per step" if w.prompts_per_step
+            else f"{w.responses_per_gen_gpu} responses per generation GPU per step")
     err.write(f"[sim run] {cfg.name}: {cfg.model} on {cfg.fabric.kind} {c.gpus} GPUs ({split}), "
-              f"{cfg.loop.mode}, {cfg.loop.iterations} iteration(s)\n")
+              f"{cfg.loop.mode}, {cfg.loop.iterations} iteration(s), {step}\n")
     started = time.perf_counter()
     total = cfg.loop.iterations
+    beat = _Heartbeat(err, _every_s(), "building the fabric and stage models" if c.train_gpus
+                      else "profiling the Train/Gen splits")
 
     def on_split(rows):
         for r in rows:
             err.write(f"[sim run] split {r['train_gpus']} train: gen {r['gen_s']:.2f} s, train {r['train_s']:.2f} s\n")
+        beat.phase("building the fabric and stage models")
+
+    def on_stage(step: int, part: str) -> None:
+        beat.phase(f"step {step + 1}/{total}: {_PARTS.get(part, part)}")
 
     def on_iteration(it):
         done = it.index + 1
@@ -78,11 +95,10 @@ def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = 
                   f"sync {it.sync.time_s:.3f} s  (simulated in {it.wall_s:.1f} s)\n")
         err.flush()
 
-    result = simulate(cfg, stages_factory=stages_factory, on_iteration=on_iteration, on_split=on_split)
+    with beat:
+        result = simulate(cfg, stages_factory=stages_factory, on_iteration=on_iteration, on_split=on_split,
+                          on_stage=on_stage)
     wall = time.perf_counter() - started
-    if args.plot:
-        write_plot(result, args.plot, title=f"{cfg.name}: {cfg.model} on {cfg.fabric.kind}, {cfg.loop.mode}")
-        err.write(f"[sim run] wrote {args.plot} and {Path(args.plot).with_suffix('.csv')}\n")
     if args.json:
         doc = {"name": cfg.name, "model": cfg.model, "fabric": cfg.fabric.kind, "gpus": c.gpus,
                "train_gpus": result.detail["train_gpus"], "gen_gpus": result.detail["gen_gpus"],
@@ -93,7 +109,64 @@ def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = 
         print(json.dumps(_finite(doc)))
     else:
         print(summary_line(cfg, result, wall))
+    sys.stdout.flush()  # the result is out before anything can go wrong writing the plot
+    if args.plot:
+        try:
+            write_plot(result, args.plot, title=f"{cfg.name}: {cfg.model} on {cfg.fabric.kind}, {cfg.loop.mode}")
+        except OSError as exc:
+            from sim.plot import write_failure
+
+            err.write(f"orchestrl: error: {write_failure('--plot', exc, plot_files)}\n")
+            return 1
+        err.write(f"[sim run] wrote {plot_files[0]} and {plot_files[1]}\n")
     return 0
+
+
+def _every_s() -> float:
+    """Seconds between progress lines inside a step (``ORCHESTRL_PROGRESS_EVERY_S``; the tests lower it)."""
+    try:
+        return float(os.environ.get("ORCHESTRL_PROGRESS_EVERY_S", "10"))
+    except ValueError:
+        return 10.0
+
+
+_PARTS = {"trace": "building the step's length trace", "gen": "generation", "train": "training",
+          "weight-sync": "weight sync"}
+
+
+class _Heartbeat:
+    """Names the running part of the run on stderr every ``every_s`` while it lasts longer than that.
+
+    A daemon thread, so the stage models stay free of progress calls: a part that finishes sooner
+    prints nothing, one that takes minutes (a huge step's trace or generation) says so.
+    """
+
+    def __init__(self, stream: TextIO, every_s: float, first: str) -> None:
+        self.stream, self.every_s = stream, max(every_s, 0.01)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._name, self._since = first, time.perf_counter()
+        self._thread = threading.Thread(target=self._beat, name="sim-run-progress", daemon=True)
+
+    def phase(self, name: str) -> None:
+        with self._lock:
+            self._name, self._since = name, time.perf_counter()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_s):
+            with self._lock:
+                name, ran_s = self._name, time.perf_counter() - self._since
+            if ran_s >= self.every_s:
+                self.stream.write(f"[sim run] {name}: running for {ran_s:.1f} s\n")
+                self.stream.flush()
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def summary_line(cfg, result, wall_s: float) -> str:
@@ -122,6 +195,9 @@ def timeline_rows(result) -> list[dict[str, object]]:
 
 
 def _check_plot(path: str) -> None:
+    """Refuse a --plot path before the simulation: not .png, no matplotlib, or a folder it cannot write."""
+    from sim.plot import check_output
+
     if not path.lower().endswith(".png"):
         raise ConfigError("command line", "--plot", f"{path!r} is not a .png file", "a path ending in .png")
     try:
@@ -129,6 +205,9 @@ def _check_plot(path: str) -> None:
     except ImportError:
         raise ConfigError("command line", "--plot", "needs matplotlib, which is not installed",
                           "pip install matplotlib, or run without --plot (--json has every number)") from None
+    png = Path(path)  # checked last: it creates the folder
+    check_output("--plot", png.parent, [png.name, png.with_suffix(".csv").name], given=path,
+                 example="results/run.png")
 
 
 def write_plot(result, path: str, title: str = "") -> None:

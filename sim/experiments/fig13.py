@@ -41,10 +41,10 @@ from fabric.errors import ConfigError
 from sim.config import RunConfig, load_run_config, validate
 from sim.experiments.common import Row, figure_document, format_rows
 from sim.network.config import FABRICS
-from sim.plot import PlotFiles, grouped_bars
+from sim.plot import PlotFiles, check_output, grouped_bars, write_failure
 from sim.run import Simulation, _pod_gpus, balanced_split, build, default_stages
 from sim.stages.generation import GenerationStage
-from sim.sweep import run_sweep
+from sim.sweep import check_ray_address, run_sweep
 from sim.workload import split_candidates
 
 __all__ = ["RLCase", "MODELS", "AFD_INSTANCE", "case_config", "run_case", "sweep", "run", "rows_of",
@@ -182,7 +182,10 @@ def sweep(cases: Sequence[RLCase], *, workers: int | None = None, ray_address: s
                               "a case with train_gpus set")
     todo = [replace(c, train_gpus=split[_group(c)]) if c.train_gpus is None else c for c in cases]
     rest = [c for c, orig in zip(todo, cases) if orig not in done]
-    got = dict(zip(rest, batch(rest, "every fabric on its split"))) if rest else {}
+    # the phase says what runs: FT's split, unless some cases brought their own
+    own = any(orig.train_gpus is not None for orig in cases if orig not in done)
+    phase = "the other cases (FT's split where none is set)" if own else "every fabric on FT's split"
+    got = dict(zip(rest, batch(rest, phase))) if rest else {}
     out = []
     for orig, c in zip(cases, todo):
         r = dict(done[orig]) if orig in done else dict(got[c])
@@ -259,33 +262,50 @@ def add_sweep_options(ap: argparse.ArgumentParser) -> None:
 
 
 def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Return run()'s keyword arguments from parsed options; refuse bad ones with a ConfigError."""
+    """Return run()'s keyword arguments from parsed options; refuse bad ones with a ConfigError.
+
+    ``--ray HOST:PORT`` is probed here (:func:`sim.sweep.check_ray_address`), before any case runs.
+    """
     if args.workers is not None and args.workers < 1:
         raise ConfigError("command line", "--workers", f"{args.workers} is not a number of processes", ">= 1")
     if args.ray is not None and args.workers is not None:
         raise ConfigError("command line", "--workers", "sizes the local pool, not a Ray cluster", "--workers or --ray")
+    check_ray_address(args.ray)
     return {"quick": args.quick, "workers": args.workers, "ray_address": args.ray}
 
 
 def figure_main(name: str, title: str, unit: str, notes: Sequence[str], run_fn: Callable[..., tuple],
                 plot_fn: Callable[[Sequence[dict[str, Any]], str], PlotFiles], argv=None, doc: str = "") -> int:
-    """Parse the options, run the sweep, print the table (or JSON) and write the PNG and CSV."""
+    """Parse the options, run the sweep, print the table (or JSON), then write the PNG and CSV.
+
+    The options and the output folder are checked before the sweep (exit status 2 with the option,
+    the path and the fix). The table is printed before the files are written, so a write that still
+    fails at the end (disk full, the folder removed meanwhile) loses no result: the error names what
+    was not written and the exit status is 1.
+    """
     ap = argparse.ArgumentParser(prog=f"orchestrl sim figure {name}", description=(doc or title).splitlines()[0])
     add_sweep_options(ap)
     args = ap.parse_args(argv)
+    names = [f"{name}.png", f"{name}.csv"]
     try:
         kwargs = sweep_options(args)
+        check_output("--out", args.out, names)
         rows, results = run_fn(**kwargs)
     except ConfigError as exc:
         sys.stderr.write(f"orchestrl: error: {exc}\n")
         return 2
-    files = plot_fn(results, args.out)
     notes = list(notes) + [f"FAILED {r['model']}/{r['gpus']}/{r['fabric']}@{r['link_gbps']}G: {r['error']}"
                            for r in results if r.get("error")]
     if args.json:
         print(json.dumps(figure_document(name, rows, notes)))
     else:
         print(format_rows(title, rows, unit, notes))
+    sys.stdout.flush()  # the results are out before anything can go wrong writing the files
+    try:
+        files = plot_fn(results, args.out)
+    except OSError as exc:
+        sys.stderr.write(f"orchestrl: error: {write_failure('--out', exc, [str(Path(args.out) / n) for n in names])}\n")
+        return 1
     wrote = " and ".join(p for p in (files.png, files.csv) if p)
     sys.stderr.write(f"[{name}] wrote {wrote}\n" + (f"[{name}] {files.note}\n" if files.note else ""))
     return 0

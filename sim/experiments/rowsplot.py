@@ -13,12 +13,15 @@ import argparse
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from fabric.errors import ConfigError
 from sim.experiments.common import Row, figure_document, format_rows
-from sim.plot import _pyplot, matplotlib_available, write_csv
+from sim.plot import _pyplot, check_output, matplotlib_available, write_csv, write_failure
+from sim.sweep import check_ray_address, run_sweep
 
 __all__ = ["FigureCli", "SweepFigure", "figure_main", "row_dicts", "sweep_cases", "write_rows"]
 
@@ -79,8 +82,6 @@ def sweep_cases(run_case: Callable[[Any], dict[str, Any]], cases: Sequence[Any],
                 ray_address: str | None = None) -> list[dict[str, Any]]:
     """Run independent cases on a process pool, or on Ray with ``ray_address`` (``"local"`` starts one
     here); return the raw per-case results in case order."""
-    from sim.sweep import run_sweep
-
     backend = "ray" if ray_address else "pool"
     address = None if ray_address in (None, "local") else ray_address
     return run_sweep(run_case, cases, backend=backend, workers=workers, ray_address=address)
@@ -104,8 +105,14 @@ class FigureCli:
 
 def figure_main(fig: FigureCli, sweep: Callable[..., list[dict[str, Any]]],
                 rows_of: Callable[[list[dict[str, Any]]], list[Row]], argv: Sequence[str] | None = None) -> int:
-    """``--quick/--json/--workers/--ray/--out`` for a sweep figure: run, write CSV (+ PNG), print the table."""
-    ap = argparse.ArgumentParser(description=fig.description)
+    """``--quick/--json/--workers/--ray/--out`` for a sweep figure: run, print the table, write CSV (+ PNG).
+
+    ``--workers``, ``--ray`` and the ``--out`` folder are checked before the sweep (exit status 2 with
+    the option, the value and the fix). The table is printed before the files are written, so a write
+    that still fails at the end (disk full, the folder removed meanwhile) loses no result: the error
+    names what was not written and the exit status is 1.
+    """
+    ap = argparse.ArgumentParser(prog=f"orchestrl sim figure {fig.name}", description=fig.description)
     ap.add_argument("--quick", action="store_true", help=fig.quick_help)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workers", type=int, default=None, help="processes of the local pool (default: CPUs)")
@@ -113,17 +120,32 @@ def figure_main(fig: FigureCli, sweep: Callable[..., list[dict[str, Any]]],
     ap.add_argument("--out", default=".", metavar="DIR",
                     help=f"folder for {fig.name}.png and {fig.name}.csv (default: .)")
     args = ap.parse_args(argv)
+    names = [f"{fig.name}.csv", f"{fig.name}.png"]
+    try:
+        if args.workers is not None and args.workers < 1:
+            raise ConfigError("command line", "--workers", f"{args.workers} is not a number of processes", ">= 1")
+        check_ray_address(args.ray)
+        check_output("--out", args.out, names)
+    except ConfigError as exc:
+        sys.stderr.write(f"orchestrl: error: {exc}\n")
+        return 2
     results = sweep(args.quick, args.workers, args.ray)
     rows = rows_of(results)
-    csv_path, png_path, why = write_rows(fig.name, rows, args.out, title=fig.plot_title, ylabel=fig.ylabel,
-                                         log_y=fig.log_y)
-    notes = list(fig.notes) + [f"wrote {csv_path}" + (f" and {png_path}" if png_path else f"; {why}")]
     if args.json:
-        doc = figure_document(fig.name, rows, notes)
+        doc = figure_document(fig.name, rows, fig.notes)
         doc[fig.results_key] = results
         print(json.dumps(doc, default=str))
     else:
-        print(format_rows(fig.heading, rows, fig.unit, notes))
+        print(format_rows(fig.heading, rows, fig.unit, fig.notes))
+    sys.stdout.flush()  # the results are out before anything can go wrong writing the files
+    try:
+        csv_path, png_path, why = write_rows(fig.name, rows, args.out, title=fig.plot_title, ylabel=fig.ylabel,
+                                             log_y=fig.log_y)
+    except OSError as exc:
+        paths = [os.path.join(args.out, n) for n in names]
+        sys.stderr.write(f"orchestrl: error: {write_failure('--out', exc, paths)}\n")
+        return 1
+    sys.stderr.write(f"[{fig.name}] wrote {csv_path}" + (f" and {png_path}\n" if png_path else f"; {why}\n"))
     return 0
 
 

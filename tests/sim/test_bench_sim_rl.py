@@ -29,3 +29,12 @@ def test_a_warm_iteration_reuses_the_weight_sync_plan_and_the_parts_add_up(capsy
         assert r["parts_cpu_s"]["gen planner"] > 0 and r["parts_cpu_s"]["gen engine"] > 0
         assert r["parts_cpu_s"]["other"] >= -0.05  # the parts never claim more than the process used
         assert all(t > 0 for t in r["simulated_s"].values())
+
+
+def test_the_growth_exponent_line_says_when_one_size_gives_nothing_to_fit():
+    bench = _bench()
+    # --sizes 2048: one point per run, so neither fit exists
+    assert bench.exponent_line({"cold": None, "warm": None}).endswith(
+        "fitted exponent of CPU seconds against GPUs: (needs two or more --sizes)")
+    assert bench.exponent_line({"cold": 1.234, "warm": None}).endswith("against GPUs: cold 1.23")
+    assert bench._exponent([{"gpus": 2048, "run": "cold", "cpu_s": 50.0}], "cold") is None

@@ -60,6 +60,12 @@ def test_writes_the_csv_of_every_case_and_the_png(fig13):
         assert not (out / "fig13.png").exists() and "pip install 'orchestrl[sim]'" in err
 
 
+def test_progress_says_every_fabric_runs_on_fts_split(fig13):
+    _, _, err = fig13
+    assert "[fig13] FT picks the splits: 1/1 cases" in err
+    assert "[fig13] every fabric on FT's split: 5/5 cases" in err  # not "on its split": FT's is the only one
+
+
 def test_oversubscription_and_optical_only_fabrics_lose_throughput_rail_optimised_does_not(fig13):
     doc, _, _ = fig13
     assert _ours(doc, "57b-moe/512/ft-os/ft") < 0.95  # 3:1 uplinks slow EP, M2N and the weight sync
