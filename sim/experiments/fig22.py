@@ -33,7 +33,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 from sim.experiments.common import Row
 from sim.experiments.rowsplot import FigureCli, SweepFigure
@@ -169,6 +169,15 @@ def rows_of(results: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
+def curves(rows: Sequence[Row]) -> tuple[str, dict[str, list[tuple[float, float]]]]:
+    """Each stage's slowdown against T_ocs (the plot; the summary rows of Gen's range are left out)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if "instant_s" in r.detail:
+            out.setdefault(r.label.split("/")[0], []).append((r.detail["delay_s"], r.ours))
+    return "OCS reconfiguration delay T_ocs (s)", out
+
+
 NOTES = ("ours: stage time at T_ocs over the stage's time with instant switching; fine-grained reconfiguration "
          "in every stage (Appendix I)",
          "paper gives numbers only for Gen's range (4-325x); Train 'stable for T_ocs <= 100 ms', Weight Sync "
@@ -185,7 +194,8 @@ FIGURE = SweepFigure(
               unit='x T_ocs = 0',
               notes=NOTES,
               results_key='cases',
-              log_y=True),
+              log_y=True,
+              curves=curves),
     run_case=run_case, cases=cases, rows_of=rows_of)
 sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main  # the entry points bench/, tests and the CLI use
 

@@ -23,7 +23,10 @@ from sim.experiments.common import Row, figure_document, format_rows
 from sim.plot import _pyplot, check_output, matplotlib_available, write_csv, write_failure
 from sim.sweep import check_ray_address, run_sweep
 
-__all__ = ["FigureCli", "SweepFigure", "figure_main", "row_dicts", "sweep_cases", "write_rows"]
+#: ``rows -> (xlabel, {series: [(x, y), ...]})``: what a figure plots as lines (fig22: time vs OCS delay).
+Curves = Callable[[Sequence[Row]], "tuple[str, dict[str, list[tuple[float, float]]]]"]
+
+__all__ = ["Curves", "FigureCli", "SweepFigure", "figure_main", "row_dicts", "sweep_cases", "write_rows"]
 
 
 def row_dicts(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -43,8 +46,11 @@ def _cell(v: Any) -> Any:
 
 
 def write_rows(name: str, rows: Sequence[Row], out_dir: str | os.PathLike[str], *, title: str, ylabel: str,
-               log_y: bool = False) -> tuple[str, str | None, str | None]:
+               log_y: bool = False, curves: "Curves | None" = None) -> tuple[str, str | None, str | None]:
     """Write ``NAME.csv`` (every row) and ``NAME.png`` (ours beside the paper's value) into ``out_dir``.
+
+    With ``curves`` the PNG is one line per series against a numeric x (log scale) instead of bars:
+    ``curves(rows)`` returns ``(xlabel, {series: [(x, y), ...]})``.
 
     Returns
     -------
@@ -57,6 +63,24 @@ def write_rows(name: str, rows: Sequence[Row], out_dir: str | os.PathLike[str], 
     if not matplotlib_available():
         return csv_path, None, "matplotlib is not installed (pip install 'orchestrl[sim]'); wrote the CSV only"
     plt = _pyplot()
+    png_path = os.path.join(out_dir, f"{name}.png")
+    if curves is not None:
+        xlabel, series = curves(rows)
+        fig, ax = plt.subplots(figsize=(7.0, 4.0))
+        for label, pts in series.items():
+            pts = sorted(pts)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        if log_y:
+            ax.set_yscale("log")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(png_path, dpi=120)
+        plt.close(fig)
+        return csv_path, png_path, None
 
     labels = [r.label for r in rows]
     x = range(len(rows))
@@ -72,7 +96,6 @@ def write_rows(name: str, rows: Sequence[Row], out_dir: str | os.PathLike[str], 
         ax.set_yscale("log")
     ax.legend()
     fig.tight_layout()
-    png_path = os.path.join(out_dir, f"{name}.png")
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
     return csv_path, png_path, None
@@ -101,6 +124,7 @@ class FigureCli:
     notes: Sequence[str]
     results_key: str
     log_y: bool = False
+    curves: "Curves | None" = None  # draw lines against a numeric x instead of bars (see write_rows)
 
 
 def figure_main(fig: FigureCli, sweep: Callable[..., list[dict[str, Any]]],
@@ -140,7 +164,7 @@ def figure_main(fig: FigureCli, sweep: Callable[..., list[dict[str, Any]]],
     sys.stdout.flush()  # the results are out before anything can go wrong writing the files
     try:
         csv_path, png_path, why = write_rows(fig.name, rows, args.out, title=fig.plot_title, ylabel=fig.ylabel,
-                                             log_y=fig.log_y)
+                                             log_y=fig.log_y, curves=fig.curves)
     except OSError as exc:
         paths = [os.path.join(args.out, n) for n in names]
         sys.stderr.write(f"orchestrl: error: {write_failure('--out', exc, paths)}\n")

@@ -99,6 +99,11 @@ def test_fig22_each_stage_responds_to_the_ocs_delay_as_its_slack_allows(tmp_path
     assert rows["gen/25ms"]["ours"] > 10 * rows["train/25ms"]["ours"]
     assert rows["gen/max"]["paper"] == 325.0 and rows["gen/max"]["ours"] == rows["gen/120s"]["ours"]
     assert rows["gen/min>=1ms"]["ours"] == rows["gen/25ms"]["ours"]  # the quick sweep's smallest delay >= 1 ms
+    # the plot is each stage's slowdown against the delay, not the summary rows of Gen's range
+    xlabel, series = fig22.curves(fig22.rows_of(doc["cases"]))
+    assert set(series) == set(fig22.STAGES) and "T_ocs" in xlabel
+    assert sorted(series["gen"]) == sorted((r["delay_s"], r["ours"]) for lab, r in rows.items()
+                                           if lab.startswith("gen/") and "instant_s" in r)
 
 
 def test_the_new_figures_are_commands():
