@@ -214,33 +214,36 @@ def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, A
     return PlotFiles(csv_path, png)
 
 
-def pareto_frontier(points: Sequence[tuple[float, float]]) -> list[int]:
+def pareto_frontier(points: Sequence[tuple[float, float]], rel_tol: float = 1e-4) -> list[int]:
     """Return the indices of the points no other point beats on both cost (lower) and performance (higher).
 
-    Points are ``(cost, performance)``; the frontier is returned in order of increasing cost. Equal
-    points are all on it or all off it (FT and RO price and perform alike in Figure 16).
+    Points are ``(cost, performance)``; the frontier is returned in order of increasing cost. Values
+    within ``rel_tol`` of each other count as equal, so a point beats another only where it is
+    better beyond that on one axis and no worse on the other: FT and RO in Figure 16 cost the same
+    and differ in throughput by a few parts per million of simulation detail, and are both on it
+    or both off it.
 
     Notes
     -----
-    Sort by cost, then one pass keeping each point that improves on the best performance so far:
-    O(n log n) for n points.
+    Every pair is compared: O(n^2) for n points (a figure has a few dozen).
 
     Examples
     --------
     >>> pareto_frontier([(1.0, 1.0), (2.0, 0.5), (3.0, 2.0), (0.5, 0.2)])
     [3, 0, 2]
-    >>> pareto_frontier([(1.0, 1.0), (1.0, 1.0), (2.0, 0.5)])
-    [0, 1]
+    >>> pareto_frontier([(1.0, 1.0), (1.0, 1.000001), (2.0, 1.0)])
+    [1, 0]
     """
-    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
-    out, best, at = [], float("-inf"), None
-    for i in order:
-        if points[i][1] > best:
-            out.append(i)
-            best, at = points[i][1], points[i]
-        elif points[i] == at:  # the same point again: dominated by nothing the first is not
-            out.append(i)
-    return out
+    def close(a: float, b: float) -> bool:
+        return abs(a - b) <= rel_tol * max(abs(a), abs(b))
+
+    def beats(j: int, i: int) -> bool:
+        (cj, pj), (ci, pi) = points[j], points[i]
+        no_worse = (cj <= ci or close(cj, ci)) and (pj >= pi or close(pj, pi))
+        return no_worse and not (close(cj, ci) and close(pj, pi))
+
+    on = [i for i in range(len(points)) if not any(beats(j, i) for j in range(len(points)) if j != i)]
+    return sorted(on, key=lambda i: (points[i][0], -points[i][1], i))
 
 
 def scatter_frontier(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]], *, x: str, y: str,
