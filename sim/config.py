@@ -36,16 +36,23 @@ from fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec, spec_from_mapping
 from fabric.layout import ParallelLayout
 from fabric.topology import load_topology
 from sim.network.config import FABRICS, GPUS_PER_SERVER
+from sim.workload import step_size
 
 __all__ = ["ClusterSettings", "FabricSettings", "TrainSettings", "GenerationSettings", "WorkloadSettings",
            "LoopSettings", "CostSettings", "RunConfig", "load_run_config", "config_from_mapping",
            "config_reference", "validate", "default_rfabric_for_run", "no_split_error", "MODES", "GEN_POLICIES",
-           "SYNC_METHODS", "ALLOCATIONS"]
+           "SYNC_METHODS", "ALLOCATIONS", "MAX_RESPONSES_PER_GPU", "MAX_CONTEXT_TOKENS"]
 
 MODES = ("sync", "async")
 GEN_POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")  # as sim.stages.generation
 SYNC_METHODS = ("planned", "flat")
 ALLOCATIONS = ("greedy", "greedy+ls", "uniform")
+# A sanity bound on a step, 16x App. F's 16 responses per generation GPU: past it the engines only queue
+# behind full batches, so throughput no longer moves (64 GPUs: 11.1 -> 11.8 samples/s from 128 to 1,024
+# per generation GPU) while simulating one iteration grows superlinearly (1,024: 87 s; 8,192: > 10 min).
+MAX_RESPONSES_PER_GPU = 256
+# The longest context of the bundled models (Qwen2.5 and Qwen3, 128K tokens with YaRN).
+MAX_CONTEXT_TOKENS = 131072
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
@@ -112,10 +119,14 @@ class GenerationSettings:
 class WorkloadSettings:
     responses_per_prompt: int = _f(8, "GRPO group size: responses sampled per prompt", min=1)
     responses_per_gen_gpu: int = _f(16, "responses per step per generation GPU when prompts_per_step is "
-                                        "omitted (App. F sizes steps at 16 requests per GPU)", min=1)
+                                        "omitted (App. F sizes steps at 16 requests per GPU)", min=1,
+                                    max=MAX_RESPONSES_PER_GPU)
     prompts_per_step: int | None = _f(None, "prompts per RL step; omit to scale the step to the generation "
-                                            "GPUs (responses_per_gen_gpu)", min=1)
-    max_tokens: int = _f(15360, "generation length cap, tokens (§6: 15K and 25K)", min=16)
+                                            "GPUs (responses_per_gen_gpu). A step holds at most "
+                                            f"{MAX_RESPONSES_PER_GPU} responses per GPU of the cluster (past that "
+                                            "engines only queue: throughput is flat, simulation time is not)", min=1)
+    max_tokens: int = _f(15360, "generation length cap, tokens (§6: 15K and 25K; at most the bundled models' "
+                                "longest context, 128K)", min=16, max=MAX_CONTEXT_TOKENS)
     length_scale: float = _f(1.0, "multiplies every response length of the synthetic trace", min=0.01)
     drift_per_step: float = _f(0.0, "relative growth of response lengths per RL step", min=0.0, max=1.0)
     trace: str | None = _f(None, "a generation-step trace file (compute_sched/traces.py format), relative to "
@@ -304,6 +315,15 @@ def validate(cfg: RunConfig) -> RunConfig:
             raise ConfigError(src, "fabric.link_gbps", f"{f.link_gbps} differs from {f.topology}'s "
                               f"{spec.link_bps / 1e9:g} Gb/s", "the topology's link speed")
     w = cfg.workload
+    responses = w.responses_per_prompt * step_size(w.responses_per_prompt, w.responses_per_gen_gpu,
+                                                   c.gpus - (c.train_gpus or GPUS_PER_SERVER), w.prompts_per_step)
+    if responses > MAX_RESPONSES_PER_GPU * c.gpus:
+        name = "prompts_per_step" if w.prompts_per_step is not None else "responses_per_prompt"
+        raise ConfigError(src, f"workload.{name}", f"a step of {responses:,} responses is over {MAX_RESPONSES_PER_GPU} "
+                          f"per GPU of the {c.gpus}-GPU cluster, a sanity bound (16x App. F's step): past it the "
+                          "engines only queue, so throughput stays flat while simulation time grows superlinearly",
+                          f"prompts_per_step x responses_per_prompt <= {MAX_RESPONSES_PER_GPU * c.gpus:,}, or "
+                          "more cluster.gpus")
     if w.trace is not None:
         path = cfg.resolve(w.trace)
         if not os.path.isfile(path):

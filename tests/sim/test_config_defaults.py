@@ -152,3 +152,23 @@ def test_model_and_gpu_files_resolve_against_the_run_file_not_the_cwd(tmp_path, 
     absolute = _write(tmp_path / "abs" / "run.yaml", f"name: r\nmodel: {tmp_path / 'runs' / 'specs' / 'mine.yaml'}\n")
     assert load_run_config(absolute).model_spec().name == "Mine-14B"
 
+
+# ------------------------------------------------------------------ sanity bounds
+
+
+@pytest.mark.parametrize("doc, field", [
+    ({"workload": {"prompts_per_step": 10**9}}, "workload.prompts_per_step"),
+    ({"workload": {"prompts_per_step": 2049, "responses_per_prompt": 8}}, "workload.prompts_per_step"),
+    ({"workload": {"responses_per_prompt": 10**6}}, "workload.responses_per_prompt"),
+])
+def test_a_step_past_the_sanity_bound_is_refused_before_it_runs_for_hours(doc, field):
+    with pytest.raises(ConfigError) as err:
+        config_from_mapping(doc, "x.yaml")
+    assert err.value.field == field and "256 per GPU of the 64-GPU cluster, a sanity bound" in err.value.problem
+    assert "16,384" in err.value.allowed
+    assert config_from_mapping({"workload": {"prompts_per_step": 2048}}, "x.yaml")  # 16,384 responses: at the bound
+
+
+def test_generation_length_is_capped_at_the_models_longest_context():
+    with pytest.raises(ConfigError, match="field 'workload.max_tokens': value 1000000 is out of range"):
+        config_from_mapping({"workload": {"max_tokens": 10**6}}, "x.yaml")
