@@ -468,10 +468,13 @@ def no_split_error(cfg: RunConfig, unit_gpus: int, pod_gpus: int) -> ConfigError
     """
     c, f, t = cfg.cluster, cfg.fabric, cfg.train
     if f.kind == "rfabric" and pod_gpus >= c.gpus:
-        where = "fabric.topology" if f.topology is not None else "cluster.gpus"
-        return ConfigError(cfg.source, where, f"RFabric with {pod_gpus} GPUs per PoD makes the cluster a single "
-                           "PoD; splits are whole PoDs", f"cluster.train_gpus (Train and Gen then share the PoD), "
-                           f"a fabric.topology of two or more PoDs, or cluster.gpus a multiple of {2 * pod_gpus}")
+        fixes = "set cluster.train_gpus (Train and Gen then share the PoD) or a fabric.topology of two or more PoDs"
+        if f.topology is None:
+            return ConfigError(cfg.source, "cluster.gpus", f"RFabric with {pod_gpus} GPUs per PoD makes the cluster "
+                               "a single PoD; splits are whole PoDs", f"{2 * pod_gpus} or more GPUs in whole PoDs of "
+                               f"{pod_gpus}; or {fixes}")
+        return ConfigError(cfg.source, "fabric.topology", f"RFabric with {pod_gpus} GPUs per PoD makes the cluster "
+                           "a single PoD; splits are whole PoDs", fixes)
     step = math.lcm(unit_gpus, pod_gpus, 8)
     granule = f"whole PoDs of {pod_gpus} GPUs" if f.kind == "rfabric" else "whole servers"
     return ConfigError(cfg.source, "cluster.gpus", f"the training layout's unit of {unit_gpus} GPUs "

@@ -77,7 +77,10 @@ def test_a_single_pod_names_the_pod_as_the_reason_there_is_no_split(tmp_path):
         balanced_split(cfg, fixture_stages)
     assert err.value.field == "cluster.gpus"
     assert "RFabric with 256 GPUs per PoD makes the cluster a single PoD; splits are whole PoDs" in str(err.value)
+    assert "512 or more GPUs in whole PoDs of 256" in err.value.allowed
     assert "cluster.train_gpus" in err.value.allowed and "fabric.topology" in err.value.allowed
+    shared = config_from_mapping({"cluster": {"gpus": 256, "train_gpus": 128}}, str(tmp_path / "x.yaml"))
+    assert build(shared, stages_factory=fixture_stages).topology.spec.pods == 1  # the fix it offers works
     topo = _write(tmp_path / "one-pod.yaml", ONE_POD_64)
     cfg = config_from_mapping({"fabric": {"topology": topo.name}}, str(tmp_path / "x.yaml"))
     with pytest.raises(ConfigError, match="field 'fabric.topology': RFabric with 64 GPUs per PoD makes"):
