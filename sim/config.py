@@ -21,28 +21,38 @@ A YAML file needs only what differs from the defaults::
 
 from __future__ import annotations
 
+import math
 import os
 import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
+from compute_sched.hardware import SPECS_DIR, GpuSpec, ModelSpec, bundled_gpus, bundled_models, load_gpu, load_model
+from compute_sched.traces import load_trace
 from fabric.config import Reader, load_document
 from fabric.cost import PRICES_USD, default_rfabric_spec
 from fabric.errors import ConfigError
-from fabric.fabric_spec import OCS_TECHNOLOGIES
+from fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec, spec_from_mapping
 from fabric.layout import ParallelLayout
-from fabric.topology import Topology, load_topology
+from fabric.topology import load_topology
 from sim.network.config import FABRICS, GPUS_PER_SERVER
+from sim.workload import step_size
 
 __all__ = ["ClusterSettings", "FabricSettings", "TrainSettings", "GenerationSettings", "WorkloadSettings",
            "LoopSettings", "CostSettings", "RunConfig", "load_run_config", "config_from_mapping",
-           "config_reference", "validate", "MODES", "GEN_POLICIES", "SYNC_METHODS", "ALLOCATIONS"]
+           "config_reference", "validate", "default_rfabric_for_run", "no_split_error", "MODES", "GEN_POLICIES",
+           "SYNC_METHODS", "ALLOCATIONS", "MAX_RESPONSES_PER_GPU", "MAX_CONTEXT_TOKENS"]
 
 MODES = ("sync", "async")
 GEN_POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")  # as sim.stages.generation
 SYNC_METHODS = ("planned", "flat")
 ALLOCATIONS = ("greedy", "greedy+ls", "uniform")
+# A sanity bound on a step, 16x App. F's 16 responses per generation GPU: past it the engines only queue
+# behind full batches, so throughput no longer moves (64 GPUs: 11.1 -> 11.8 samples/s from 128 to 1,024
+# per generation GPU) while simulating one iteration grows superlinearly (1,024: 87 s; 8,192: > 10 min).
+MAX_RESPONSES_PER_GPU = 256
+# The longest context of the bundled models (Qwen2.5 and Qwen3, 128K tokens with YaRN).
+MAX_CONTEXT_TOKENS = 131072
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
@@ -53,7 +63,8 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 @dataclass(frozen=True)
 class ClusterSettings:
     gpus: int = _f(64, "GPUs in the cluster, in servers of 8 with one NIC per GPU (§7.2)", min=16)
-    gpu: str = _f("H800", "accelerator spec: a bundled name (compute_sched/specs/gpus) or a YAML file")
+    gpu: str = _f("H800", "accelerator spec: a YAML file, relative to this file (absolute paths as they are), "
+                          "or else a bundled name (compute_sched/specs/gpus)")
     train_gpus: int | None = _f(None, "GPUs of the training cluster (GPUs 0..train_gpus-1; the rest generate). "
                                       "Omit for the balanced split: StreamRL's rule, the candidate with the most "
                                       "samples per step period, found by running both stages", min=8)
@@ -67,7 +78,9 @@ class FabricSettings:
     ocs: str | None = _f(None, "OCS technology of RFabric's devices (Table 2); sets the switching delay. "
                                "Omit for the topology's own (piezo, 25 ms, by default)", choices=tuple(OCS_TECHNOLOGIES))
     topology: str | None = _f(None, "RFabric topology file, relative to this file (used only when kind is "
-                                    "rfabric); omit for the cost model's RFabric for the GPU count")
+                                    "rfabric); omit for the cost model's RFabric for the GPU count (PoDs of 32 "
+                                    "servers, piezo OCS), which below 256 GPUs is cut into two or more equal PoDs "
+                                    "(64 GPUs: 2 of 4 servers, as §6's testbed) so Train and Gen get whole PoDs")
     allocation: str = _f("greedy", "RFabric circuit allocation of the controller (greedy = Algorithm 3)",
                          choices=ALLOCATIONS)
     ecmp: str = _f("fluid", "ECMP as a fluid split over equal-cost paths, or one hashed path per flow",
@@ -106,10 +119,14 @@ class GenerationSettings:
 class WorkloadSettings:
     responses_per_prompt: int = _f(8, "GRPO group size: responses sampled per prompt", min=1)
     responses_per_gen_gpu: int = _f(16, "responses per step per generation GPU when prompts_per_step is "
-                                        "omitted (App. F sizes steps at 16 requests per GPU)", min=1)
+                                        "omitted (App. F sizes steps at 16 requests per GPU)", min=1,
+                                    max=MAX_RESPONSES_PER_GPU)
     prompts_per_step: int | None = _f(None, "prompts per RL step; omit to scale the step to the generation "
-                                            "GPUs (responses_per_gen_gpu)", min=1)
-    max_tokens: int = _f(15360, "generation length cap, tokens (§6: 15K and 25K)", min=16)
+                                            "GPUs (responses_per_gen_gpu). A step holds at most "
+                                            f"{MAX_RESPONSES_PER_GPU} responses per GPU of the cluster (past that "
+                                            "engines only queue: throughput is flat, simulation time is not)", min=1)
+    max_tokens: int = _f(15360, "generation length cap, tokens (§6: 15K and 25K; at most the bundled models' "
+                                "longest context, 128K)", min=16, max=MAX_CONTEXT_TOKENS)
     length_scale: float = _f(1.0, "multiplies every response length of the synthetic trace", min=0.01)
     drift_per_step: float = _f(0.0, "relative growth of response lengths per RL step", min=0.0, max=1.0)
     trace: str | None = _f(None, "a generation-step trace file (compute_sched/traces.py format), relative to "
@@ -142,7 +159,8 @@ class CostSettings:
 @dataclass(frozen=True)
 class RunConfig:
     name: str = _f("run", "a label for reports")
-    model: str = _f("Qwen2.5-14B", "policy model: a Table 3 name (compute_sched/specs/models) or a YAML file")
+    model: str = _f("Qwen2.5-14B", "policy model: a YAML file, relative to this file (absolute paths as they "
+                                   "are), or else a Table 3 name (compute_sched/specs/models)")
     cluster: ClusterSettings = field(default_factory=ClusterSettings, metadata={"help": "GPUs and the Train/Gen split"})
     fabric: FabricSettings = field(default_factory=FabricSettings, metadata={"help": "the network"})
     train: TrainSettings = field(default_factory=TrainSettings, metadata={"help": "training layout"})
@@ -166,6 +184,25 @@ class RunConfig:
         if path is None or os.path.isabs(path) or self.source.startswith("<"):
             return path
         return os.path.join(os.path.dirname(os.path.abspath(self.source)), path)
+
+    def model_spec(self) -> ModelSpec:
+        """Return the policy model: ``model`` as a file relative to this file, else a bundled name."""
+        return load_model(_spec_file(self, "model", self.model, "models", bundled_models))
+
+    def gpu_spec(self) -> GpuSpec:
+        """Return the accelerator: ``cluster.gpu`` as a file relative to this file, else a bundled name."""
+        return load_gpu(_spec_file(self, "cluster.gpu", self.cluster.gpu, "gpus", bundled_gpus))
+
+    def rfabric_spec(self) -> FabricSpec:
+        """Return the RFabric this run simulates and prices (its topology file's, or the default)."""
+        f = self.fabric
+        if f.topology is not None:
+            return _topology_spec(self)
+        try:
+            return default_rfabric_for_run(self.cluster.gpus, f.link_gbps, switch_radix=f.switch_radix)
+        except ConfigError as exc:
+            raise ConfigError(self.source, "cluster.gpus", exc.problem,
+                              exc.allowed.replace("or pass rfabric_spec", "or set fabric.topology")) from None
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: (_section_json(getattr(self, f.name)) if _is_section(f) else getattr(self, f.name))
@@ -238,16 +275,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     src = cfg.source
     _check_fields(cfg)
     c, t = cfg.cluster, cfg.train
-    try:
-        model = load_model(cfg.model)
-    except ConfigError:
-        raise ConfigError(src, "model", f"{cfg.model!r} is neither a file nor a bundled model",
-                          ", ".join(bundled_models())) from None
-    try:
-        load_gpu(c.gpu)
-    except ConfigError:
-        raise ConfigError(src, "cluster.gpu", f"{c.gpu!r} is neither a file nor a bundled GPU",
-                          ", ".join(bundled_gpus())) from None
+    model = cfg.model_spec()  # a file's own errors name that file and its field
+    cfg.gpu_spec()
     if c.gpus % GPUS_PER_SERVER:
         raise ConfigError(src, "cluster.gpus", f"{c.gpus} is not a whole number of 8-GPU servers", "a multiple of 8")
     unit = t.tp * t.cp * t.pp
@@ -258,10 +287,13 @@ def validate(cfg: RunConfig) -> RunConfig:
         if c.train_gpus % unit:
             raise ConfigError(src, "cluster.train_gpus", f"{c.train_gpus} is not a multiple of tp*cp*pp = {unit}",
                               f"a multiple of {unit}")
-        try:
+    try:
+        if c.train_gpus is not None:
             cfg.train_layout(c.train_gpus)
-        except ConfigError as exc:
-            raise ConfigError(src, f"train.{exc.field}", exc.problem, exc.allowed) from None
+        else:
+            ParallelLayout(order=t.order)  # the order alone; the sizes are checked per candidate split
+    except ConfigError as exc:
+        raise ConfigError(src, f"train.{exc.field}", exc.problem, exc.allowed) from None
     if t.pp > model.layers:
         raise ConfigError(src, "train.pp", f"{t.pp} stages for {model.layers} layers", f"at most {model.layers}")
     _check_generation(cfg, model)
@@ -274,22 +306,30 @@ def validate(cfg: RunConfig) -> RunConfig:
                           f"{c.gpus - c.train_gpus} generation GPUs", "a divisor of cluster.gpus - cluster.train_gpus")
     f = cfg.fabric
     if f.kind == "rfabric":
-        topo = _topology(cfg)
-        if topo is not None and topo.gpu_count != c.gpus:
-            raise ConfigError(src, "fabric.topology", f"{f.topology} has {topo.gpu_count} GPUs, the run {c.gpus}",
+        spec = cfg.rfabric_spec()
+        gpus = spec.pods * spec.servers_per_pod * spec.gpus_per_server
+        if f.topology is not None and gpus != c.gpus:
+            raise ConfigError(src, "fabric.topology", f"{f.topology} has {gpus} GPUs, the run {c.gpus}",
                               "a topology of cluster.gpus GPUs")
-        if topo is not None and abs(topo.link_bps - f.link_gbps * 1e9) > 1:
+        if f.topology is not None and abs(spec.link_bps - f.link_gbps * 1e9) > 1:
             raise ConfigError(src, "fabric.link_gbps", f"{f.link_gbps} differs from {f.topology}'s "
-                              f"{topo.link_bps / 1e9:g} Gb/s", "the topology's link speed")
-        if topo is None:
-            try:
-                default_rfabric_spec(c.gpus, f.link_gbps, switch_radix=f.switch_radix)
-            except ConfigError as exc:
-                raise ConfigError(src, "cluster.gpus", exc.problem, exc.allowed.replace("or pass rfabric_spec",
-                                                                                      "or set fabric.topology")) from None
+                              f"{spec.link_bps / 1e9:g} Gb/s", "the topology's link speed")
     w = cfg.workload
-    if w.trace is not None and not os.path.exists(cfg.resolve(w.trace)):
-        raise ConfigError(src, "workload.trace", f"{w.trace} does not exist", "a trace file relative to this file")
+    responses = w.responses_per_prompt * step_size(w.responses_per_prompt, w.responses_per_gen_gpu,
+                                                   c.gpus - (c.train_gpus or GPUS_PER_SERVER), w.prompts_per_step)
+    if responses > MAX_RESPONSES_PER_GPU * c.gpus:
+        name = "prompts_per_step" if w.prompts_per_step is not None else "responses_per_prompt"
+        raise ConfigError(src, f"workload.{name}", f"a step of {responses:,} responses is over {MAX_RESPONSES_PER_GPU} "
+                          f"per GPU of the {c.gpus}-GPU cluster, a sanity bound (16x App. F's step): past it the "
+                          "engines only queue, so throughput stays flat while simulation time grows superlinearly",
+                          f"prompts_per_step x responses_per_prompt <= {MAX_RESPONSES_PER_GPU * c.gpus:,}, or "
+                          "more cluster.gpus")
+    if w.trace is not None:
+        path = cfg.resolve(w.trace)
+        if not os.path.isfile(path):
+            raise ConfigError(src, "workload.trace", f"{w.trace} does not exist ({path} is not a file)",
+                              "a trace file relative to this file")
+        load_trace(path)  # its own errors name the trace file and field, before any simulation
     return cfg
 
 
@@ -299,7 +339,7 @@ def _check_generation(cfg: RunConfig, model: Any) -> None:
     from compute_sched.perf import PerfModel
 
     g, src = cfg.generation, cfg.source
-    perf = PerfModel(model, load_gpu(cfg.cluster.gpu))
+    perf = PerfModel(model, cfg.gpu_spec())
     for name in ("instance", "switch_to"):
         value = getattr(g, name)
         if value is None:
@@ -345,14 +385,102 @@ def _check_fields(cfg: RunConfig) -> None:
                 raise ConfigError(cfg.source, path, f"value {value} is out of range", _allowed(meta))
 
 
-def _topology(cfg: RunConfig) -> Topology | None:
-    if cfg.fabric.topology is None:
-        return None
+def _topology_spec(cfg: RunConfig) -> FabricSpec:
     path = cfg.resolve(cfg.fabric.topology)
-    if not os.path.exists(path):
-        raise ConfigError(cfg.source, "fabric.topology", f"{cfg.fabric.topology} does not exist",
-                          "a topology YAML file relative to this file")
-    return load_topology(path)
+    if not os.path.isfile(path):
+        raise ConfigError(cfg.source, "fabric.topology", f"{cfg.fabric.topology} does not exist ({path} is not a "
+                          "file)", "a topology YAML file relative to this file")
+    return load_topology(path).spec
+
+
+def _spec_file(cfg: RunConfig, path_field: str, value: str, kind: str, bundled) -> str:
+    """Return the file a model or GPU field names: a file relative to the run file, else a bundled name.
+
+    Names match as :mod:`compute_sched.hardware` matches them (file stem or ``name``, case and ``_``
+    insensitive), but only after the run file's folder: a relative path means the same file from any cwd.
+    """
+    path = cfg.resolve(value)
+    if os.path.isfile(path):
+        return path
+    wanted = value.lower().replace("_", "-")
+    names = bundled()  # in the order of the sorted spec files, as compute_sched lists them
+    for spec, name in zip(sorted((SPECS_DIR / kind).glob("*.yaml")), names):
+        if wanted in (spec.stem, name.lower()):
+            return str(spec)
+    noun = "model" if kind == "models" else "GPU"
+    raise ConfigError(cfg.source, path_field, f"{value!r} is neither a file (no file {path}; paths are relative "
+                      f"to this file) nor a bundled {noun}", ", ".join(names))
+
+
+# One PoD of the cost model's RFabric (32 servers, examples/topology-2048gpu.yaml); below it the
+# default cuts the cluster into equal PoDs, because Train and Gen are split in whole PoDs.
+_FULL_POD_SERVERS = default_rfabric_spec(2048).servers_per_pod
+
+
+def default_rfabric_for_run(gpus: int, link_gbps: float = 200, *, switch_radix: int = 64) -> FabricSpec:
+    """Return the RFabric a run without ``fabric.topology`` simulates and prices.
+
+    From one full PoD (256 GPUs) on, the cost model's :func:`fabric.cost.default_rfabric_spec`. A
+    smaller cluster would be a single PoD there, which leaves no split in whole PoDs, so it is cut
+    into the fewest equal PoDs (at least two; 64 GPUs: 2 PoDs of 4 servers, the shape of §6's
+    testbed), each wired as the cost model wires a PoD of that size, with boundary fibres to
+    OCS-Core as half its ToR uplinks.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`fabric.cost.default_rfabric_spec` (not whole servers, or not whole PoDs above 256).
+
+    Examples
+    --------
+    >>> s = default_rfabric_for_run(64)
+    >>> s.pods, s.servers_per_pod, s.boundary_ports_per_pod
+    (2, 4, 16)
+    >>> default_rfabric_for_run(2048) == default_rfabric_spec(2048)
+    True
+    """
+    spec = default_rfabric_spec(gpus, link_gbps, switch_radix=switch_radix)
+    servers = spec.pods * spec.servers_per_pod
+    if spec.pods > 1 or servers >= _FULL_POD_SERVERS or servers < 2:
+        return spec
+    pods = min(d for d in range(2, servers + 1) if servers % d == 0)
+    pod = default_rfabric_spec(gpus // pods, link_gbps, switch_radix=switch_radix)  # one PoD, alone
+    tors = (pod.servers_per_pod // pod.effective_servers_per_tor) * pod.gpus_per_server // pod.rails_per_tor
+    uplinks = pod.effective_tor_uplinks
+    boundary = tors * uplinks // 2
+    radix = OCS_TECHNOLOGIES[pod.agg_technology].radix_ports
+    return spec_from_mapping({
+        "name": f"rfabric-{gpus}-default-{pods}pods", "link_gbps": link_gbps,
+        "server": {"gpus": pod.gpus_per_server}, "pods": {"count": pods, "servers": pod.servers_per_pod},
+        "tor": {"servers_per_tor": pod.effective_servers_per_tor, "rails_per_tor": pod.rails_per_tor,
+                "uplinks": uplinks},
+        "ocs_agg": {"technology": pod.agg_technology, "devices_per_pod": math.ceil((tors * uplinks + boundary) / radix),
+                    "boundary_ports": boundary},
+        "ocs_core": {"technology": pod.core_technology, "devices": max(1, math.ceil(pods * boundary / radix))},
+    }, source="default_rfabric_for_run")
+
+
+def no_split_error(cfg: RunConfig, unit_gpus: int, pod_gpus: int) -> ConfigError:
+    """Return the error for a cluster with no Train/Gen split in whole PoDs, naming why and what to change.
+
+    ``unit_gpus`` is the training layout's model-parallel unit (dense and expert groups both tile it)
+    and ``pod_gpus`` the split's granularity (an RFabric PoD, else a server).
+    """
+    c, f, t = cfg.cluster, cfg.fabric, cfg.train
+    if f.kind == "rfabric" and pod_gpus >= c.gpus:
+        fixes = "set cluster.train_gpus (Train and Gen then share the PoD) or a fabric.topology of two or more PoDs"
+        if f.topology is None:
+            return ConfigError(cfg.source, "cluster.gpus", f"RFabric with {pod_gpus} GPUs per PoD makes the cluster "
+                               "a single PoD; splits are whole PoDs", f"{2 * pod_gpus} or more GPUs in whole PoDs of "
+                               f"{pod_gpus}; or {fixes}")
+        return ConfigError(cfg.source, "fabric.topology", f"RFabric with {pod_gpus} GPUs per PoD makes the cluster "
+                           "a single PoD; splits are whole PoDs", fixes)
+    step = math.lcm(unit_gpus, pod_gpus, 8)
+    granule = f"whole PoDs of {pod_gpus} GPUs" if f.kind == "rfabric" else "whole servers"
+    return ConfigError(cfg.source, "cluster.gpus", f"the training layout's unit of {unit_gpus} GPUs "
+                       f"(tp*cp*pp = {t.tp * t.cp * t.pp}, tp*ep*pp = {t.tp * t.ep * t.pp}) in {granule} needs "
+                       f"{step} training GPUs, and {c.gpus} GPUs leave none to generate",
+                       f"at least {step + pod_gpus} GPUs, or a smaller train.tp, cp, ep or pp")
 
 
 def config_reference() -> str:

@@ -20,13 +20,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from compute_sched.hardware import GpuSpec, ModelSpec, load_gpu, load_model
+from compute_sched.hardware import GpuSpec, ModelSpec
 from compute_sched.traces import Trace
-from fabric.cost import default_rfabric_spec
 from fabric.errors import ConfigError, OrchestrlError
 from fabric.fabric_spec import OCS_TECHNOLOGIES
-from fabric.topology import Topology, load_topology
-from sim.config import RunConfig, validate
+from fabric.topology import Topology
+from sim.config import RunConfig, no_split_error, validate
 from sim.loop import Iteration, LoopResult, Stages, run_iterations, throughput
 from sim.network.build import build_fabric
 from sim.network.config import SimConfig
@@ -145,7 +144,7 @@ def build(cfg: RunConfig, *, train_gpus: int | None = None, stages_factory: Stag
     if n_train != cfg.cluster.train_gpus:
         cfg = validate(replace(cfg, cluster=replace(cfg.cluster, train_gpus=n_train)))
     f, c = cfg.fabric, cfg.cluster
-    topo = load_topology(cfg.resolve(f.topology)) if f.kind == "rfabric" and f.topology else None
+    topo = Topology(cfg.rfabric_spec()) if f.kind == "rfabric" else None  # its file's, or the run's default
     config = SimConfig(link_bps=f.link_gbps * 1e9, ecmp=f.ecmp, switch_radix=f.switch_radix)
     fabric = build_fabric(f.kind, c.gpus, config, topology=topo)
     driver = None
@@ -154,12 +153,12 @@ def build(cfg: RunConfig, *, train_gpus: int | None = None, stages_factory: Stag
         delay = OCS_TECHNOLOGIES[f.ocs].switch_delay_s if f.ocs else None
         driver = RFabricDriver(fabric, method=f.allocation, switch_delay_s=delay)
     net = NetworkSim(fabric, circuits="fixed" if driver else "per-pattern", method=f.allocation)
-    cost = cluster_cost(f.kind, c.gpus, f.link_gbps, load_gpu(c.gpu).name, gpu_usd_per_hour=cfg.cost.gpu_usd_per_hour,
+    gpu = cfg.gpu_spec()
+    cost = cluster_cost(f.kind, c.gpus, f.link_gbps, gpu.name, gpu_usd_per_hour=cfg.cost.gpu_usd_per_hour,
                         amortization_years=cfg.cost.network_amortization_years,
-                        topology=topo if f.topology else None, min_clos_tiers=cfg.cost.min_clos_tiers,
-                        switch_radix=f.switch_radix)
+                        topology=topo, min_clos_tiers=cfg.cost.min_clos_tiers, switch_radix=f.switch_radix)
     source = load_source_trace(cfg.resolve(cfg.workload.trace)) if cfg.workload.trace else None
-    sim = Simulation(cfg, load_model(cfg.model), load_gpu(c.gpu), net, driver, topo, tuple(range(n_train)),
+    sim = Simulation(cfg, cfg.model_spec(), gpu, net, driver, topo, tuple(range(n_train)),
                      tuple(range(n_train, c.gpus)), cost, source)
     sim.stages = (stages_factory or default_stages)(sim)
     return sim
@@ -180,18 +179,22 @@ def balanced_split(cfg: RunConfig, stages_factory: StageFactory | None = None,
     Raises
     ------
     ConfigError
-        If no candidate split exists for the layout and cluster.
+        If no candidate split exists for the layout and cluster (naming why), or, when every candidate
+        is refused, the first refusal.
     """
+    t = cfg.train
+    unit = math.lcm(t.tp * t.cp * t.pp, t.tp * t.ep * t.pp)  # dense and expert groups must both tile
     if candidates is None:
-        t = cfg.train
-        unit = math.lcm(t.tp * t.cp * t.pp, t.tp * t.ep * t.pp)  # dense and expert groups must both tile
         candidates = split_candidates(cfg.cluster.gpus, unit, _pod_gpus(cfg))
-    rows = []
+    if not candidates:
+        raise no_split_error(cfg, unit, _pod_gpus(cfg))
+    rows, refused = [], []
     for n in candidates:
         try:
             sim = build(cfg, train_gpus=n, stages_factory=stages_factory)
-        except ConfigError:
-            continue  # a candidate the layout does not tile
+        except ConfigError as exc:
+            refused.append((n, exc))  # a candidate the layout does not tile; others may
+            continue
         trace = sim.trace(0)
         g = sim.stages.gen.run(trace, 0.0)
         t = sim.stages.train.run(sim.stages.batch_of(trace, g), g.time_s)
@@ -200,19 +203,18 @@ def balanced_split(cfg: RunConfig, stages_factory: StageFactory | None = None,
         rows.append({"train_gpus": n, "gen_s": g.time_s, "train_s": t.time_s, "period_s": period,
                      "samples": samples, "samples_per_s": samples / period if period > 0 else 0.0})
     if not rows:
-        raise ConfigError(cfg.source, "cluster.train_gpus", "no split of the cluster fits the training layout",
-                          "set cluster.train_gpus, or a layout whose tp*cp*pp divides part of cluster.gpus")
+        n, exc = refused[0]
+        raise ConfigError(exc.source, exc.field, f"every candidate split ({', '.join(str(k) for k, _ in refused)} "
+                          f"training GPUs) is refused; at {n}: {exc.problem}", exc.allowed)
     best = max(rows, key=lambda r: (r["samples_per_s"], -r["train_gpus"]))
     return int(best["train_gpus"]), rows
 
 
 def _pod_gpus(cfg: RunConfig) -> int:
     """GPUs per PoD on RFabric (Train and Gen get whole PoDs), one server elsewhere."""
-    f = cfg.fabric
-    if f.kind != "rfabric":
+    if cfg.fabric.kind != "rfabric":
         return 8
-    spec = (load_topology(cfg.resolve(f.topology)).spec if f.topology
-            else default_rfabric_spec(cfg.cluster.gpus, f.link_gbps, switch_radix=f.switch_radix))
+    spec = cfg.rfabric_spec()
     return spec.servers_per_pod * spec.gpus_per_server
 
 
