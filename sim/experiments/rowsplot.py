@@ -72,24 +72,14 @@ def write_rows(name: str, rows: Sequence[Row], out_dir: str | os.PathLike[str], 
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         ax.set_xscale("log")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        if log_y:
-            ax.set_yscale("log")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(png_path, dpi=120)
-        plt.close(fig)
-        return csv_path, png_path, None
-
-    labels = [r.label for r in rows]
-    x = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(rows) + 2), 4.0))
-    ax.bar([i - 0.2 for i in x], [r.ours for r in rows], width=0.4, label="ours")
-    ax.bar([i + 0.2 for i in x], [r.paper if r.paper is not None else 0.0 for r in rows], width=0.4,
-           label="paper (0 = no number)", alpha=0.6)
-    ax.set_xticks(list(x))
-    ax.set_xticklabels(labels, rotation=45, ha="right", fontsize=8)
+    else:
+        x = range(len(rows))
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(rows) + 2), 4.0))
+        ax.bar([i - 0.2 for i in x], [r.ours for r in rows], width=0.4, label="ours")
+        ax.bar([i + 0.2 for i in x], [r.paper if r.paper is not None else 0.0 for r in rows], width=0.4,
+               label="paper (0 = no number)", alpha=0.6)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([r.label for r in rows], rotation=45, ha="right", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     if log_y:
