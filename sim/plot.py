@@ -90,8 +90,7 @@ def check_output(option: str, folder: str | os.PathLike[str], files: Sequence[st
         raise ConfigError("command line", option, f"{head}cannot create the folder {str(folder)!r}: "
                           f"{exc.strerror or exc}", fix) from None
     try:
-        with tempfile.TemporaryFile(dir=path, prefix=".orchestrl-write-check-"):
-            pass
+        tempfile.TemporaryFile(dir=path, prefix=".orchestrl-write-check-").close()  # created and removed: writable
     except OSError as exc:
         raise ConfigError("command line", option, f"{head}cannot write in the folder {str(folder)!r}: "
                           f"{exc.strerror or exc}", fix) from None

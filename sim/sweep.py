@@ -76,8 +76,7 @@ def check_ray_address(address: str | None, *, timeout_s: float = RAY_PROBE_TIMEO
     if not host or port is None:
         raise ConfigError(source, option, f"{address!r} is not HOST:PORT", fix)
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
+        socket.create_connection((host, port), timeout=timeout_s).close()  # something accepts there: Ray's turn
     except OSError as exc:
         why = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise ConfigError(source, option, f"no Ray cluster answers at {address} ({why})",
