@@ -75,6 +75,11 @@ class CaseStudyFit:
     evaluations: int
 
     @property
+    def times(self) -> dict[tuple[str, int], float]:
+        """Simulated seconds per ``(phase, TP)`` point."""
+        return {(p.phase, p.tp): m for p, m in zip(self.points, self.model_s)}
+
+    @property
     def rel_errors(self) -> tuple[float, ...]:
         """(model - paper) / paper per point."""
         return tuple(m / p.seconds - 1.0 for m, p in zip(self.model_s, self.points))
@@ -244,7 +249,7 @@ def save_calibration(fit: CaseStudyFit, path: str | os.PathLike[str], *, name: s
     ``checks`` out-of-sample checks the fit never saw (name -> result).
     """
     cal = fit.calibration
-    times = {(p.phase, p.tp): m for p, m in zip(fit.points, fit.model_s)}
+    times = fit.times
     doc = {
         "name": name, "gpu": gpu, "source": source, "engine": engine,
         "applies_to": f"every model on {gpu}: the constants describe the GPU and the serving engine",

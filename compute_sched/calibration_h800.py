@@ -35,7 +35,8 @@ from compute_sched.hardware import load_gpu, load_model
 from compute_sched.perf import Calibration, PerfModel
 from compute_sched.traces import heavy_tailed_trace
 
-__all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "memory_share_refits", "main"]
+__all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "memory_share_refits",
+           "main"]
 
 H800_PARAMETERS = (
     FitParameter("mem_efficiency", 0.45, 0.9,
@@ -120,7 +121,7 @@ def memory_share_refits(setup: CaseStudySetup, shares: Sequence[float] = (0.5, 0
         perf = base_perf()
         fit = fit_case_study(perf.with_calibration(replace(perf.cal, mem_utilization=share)), H800_PARAMETERS,
                              setup=setup, max_nfev=max_nfev)
-        t = {(p.phase, p.tp): m for p, m in zip(fit.points, fit.model_s)}
+        t = fit.times
         rows.append({"mem_utilization": share, "rms_log_error": round(fit.rms_log_error, 4),
                      "tail_tp4_over_tp8": round(t["tail", 4] / t["tail", 8], 3),
                      "early_tp4_over_tp2": round(t["early", 4] / t["early", 2], 3)})
@@ -128,7 +129,7 @@ def memory_share_refits(setup: CaseStudySetup, shares: Sequence[float] = (0.5, 0
 
 
 def _sweep_row(setup: CaseStudySetup, fit: CaseStudyFit) -> dict:
-    times = {(p.phase, p.tp): m for p, m in zip(fit.points, fit.model_s)}
+    times = fit.times
     return {"assumptions": setup.describe(), "rms_log_error": round(fit.rms_log_error, 4),
             "max_abs_rel_err": round(max(abs(e) for e in fit.rel_errors), 3), "orderings_ok": orderings_ok(times),
             "fitted": {p.name: float(f"{getattr(fit.calibration, p.name):.4g}") for p in fit.parameters}}

@@ -63,8 +63,8 @@ from sim.network.reconfig import RFabricDriver
 from sim.stages.base import StageResult
 from sim.stages.gen_network import FabricSeam
 
-__all__ = ["POLICIES", "PLACEMENTS", "KV_TRANSFER", "SIM_SCHEDULER", "GenerationStage", "phase_breakdown", "local_placement",
-           "slice_trace"]
+__all__ = ["POLICIES", "PLACEMENTS", "KV_TRANSFER", "SIM_SCHEDULER", "GenerationStage", "phase_breakdown",
+           "local_placement", "slice_trace"]
 
 PLACEMENTS = ("auto", "aligned", "packed")
 POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")
