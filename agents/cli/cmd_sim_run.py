@@ -124,10 +124,12 @@ def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = 
 
 def _every_s() -> float:
     """Seconds between progress lines inside a step (``ORCHESTRL_PROGRESS_EVERY_S``; the tests lower it)."""
+    raw = os.environ.get("ORCHESTRL_PROGRESS_EVERY_S", "10")
     try:
-        return float(os.environ.get("ORCHESTRL_PROGRESS_EVERY_S", "10"))
+        return float(raw)
     except ValueError:
-        return 10.0
+        raise ConfigError("environment", "ORCHESTRL_PROGRESS_EVERY_S", f"{raw!r} is not a number of seconds",
+                          "a number such as 10, or unset it") from None
 
 
 _PARTS = {"trace": "building the step's length trace", "gen": "generation", "train": "training",

@@ -248,3 +248,10 @@ def test_sim_run_names_the_running_part_of_a_step_while_it_lasts(fixtures, tmp_p
     assert beats and {part for _, part in beats} <= {"building the step's length trace", "generation", "training",
                                                      "weight sync"}
     assert {step for step, _ in beats} <= {"1", "2"}
+
+
+def test_a_progress_period_that_is_not_a_number_is_refused_by_name(fixtures, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("ORCHESTRL_PROGRESS_EVERY_S", "ten")
+    assert main(["sim", "run", str(_small_run(tmp_path, prompts=8))]) == 2
+    err = capsys.readouterr().err
+    assert "ORCHESTRL_PROGRESS_EVERY_S" in err and "'ten'" in err and "Traceback" not in err
