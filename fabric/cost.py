@@ -310,12 +310,14 @@ def _rfabric_graph(topo: Topology) -> nx.MultiGraph:
     return g
 
 
-def default_rfabric_spec(gpus: int, link_gbps: float = 200, *, switch_radix: int = 64) -> FabricSpec:
+def default_rfabric_spec(gpus: int, link_gbps: float = 200, *, switch_radix: int = 64,
+                         servers_per_pod: int | None = None) -> FabricSpec:
     """Return an RFabric like ``examples/topology-2048gpu.yaml`` sized for ``gpus`` GPUs.
 
-    PoDs of 32 eight-GPU servers (fewer if the cluster is smaller); one rail ToR per rank per rack,
-    with racks as large as ``switch_radix / 2`` servers allow; ToR uplinks equal to down ports; each
-    PoD's boundary fibres are half of its ToR uplinks; piezo OCS devices, as many as the ports need.
+    PoDs of 32 eight-GPU servers (fewer if the cluster is smaller, or ``servers_per_pod``); one rail
+    ToR per rank per rack, with racks as large as ``switch_radix / 2`` servers allow; ToR uplinks
+    equal to down ports; each PoD's boundary fibres are half of its ToR uplinks; piezo OCS devices,
+    as many as the ports need.
 
     Raises
     ------
@@ -330,7 +332,7 @@ def default_rfabric_spec(gpus: int, link_gbps: float = 200, *, switch_radix: int
     """
     _check_gpus(gpus)
     servers = gpus // _GPUS_PER_SERVER
-    per_pod = min(servers, _RFABRIC_SERVERS_PER_POD)
+    per_pod = servers_per_pod or min(servers, _RFABRIC_SERVERS_PER_POD)
     if servers % per_pod:
         raise ConfigError("cost model", "gpus", f"{gpus} GPUs do not fill whole PoDs of {per_pod} servers",
                           f"<= {per_pod * _GPUS_PER_SERVER} or a multiple of {per_pod * _GPUS_PER_SERVER}; "

@@ -32,7 +32,7 @@ from compute_sched.traces import load_trace
 from fabric.config import Reader, load_document
 from fabric.cost import PRICES_USD, default_rfabric_spec
 from fabric.errors import ConfigError
-from fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec, spec_from_mapping
+from fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec
 from fabric.layout import ParallelLayout
 from fabric.topology import load_topology
 from sim.network.config import FABRICS, GPUS_PER_SERVER
@@ -444,20 +444,8 @@ def default_rfabric_for_run(gpus: int, link_gbps: float = 200, *, switch_radix: 
     if spec.pods > 1 or servers >= _FULL_POD_SERVERS or servers < 2:
         return spec
     pods = min(d for d in range(2, servers + 1) if servers % d == 0)
-    pod = default_rfabric_spec(gpus // pods, link_gbps, switch_radix=switch_radix)  # one PoD, alone
-    tors = (pod.servers_per_pod // pod.effective_servers_per_tor) * pod.gpus_per_server // pod.rails_per_tor
-    uplinks = pod.effective_tor_uplinks
-    boundary = tors * uplinks // 2
-    radix = OCS_TECHNOLOGIES[pod.agg_technology].radix_ports
-    return spec_from_mapping({
-        "name": f"rfabric-{gpus}-default-{pods}pods", "link_gbps": link_gbps,
-        "server": {"gpus": pod.gpus_per_server}, "pods": {"count": pods, "servers": pod.servers_per_pod},
-        "tor": {"servers_per_tor": pod.effective_servers_per_tor, "rails_per_tor": pod.rails_per_tor,
-                "uplinks": uplinks},
-        "ocs_agg": {"technology": pod.agg_technology, "devices_per_pod": math.ceil((tors * uplinks + boundary) / radix),
-                    "boundary_ports": boundary},
-        "ocs_core": {"technology": pod.core_technology, "devices": max(1, math.ceil(pods * boundary / radix))},
-    }, source="default_rfabric_for_run")
+    return replace(default_rfabric_spec(gpus, link_gbps, switch_radix=switch_radix, servers_per_pod=servers // pods),
+                   name=f"rfabric-{gpus}-default-{pods}pods", source="default_rfabric_for_run")
 
 
 def no_split_error(cfg: RunConfig, unit_gpus: int, pod_gpus: int) -> ConfigError:
