@@ -124,6 +124,22 @@ def test_real_vllm_engine_generates_and_migrates():
     eng.close()
 
 
+def _advance_until_running(eng, counts, timeout_s=10.0):
+    """Advance in short slices until each worker has ``counts`` requests running; return that snapshot.
+
+    A worker thread that the OS starts late may not step inside one short slice; a fixed slice
+    then leaves its requests waiting, or measures a rate from a handful of steps, and the test
+    would see a different cluster (seen under load 8-10).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        eng.advance(0.005)
+        if [len(w.running) for w in eng.snapshot().workers] == counts or time.monotonic() > deadline:
+            break
+    eng.advance(0.25)  # the balancer reads each worker's observed rate: measure it over ~250 steps, not a few
+    return eng.snapshot()
+
+
 def test_adapter_reports_each_engines_batch_limit_so_the_balancer_keeps_full_batches_full():
     from compute_sched.balancer import plan_migrations
 
@@ -146,8 +162,7 @@ def test_adapter_reports_each_engines_batch_limit_so_the_balancer_keeps_full_bat
                          sampling_params=lambda n: n)
         eng.add_requests(reqs[:6], 0)
         eng.add_requests(reqs[6:], 1)
-        eng.advance(0.005)
-        snap = eng.snapshot()
+        snap = _advance_until_running(eng, [6, 2])
         assert [w.max_batch for w in snap.workers] == [limit, limit]
         moves[limit] = plan_migrations(snap)
         eng.close()
