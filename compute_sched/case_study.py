@@ -22,6 +22,11 @@ not say where the snapshots sit, what the length cap was, or how a snapshot was 
     progress they really had, which differs with their start and their instance;
   - ``"tokens"``: a token window ``window_tokens`` = W: the early phase is every response's first
     W tokens, the tail phase the responses longer than W, all resumed at W;
+  - ``"own-run"``: each configuration runs the whole step (veRL's contiguous split) and is cut in
+    its own run at the moment only ``tail_fraction`` of the batch is left: the early phase is the
+    time to that moment, the tail phase the rest of the step. Nothing is re-launched, and each
+    configuration's tail is what its own split and speed left (the requests in it differ between
+    configurations);
 
 * **how a phase is launched** on the configuration under test: the early phase the way veRL splits
   a batch (contiguous chunks of the request list per instance, a GRPO group stays together); the
@@ -29,8 +34,10 @@ not say where the snapshots sit, what the length cap was, or how a snapshot was 
   batch gave it, as a snapshot of a running step is) or ``"resplit"`` (its requests split anew).
   Resuming the tail pays a prefill of prompt + progress, as re-launching under another TP must.
 
-The boundaries are the same for every configuration, so the six times measure the same work and
-their ratios isolate the step-time model.
+With ``"requests"`` and ``"tokens"`` the boundaries are the same for every configuration, so the six
+times measure the same work and their ratios isolate the step-time model; with ``"own-run"`` each
+configuration's two times add up to its whole step, so their ratios also carry how its split
+spreads the long requests (the imbalance §2.1 reports beside the snapshots).
 """
 
 from __future__ import annotations
@@ -69,7 +76,8 @@ class CaseStudySetup:
     responses_per_prompt: int = 8
     max_tokens: int = 15360  # the §6 15K cap (the §2.1 cap is not stated)
     seeds: tuple[int, ...] = (0, 1, 2, 3)  # the times are means over these draws of the trace
-    snapshot: str = "requests"  # "requests": tail = the last tail_fraction of the batch; "tokens": window W
+    snapshot: str = "requests"  # "requests": tail = the last tail_fraction of the batch; "tokens": window W;
+    # "own-run": every configuration's own whole-step run, cut where tail_fraction of the batch is left
     tail_fraction: float = 0.25  # snapshot "requests": share of the batch still running at the tail snapshot
     reference_tp: int = 2  # snapshot "requests": the TP of the run the snapshot is taken from (veRL-TO's)
     window_tokens: int = 4096  # snapshot "tokens": W, the early phase is every response's first W tokens
@@ -79,8 +87,8 @@ class CaseStudySetup:
     # "resplit": the tail's requests split anew in contiguous chunks
 
     def __post_init__(self) -> None:
-        if self.snapshot not in ("requests", "tokens"):
-            raise ConfigError("CaseStudySetup", "snapshot", f"{self.snapshot!r}", "'requests' or 'tokens'")
+        if self.snapshot not in ("requests", "tokens", "own-run"):
+            raise ConfigError("CaseStudySetup", "snapshot", f"{self.snapshot!r}", "'requests', 'tokens' or 'own-run'")
         if self.tail_placement not in ("in-place", "resplit"):
             raise ConfigError("CaseStudySetup", "tail_placement", f"{self.tail_placement!r}",
                               "'in-place' or 'resplit'")
@@ -93,8 +101,12 @@ class CaseStudySetup:
 
     def describe(self) -> str:
         """One line naming the assumptions, e.g. ``"tail = last 25% of requests (TP=2 run), in-place, 15K"``."""
-        where = (f"last {self.tail_fraction:.0%} of requests (TP={self.reference_tp} run)" if self.snapshot == "requests"
-                 else f"responses past {self.window_tokens} tokens")
+        if self.snapshot == "requests":
+            where = f"last {self.tail_fraction:.0%} of requests (TP={self.reference_tp} run)"
+        elif self.snapshot == "own-run":
+            return f"each TP's own run cut where {self.tail_fraction:.0%} of requests are left, cap {self.max_tokens}"
+        else:
+            where = f"responses past {self.window_tokens} tokens"
         return f"tail = {where}, {self.tail_placement}, cap {self.max_tokens}"
 
 
@@ -152,8 +164,29 @@ def case_study_times(perf: PerfModel, setup: CaseStudySetup | None = None,
     return {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
 
 
+def _own_run(perf: PerfModel, setup: CaseStudySetup, tp: int, trace: Trace) -> tuple[float, float]:
+    """(early, tail) seconds of one whole-step run on TP=``tp``, cut where ``tail_fraction`` is left."""
+    engine = _engine(perf, setup, tp, {q.request_id: q.output_tokens for q in trace.requests})
+    launch_contiguous(engine, trace_requests(trace))
+    left = max(1, round(setup.tail_fraction * len(trace.requests)))
+    finished, cut, last = 0, None, 0.0
+    while not engine.idle():
+        for done in engine.advance(10.0):
+            finished += 1
+            last = done.finish_time_s
+            if cut is None and len(trace.requests) - finished <= left:
+                cut = done.finish_time_s
+    cut = last if cut is None else cut
+    return cut, last - cut
+
+
 def _one_trace(perf: PerfModel, setup: CaseStudySetup, trace: Trace,
                tps: tuple[int, ...]) -> dict[tuple[str, int], float]:
+    if setup.snapshot == "own-run":
+        out: dict[tuple[str, int], float] = {}
+        for tp in tps:
+            out["early", tp], out["tail", tp] = _own_run(perf, setup, tp, trace)
+        return out
     if setup.snapshot == "requests":
         at_tail = _progress_at_tail(perf, setup, trace)
     else:

@@ -87,7 +87,26 @@ def test_leave_one_out_predicts_each_point_from_the_others():
 
 def test_calibration_file_names_its_assumptions():
     setup = calibration_setup(bundled_calibration("H800"))
-    assert setup.snapshot in ("requests", "tokens") and setup.max_tokens > 0
+    assert setup.snapshot in ("requests", "tokens", "own-run") and setup.max_tokens > 0
+
+
+def test_own_run_snapshot_cuts_each_layouts_whole_step_where_a_quarter_is_left():
+    """Each TP's early + tail is its own whole-step makespan, and the cut sits where 25% are left."""
+    from compute_sched.replay import replay
+
+    pm = perf_model("Qwen2.5-14B", "H800")
+    setup = CaseStudySetup(snapshot="own-run", tail_fraction=0.25, prompts=16, seeds=(5,))
+    t = case_study_times(pm, setup)
+    trace = setup.traces()[0]
+    for tp in (2, 4, 8):
+        run = replay(trace, pm, 8, f"static-tp:{tp}")
+        assert t["early", tp] + t["tail", tp] == pytest.approx(run.makespan_s, rel=0.02)
+        finish = sorted(f.finish_time_s for f in run.report.finished)
+        assert t["early", tp] == pytest.approx(finish[len(finish) - 1 - 32], abs=0.5)  # 32 of 128 left
+    # the layouts differ in where their own split leaves the long requests, so the cuts differ too
+    assert len({round(t["early", tp], 1) for tp in (2, 4, 8)}) == 3
+    with pytest.raises(ConfigError, match="own-run"):
+        CaseStudySetup(snapshot="own")
 
 
 def test_fit_refuses_an_underdetermined_problem():
@@ -113,3 +132,21 @@ def test_perf_model_picks_the_gpus_file_or_the_roofline():
     assert perf_model("Qwen2.5-32B", "H800").cal == load_calibration(bundled_calibration("H800"))
     assert perf_model("Qwen2.5-32B", "H800", "roofline").cal == Calibration()
     assert perf_model("Qwen2.5-14B", "A100").cal == Calibration()  # no A100 file: the roofline
+
+
+def test_per_draw_spread_reports_where_the_papers_ratios_fall_among_single_draws():
+    from compute_sched.calibration_h800 import per_draw_spread
+
+    pm = perf_model("Qwen2.5-14B", "H800")
+    setup = CaseStudySetup(prompts=16, seeds=(0,))
+    spread = per_draw_spread(pm, setup, seeds=range(3))
+    tail = spread["ratios"]["tail_tp4_over_tp8"]
+    assert tail["paper"] == pytest.approx(188.3 / 165.1, abs=1e-3)
+    lo, mid, hi = tail["p5_p50_p95"]
+    assert tail["min_max"][0] <= lo <= mid <= hi <= tail["min_max"][1]
+    seed = spread["closest"]["seed"]
+    one = case_study_times(pm, replace(setup, seeds=(seed,)))
+    assert spread["closest"]["ratios"]["tail_tp4_over_tp8"] == pytest.approx(one["tail", 4] / one["tail", 8], abs=1e-3)
+    # the bundled file carries the 40-draw spread of its own constants
+    doc = yaml.safe_load(bundled_calibration("H800").read_text())
+    assert doc["checks"]["per_draw_spread"]["draws"] == 40
