@@ -260,9 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{os.cpu_count()}-core {platform.machine()}",
         "load_avg_1min": {"start": load_start, "end": os.getloadavg()[0]},
     }
+    wide_min = doc["speedup_vs_best_baseline_wide_min"]
+    wide_txt = f"{wide_min:.2f}x" if wide_min is not None else "not measured (no wide configuration in this run)"
     print(f"speedup vs best baseline: min {doc['speedup_vs_best_baseline']['min']:.2f}x (target >= "
-          f"{TARGET_SPEEDUP_ANY}x), wide cross-PoD capacity min "
-          f"{doc['speedup_vs_best_baseline_wide_min'] or float('nan'):.2f}x (target >= {TARGET_SPEEDUP_WIDE}x)")
+          f"{TARGET_SPEEDUP_ANY}x), wide cross-PoD capacity min {wide_txt} (target >= {TARGET_SPEEDUP_WIDE}x)")
     print(f"efficiency = bound/ours: min {doc['efficiency']:.3f} (target >= {TARGET_EFFICIENCY})")
     print(f"planning {plan['ranks']} ranks, {plan['params']} parameters: {plan['plan_s']:.2f} s "
           f"(+{plan['serialise_s']:.2f} s to serialise {plan['schedule_json_bytes'] / 2**20:.1f} MiB of JSON)")
