@@ -41,7 +41,7 @@ from compute_sched.perf import Calibration, PerfModel
 from compute_sched.traces import heavy_tailed_trace
 
 __all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "memory_share_refits",
-           "per_draw_spread", "tp2_vs_tp4_per_draw", "main"]
+           "per_draw_spread", "static_makespans", "tp2_vs_tp4_per_draw", "main"]
 
 H800_PARAMETERS = (
     FitParameter("mem_efficiency", 0.45, 0.9,
@@ -93,45 +93,40 @@ def base_perf() -> PerfModel:
     return roofline.with_calibration(replace(Calibration(), **{k: v for k, (v, _) in H800_FIXED.items()}))
 
 
-def best_static_tp(perf: PerfModel, *, gpus: int = 16, prompts: int = 128, caps: Sequence[int] = (15360, 25600),
-                   seeds: Sequence[int] = (11, 12), tps: Sequence[int] = (1, 2, 4, 8)) -> dict[int, dict[int, float]]:
-    """Mean makespan per TP of a static layout in the §6 14B setting, per cap: ``{cap: {tp: seconds}}``.
+def static_makespans(perf: PerfModel, *, gpus: int = 16, prompts: int = 128, cap: int = 15360,
+                     seeds: Sequence[int] = (11, 12), tps: Sequence[int] = (1, 2, 4, 8)) -> dict[int, list[float]]:
+    """Makespan of a static TP layout on each trace draw of the §6 14B setting: ``{tp: [seconds per seed]}``.
 
-    The paper's veRL-TO sweep (TP 1, 2, 4, 8) chose eight TP=2 instances on 16 generation GPUs
-    (§6.2.2); a model faithful to the testbed picks TP=2 here too. 128 GRPO groups of 8 is §2.1's
-    density (64 requests per GPU), the one the paper states.
+    128 GRPO groups of 8 is §2.1's density (64 requests per GPU), the one the paper states.
     """
     from compute_sched.replay import replay  # the replay imports the scheduler; keep this module light
 
-    out: dict[int, dict[int, float]] = {}
-    for cap in caps:
-        row = {}
-        for tp in tps:
-            runs = [replay(heavy_tailed_trace(prompts, 8, cap, seed=s), perf, gpus, f"static-tp:{tp}").makespan_s
-                    for s in seeds]
-            row[tp] = sum(runs) / len(runs)
-        out[cap] = row
-    return out
+    traces = [heavy_tailed_trace(prompts, 8, cap, seed=s) for s in seeds]
+    return {tp: [replay(t, perf, gpus, f"static-tp:{tp}").makespan_s for t in traces] for tp in tps}
 
 
-def tp2_vs_tp4_per_draw(perf: PerfModel, *, gpus: int = 16, prompts: int = 128,
-                        caps: Sequence[int] = (15360, 25600), seeds: Sequence[int] = range(20)) -> dict[str, dict]:
+def best_static_tp(perf: PerfModel, *, caps: Sequence[int] = (15360, 25600), **kw) -> dict[int, dict[int, float]]:
+    """Mean makespan per TP of a static layout in the §6 14B setting, per cap: ``{cap: {tp: seconds}}``.
+
+    The paper's veRL-TO sweep (TP 1, 2, 4, 8) chose eight TP=2 instances on 16 generation GPUs
+    (§6.2.2); a model faithful to the testbed picks TP=2 here too. ``kw`` as :func:`static_makespans`.
+    """
+    return {cap: {tp: float(np.mean(v)) for tp, v in static_makespans(perf, cap=cap, **kw).items()} for cap in caps}
+
+
+def tp2_vs_tp4_per_draw(perf: PerfModel, *, caps: Sequence[int] = (15360, 25600),
+                        seeds: Sequence[int] = range(20), **kw) -> dict[str, dict]:
     """Per cap, on how many single draws a static TP=2 layout beats TP=4 in the §6 14B setting.
 
     :func:`best_static_tp` averages two draws; this says whether its verdict is one draw's luck.
     ``{cap: {"draws", "tp2_wins", "mean_tp2_over_tp4"}}`` (the mean of the per-draw ratios).
     """
-    from compute_sched.replay import replay
-
     out = {}
     for cap in caps:
-        ratios = []
-        for s in seeds:
-            trace = heavy_tailed_trace(prompts, 8, cap, seed=s)
-            ratios.append(replay(trace, perf, gpus, "static-tp:2").makespan_s
-                          / replay(trace, perf, gpus, "static-tp:4").makespan_s)
-        out[str(cap)] = {"draws": len(ratios), "tp2_wins": int(sum(r < 1.0 for r in ratios)),
-                         "mean_tp2_over_tp4": round(float(np.mean(ratios)), 3)}
+        runs = static_makespans(perf, cap=cap, seeds=seeds, tps=(2, 4), **kw)
+        ratios = np.array(runs[2]) / np.array(runs[4])
+        out[str(cap)] = {"draws": len(ratios), "tp2_wins": int((ratios < 1.0).sum()),
+                         "mean_tp2_over_tp4": round(float(ratios.mean()), 3)}
     return out
 
 
