@@ -131,11 +131,16 @@ def _makespan(perf: PerfModel, setup: CaseStudySetup, tp: int, requests: list[Ge
     return last
 
 
+def _whole_step(perf: PerfModel, setup: CaseStudySetup, tp: int, trace: Trace) -> tuple[SimEngine, int]:
+    """The whole batch launched on TP=``tp`` with veRL's split, and how many requests the tail snapshot leaves."""
+    engine = _engine(perf, setup, tp, {q.request_id: q.output_tokens for q in trace.requests})
+    launch_contiguous(engine, trace_requests(trace))
+    return engine, max(1, round(setup.tail_fraction * len(trace.requests)))
+
+
 def _progress_at_tail(perf: PerfModel, setup: CaseStudySetup, trace: Trace) -> dict[str, int]:
     """Progress of every request still running once only ``tail_fraction`` of the batch is left."""
-    engine = _engine(perf, setup, setup.reference_tp, {q.request_id: q.output_tokens for q in trace.requests})
-    launch_contiguous(engine, trace_requests(trace))
-    left = max(1, round(setup.tail_fraction * len(trace.requests)))
+    engine, left = _whole_step(perf, setup, setup.reference_tp, trace)
     while True:
         pending = engine.snapshot().pending
         if len(pending) <= left or engine.idle():
@@ -166,9 +171,7 @@ def case_study_times(perf: PerfModel, setup: CaseStudySetup | None = None,
 
 def _own_run(perf: PerfModel, setup: CaseStudySetup, tp: int, trace: Trace) -> tuple[float, float]:
     """(early, tail) seconds of one whole-step run on TP=``tp``, cut where ``tail_fraction`` is left."""
-    engine = _engine(perf, setup, tp, {q.request_id: q.output_tokens for q in trace.requests})
-    launch_contiguous(engine, trace_requests(trace))
-    left = max(1, round(setup.tail_fraction * len(trace.requests)))
+    engine, left = _whole_step(perf, setup, tp, trace)
     finished, cut, last = 0, None, 0.0
     while not engine.idle():
         for done in engine.advance(10.0):
