@@ -134,8 +134,10 @@ def _advance_until_running(eng, counts, timeout_s=10.0):
     deadline = time.monotonic() + timeout_s
     while True:
         eng.advance(0.005)
-        if [len(w.running) for w in eng.snapshot().workers] == counts or time.monotonic() > deadline:
+        running = [len(w.running) for w in eng.snapshot().workers]
+        if running == counts:
             break
+        assert time.monotonic() < deadline, f"workers run {running} requests after {timeout_s} s, expected {counts}"
     eng.advance(0.25)  # the balancer reads each worker's observed rate: measure it over ~250 steps, not a few
     return eng.snapshot()
 
