@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean gpu-check
 
 setup: $(STAMP)
 
@@ -25,6 +25,16 @@ test: setup
 # Every benchmark in bench/, each in a fresh interpreter; the first that fails stops the run.
 bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The checks that need a GPU (each skips with a message without one). On a GPU machine with PyTorch but no
+# network, run it with the machine's own Python: make gpu-check GPU_PY=python3 GPU_OUT=DIR
+GPU_PY  ?= $(if $(wildcard $(PY)),$(PY),python3)
+GPU_OUT ?= out/gpu
+gpu-check:
+	mkdir -p $(GPU_OUT)
+	-PYTHONPATH=$(CURDIR) timeout 120 $(GPU_PY) -m pytest -p no:cacheprovider -q -rs tests/collectives/test_colocated.py 2>&1 | tee $(GPU_OUT)/ipc.log
+	-PYTHONPATH=$(CURDIR) timeout 240 $(GPU_PY) bench/gpu_step_check.py --out $(GPU_OUT)/step
+	-PYTHONPATH=$(CURDIR) timeout 200 $(GPU_PY) bench/gpu_slowdown_profile.py --out $(GPU_OUT)/slowdown
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

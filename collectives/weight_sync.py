@@ -161,6 +161,10 @@ class WeightSync:
         replaces a dead rank connects the same way with ``rejoin=True`` and joins the round the job
         is in; the other ranks keep their ``WeightSync`` and only rebuild their connections to it.
 
+        ``backend`` is ``"gloo"`` (CPU tensors over TCP), ``"nccl"`` (one GPU per rank) or ``"ipc"`` for
+        colocated ranks on one host: CUDA IPC handles when CUDA is available (trainer and engine
+        sharing GPUs), POSIX shared memory otherwise (:mod:`collectives.transport.colocated`).
+
         Raises
         ------
         ConfigError
@@ -185,8 +189,14 @@ class WeightSync:
             raise ConfigError("WeightSync.connect", "rank", f"{rank} is outside the schedule's {schedule.world_size} "
                               f"ranks ({schedule.trainer.world_size} trainers + {schedule.generator.world_size} "
                               "generators)", f"0..{schedule.world_size - 1}")
-        transport = TorchTransport(store, rank, schedule.world_size, backend=backend, timeout_s=2 * timeout_s,
-                                   group_name=group_name)
+        if backend == "ipc":  # colocated ranks: CUDA IPC handles on a GPU, shared memory on CPU
+            from collectives.transport.colocated import ColocatedTransport
+            transport = ColocatedTransport(store, rank, schedule.world_size, timeout_s=2 * timeout_s,
+                                           device="cuda" if torch.cuda.is_available() else "cpu",
+                                           group_name=group_name)
+        else:
+            transport = TorchTransport(store, rank, schedule.world_size, backend=backend, timeout_s=2 * timeout_s,
+                                       group_name=group_name)
         return cls(schedule, transport, timeout_s=timeout_s, join_timeout_s=join_timeout_s,
                    load_timeout_s=load_timeout_s, trace=trace, rejoin=rejoin)
 

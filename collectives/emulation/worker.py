@@ -39,7 +39,7 @@ class RankJob:
     timeout_s: float = 30.0
     join_timeout_s: float = 120.0
     load_timeout_s: float = 120.0
-    backend: str = "gloo"  # "gloo" | "nccl" (one GPU per rank) | "ucx"
+    backend: str = "gloo"  # "gloo" | "nccl" (one GPU per rank) | "ucx" | "ipc" (colocated: CUDA IPC or shared memory)
     host_ip: str = ""  # this rank's address (UCX listener); default: store_host
     group: str = "orchestrl-weight-sync"
     check: bool = True  # compare every received slice with the synthetic model, bit for bit

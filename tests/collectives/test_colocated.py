@@ -1,0 +1,78 @@
+"""Colocated transport: ranks on one host exchange memory handles, not socket bytes (real processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
+
+import torch.distributed as dist
+
+from collectives.emulation.model import synthetic_model
+from collectives.emulation.runner import run_sync
+from collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
+from collectives.plan import plan_weight_sync
+from collectives.transport.colocated import ColocatedTransport, TransportClosed
+
+
+def _schedule(trainers: int = 2, generators: int = 2, tp: int = 1):
+    gen = GeneratorLayout.uniform(pods=(1,), ranks_per_pod=generators, tp=tp)
+    return plan_weight_sync(synthetic_model(1 << 20, hidden=64), TrainerLayout(tp=trainers), gen,
+                            FabricLinks(nic_bps=1e9), chunk_bytes=128 << 10)
+
+
+def test_weight_sync_over_shared_memory_is_bit_identical():
+    run = run_sync(_schedule(), timeout_s=30, backend="ipc")
+    assert run.ok and run.verified, run.errors()
+    assert all(not r.value["mismatches"] for r in run.results if r.ok)
+
+
+def test_weight_sync_over_shared_memory_resharding_and_in_place():
+    run = run_sync(_schedule(trainers=4, generators=4, tp=2), timeout_s=30, backend="ipc", into=True, rounds=2)
+    assert run.ok and run.verified, run.errors()
+
+
+def test_a_silent_peer_fails_the_transfer_within_its_timeout():
+    store = dist.HashStore()
+    t = ColocatedTransport(store, 0, 2, timeout_s=0.3)
+    t.prepare({1: 1})
+    buf = torch.zeros(16, dtype=torch.uint8)
+    import time
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="rank 1"):
+        t.irecv(buf, 1, 7).wait()
+    assert time.monotonic() - start < 1.5
+    t.close()
+
+
+def test_reset_ends_a_pending_wait_at_once():
+    import threading
+    import time
+    store = dist.HashStore()
+    t = ColocatedTransport(store, 0, 2, timeout_s=30)
+    t.prepare({1: 1})
+    pending = t.isend(torch.ones(8, dtype=torch.uint8), 1, 3)
+    box = {}
+
+    def wait():
+        try:
+            pending.wait()
+        except Exception as exc:  # noqa: BLE001 -- the test inspects it
+            box["exc"] = exc
+    th = threading.Thread(target=wait)
+    th.start()
+    time.sleep(0.1)
+    start = time.monotonic()
+    t.reset()
+    th.join(5)
+    assert isinstance(box.get("exc"), TransportClosed)
+    assert time.monotonic() - start < 1.0
+    assert t.generation == 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA IPC needs a CUDA GPU (trainer and engine share it)")
+def test_weight_sync_over_cuda_ipc_between_two_processes_on_one_gpu():
+    run = run_sync(_schedule(trainers=1, generators=1), timeout_s=60, backend="ipc")
+    assert run.ok and run.verified, run.errors()
+    run = run_sync(_schedule(trainers=2, generators=2, tp=2), timeout_s=60, backend="ipc", into=True)
+    assert run.ok and run.verified, run.errors()
