@@ -54,6 +54,10 @@ def _parse(argv):
     p.add_argument("--out", default="out/gpu_slowdown", help="folder for the grid file (default %(default)s)")
     p.add_argument("--window-s", type=float, default=0.25, help="GPU time per measurement (default %(default)s s)")
     p.add_argument("--quick", action="store_true", help="the 50%% split only, for a smoke run")
+    p.add_argument("--decode", choices=("stream-graph", "eager", "graph"), default="stream-graph",
+                   help="decode steps as CUDA graphs captured on the stream that replays them (default), launched "
+                        "eagerly (CPU-bound for small batches), or graphs captured on an ordinary stream and replayed "
+                        "on the green-context streams (on an H100 with torch 2.11 those ignored the SM split)")
     return p.parse_args(argv)
 
 
@@ -104,13 +108,13 @@ class _Stack:
                 self.forward(x)
         return run
 
-    def decode_graph(self, batch: int):
+    def decode_graph(self, batch: int, stream=None):
         torch = self.torch
         x = torch.randn(batch, 1, HIDDEN, device="cuda", dtype=torch.bfloat16)
         kvs = [(torch.randn(batch, KV_HEADS, DECODE_CTX, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
                 torch.randn(batch, KV_HEADS, DECODE_CTX, HEAD_DIM, device="cuda", dtype=torch.bfloat16))
                for _ in range(LAYERS)]
-        s = torch.cuda.Stream()
+        s = stream if stream is not None else torch.cuda.Stream()
         with torch.no_grad(), torch.cuda.stream(s):
             for _ in range(2):
                 self.forward(x, kvs)
@@ -226,6 +230,8 @@ def main(argv=None) -> int:
     whole = torch.cuda.Stream()
     fns = {"train": stack.train_step(TRAIN_MB80), "prefill": stack.prefill(),
            "decode_large": stack.decode_graph(DECODE_LARGE_B80), "decode_small": stack.decode_graph(DECODE_SMALL_B)}
+    decode = (lambda f: stack.eager[f]) if args.decode == "eager" else (lambda f: f)
+    fns = {k: (decode(f) if k.startswith("decode") else f) for k, f in fns.items()}
     base = {k: _alone_ms(torch, f, whole) for k, f in fns.items()}
     print(f"gpu_slowdown_profile on {props.name} ({n_sm} SMs); alone on the whole GPU: "
           + ", ".join(f"{k} {v:.2f} ms" for k, v in base.items()), flush=True)
@@ -233,8 +239,8 @@ def main(argv=None) -> int:
                    slowdown=1.0, source=source) for k in KINDS]
 
     # memory levels, whole GPU: time per sequence relative to the 80% point
-    for kind, make, full in (("train", stack.train_step, TRAIN_MB80), ("decode_large", stack.decode_graph,
-                                                                       DECODE_LARGE_B80)):
+    for kind, make, full in (("train", stack.train_step, TRAIN_MB80),
+                             ("decode_large", lambda n: decode(stack.decode_graph(n)), DECODE_LARGE_B80)):
         for mem in MEM_PCTS[:-1]:
             n = max(1, round(full * mem / 80))
             ms = _alone_ms(torch, make(n), whole)
@@ -249,7 +255,7 @@ def main(argv=None) -> int:
 
     def save():
         doc = {"format": "orchestrl slowdown grid v1", "gpu": props.name, "sm_count": n_sm, "torch": torch.__version__,
-               "host": platform.node(), "partition": partition, "log": log,
+               "host": platform.node(), "partition": partition, "decode_launch": args.decode, "log": log,
                "workloads": {"layers": LAYERS, "hidden": HIDDEN, "ffn": FFN, "train_seq": TRAIN_SEQ,
                              "train_microbatch_at_80": TRAIN_MB80, "prefill_tokens": PREFILL_TOKENS,
                              "decode_context": DECODE_CTX, "decode_large_batch_at_80": DECODE_LARGE_B80,
@@ -266,22 +272,24 @@ def main(argv=None) -> int:
             partition = "none (two unpartitioned streams)"
             streams = [(torch.cuda.Stream(), n_sm), (torch.cuda.Stream(), n_sm)]
         (sa, na), (sb, nb) = streams
-        run = dict(fns)
-        try:  # a graph captured on an ordinary stream, replayed on a green context's stream
-            with torch.cuda.stream(sa):
-                fns["decode_small"]()
-            torch.cuda.synchronize()
-        except Exception as exc:  # noqa: BLE001 -- recorded; decode then launches eagerly on these streams
-            log.append(f"graph replay on a green stream failed ({type(exc).__name__}: {exc}); decode eager there")
-            run = {k: stack.eager.get(f, f) for k, f in fns.items()}
+        run_a, run_b = dict(fns), dict(fns)
+        if args.decode == "stream-graph":  # graphs captured on the green streams themselves
+            try:
+                for run, st in ((run_a, sa), (run_b, sb)):
+                    run["decode_large"] = stack.decode_graph(DECODE_LARGE_B80, st)
+                    run["decode_small"] = stack.decode_graph(DECODE_SMALL_B, st)
+            except Exception as exc:  # noqa: BLE001 -- recorded; decode then launches eagerly on these streams
+                log.append(f"graph capture on a green stream failed ({type(exc).__name__}: {exc}); decode eager")
+                run_a = run_b = {k: stack.eager.get(f, f) for k, f in fns.items()}
         try:
             for kind in KINDS:  # alone on the partition
-                ms = _alone_ms(torch, run[kind], sa)
+                ms = _alone_ms(torch, run_a[kind], sa)
                 points.append(dict(a=kind, b=None, sm_a_pct=round(100 * na / n_sm), sm_a=na, mem_a_pct=80,
                                    alone_ms=base[kind], measured_ms=ms, slowdown=ms / base[kind], source=source))
             for ka in KINDS:  # pairs: a on the partition, b on the rest
                 for kb in KINDS:
-                    ta, tb = _run_together(torch, [(run[ka], sa, base[ka]), (run[kb], sb, base[kb])], args.window_s)
+                    ta, tb = _run_together(torch, [(run_a[ka], sa, base[ka]), (run_b[kb], sb, base[kb])],
+                                           args.window_s)
                     points.append(dict(a=ka, b=kb, sm_a_pct=round(100 * na / n_sm), sm_a=na, sm_b=nb, mem_a_pct=80,
                                        alone_ms=base[ka], measured_ms=ta, slowdown=ta / base[ka], b_measured_ms=tb,
                                        b_slowdown=tb / base[kb], source=source))
