@@ -121,10 +121,10 @@ def _line(d: dict) -> str:
 
 
 def run_demo(examples: Path = EXAMPLES_DIR, iterations: int = 2) -> int:
-    from agents.host_agent import HostAgent
-    from agents.lab import EmulatedFabric
-    from fabric.plan import format_plan_summary, plan_from_json
-    from fabric.ocs.model import duplex_to_cross_connects
+    from orchestrl.agents.host_agent import HostAgent
+    from orchestrl.agents.lab import EmulatedFabric
+    from orchestrl.fabric.plan import format_plan_summary, plan_from_json
+    from orchestrl.fabric.ocs.model import duplex_to_cross_connects
 
     started = time.perf_counter()
     intents = {name: yaml.safe_load((examples / "intents" / name).read_text()) for name in DEMO_PERIODS}
@@ -192,8 +192,8 @@ def sim_comparison(config: Path, fabrics: tuple[str, ...] = SIM_FABRICS, iterati
     """
     from dataclasses import replace
 
-    from sim.config import load_run_config
-    from sim.run import simulate
+    from orchestrl.sim.config import load_run_config
+    from orchestrl.sim.run import simulate
 
     started = time.perf_counter()
     cfg = load_run_config(config)

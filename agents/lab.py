@@ -25,8 +25,8 @@ from typing import Sequence
 
 import yaml
 
-from fabric.ocs.emulator_control import EmulatorControl, EmulatorProcess, start_emulator_process, stop_emulator_process
-from fabric.topology import Topology, load_topology
+from orchestrl.fabric.ocs.emulator_control import EmulatorControl, EmulatorProcess, start_emulator_process, stop_emulator_process
+from orchestrl.fabric.topology import Topology, load_topology
 
 __all__ = ["EmulatedFabric", "ProxyProcess", "start_proxy_process"]
 
@@ -57,10 +57,10 @@ class ProxyProcess:
 
 
 def start_proxy_process(args: Sequence[str], timeout_s: float = 60.0,
-                        command: Sequence[str] = ("agents.cli", "proxy", "serve")) -> ProxyProcess:
-    """Run ``python -m agents.cli proxy serve ARGS``; return once it prints ``listening on URL``.
+                        command: Sequence[str] = ("orchestrl.agents.cli", "proxy", "serve")) -> ProxyProcess:
+    """Run ``python -m orchestrl.agents.cli proxy serve ARGS``; return once it prints ``listening on URL``.
 
-    ``command`` names another module to run instead (``("agents.http.legacy",)``: the stdlib server
+    ``command`` names another module to run instead (``("orchestrl.agents.http.legacy",)``: the stdlib server
     that ``bench/proxy.py`` compares with).
 
     Raises
@@ -170,7 +170,7 @@ class EmulatedFabric:
 
     def driver(self, device: str):
         """Return a fresh TL1 driver for one device (the caller closes it)."""
-        from fabric.ocs.devices import load_devices, open_device
+        from orchestrl.fabric.ocs.devices import load_devices, open_device
 
         return open_device(load_devices(self.devices_path)[device])
 
@@ -191,7 +191,7 @@ class EmulatedFabric:
         """
         args = ["--topology", self.topology_path, "--devices", str(self.devices_path), "--listen", "127.0.0.1:0",
                 "--state", str(self.state_path), "--tokens", str(self.tokens_path), *extra]
-        command = ("agents.http.legacy",) if legacy else ("agents.cli", "proxy", "serve")
+        command = ("orchestrl.agents.http.legacy",) if legacy else ("orchestrl.agents.cli", "proxy", "serve")
         self.proxy = start_proxy_process(args, timeout_s, command)
         return self.proxy
 

@@ -35,9 +35,9 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from agents.http.server import HttpServer
-from compute_sched.groups.permits import PermitRevoked, PermitTable
-from fabric.errors import ConfigError, OrchestrlError
+from orchestrl.agents.http.server import HttpServer
+from orchestrl.compute_sched.groups.permits import PermitRevoked, PermitTable
+from orchestrl.fabric.errors import ConfigError, OrchestrlError
 
 __all__ = ["PhaseServer", "PhaseClient", "PhaseRuntime", "PhaseContext", "PhaseTimeout", "measure_warm_vs_cold"]
 

@@ -44,8 +44,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fabric.allocator_exact import exact_min_max_time_s, solve_optimal  # noqa: E402
-from fabric.allocator import (  # noqa: E402  (path set up above)
+from orchestrl.fabric.allocator_exact import exact_min_max_time_s, solve_optimal  # noqa: E402
+from orchestrl.fabric.allocator import (  # noqa: E402  (path set up above)
     AllocationProblem,
     allocate_greedy,
     allocate_greedy_ls,

@@ -70,12 +70,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import yaml  # noqa: E402  (path set up above)
 
-from agents.lab import EmulatedFabric  # noqa: E402
-from agents.service.factory import open_service  # noqa: E402
-from fabric.config import parse_yaml  # noqa: E402
-from fabric.ocs.fanout import SendCollect, each_device  # noqa: E402
-from fabric.plan import plan_to_json  # noqa: E402
-from fabric.templates.base import pod_of_endpoint  # noqa: E402
+from orchestrl.agents.lab import EmulatedFabric  # noqa: E402
+from orchestrl.agents.service.factory import open_service  # noqa: E402
+from orchestrl.fabric.config import parse_yaml  # noqa: E402
+from orchestrl.fabric.ocs.fanout import SendCollect, each_device  # noqa: E402
+from orchestrl.fabric.plan import plan_to_json  # noqa: E402
+from orchestrl.fabric.templates.base import pod_of_endpoint  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 2e-3

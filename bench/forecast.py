@@ -50,9 +50,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from compute_sched.forecast import DEFAULT_METHOD  # noqa: E402  (path set up above)
-from compute_sched.traces import REGIMES, step_sequence  # noqa: E402
-from compute_sched.workload import LengthForecaster, forecast_errors  # noqa: E402
+from orchestrl.compute_sched.forecast import DEFAULT_METHOD  # noqa: E402  (path set up above)
+from orchestrl.compute_sched.traces import REGIMES, step_sequence  # noqa: E402
+from orchestrl.compute_sched.workload import LengthForecaster, forecast_errors  # noqa: E402
 
 CAP_TOKENS = 15360
 FIRST_FORECAST = 8

@@ -58,23 +58,23 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from compute_sched.bounds import makespan_lower_bound  # noqa: E402  (path set up above)
-from compute_sched.calibration import (CaseStudyFit, bundled_calibration, calibration_setup,  # noqa: E402
+from orchestrl.compute_sched.bounds import makespan_lower_bound  # noqa: E402  (path set up above)
+from orchestrl.compute_sched.calibration import (CaseStudyFit, bundled_calibration, calibration_setup,  # noqa: E402
                                        leave_one_out, load_calibration, orderings_ok, perf_model)
-from compute_sched.calibration_h800 import H800_PARAMETERS, base_perf  # noqa: E402
-from compute_sched.case_study import PAPER_POINTS, case_study_times  # noqa: E402
-from compute_sched.clairvoyant import clairvoyant_schedule  # noqa: E402
-from compute_sched.costs import CostModel  # noqa: E402
-from compute_sched.engine import GenerationRequest, Migration  # noqa: E402
-from compute_sched.hardware import load_gpu, load_model  # noqa: E402
-from compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous  # noqa: E402
-from compute_sched.perf import PerfModel  # noqa: E402
-from compute_sched.planner import plan_layout  # noqa: E402
-from compute_sched.replay import ReplayOptions, launch_contiguous, replay, trace_requests  # noqa: E402
-from compute_sched.rollout_pipe import run_pipeline  # noqa: E402
-from compute_sched.sim_engine import SimEngine  # noqa: E402
-from compute_sched.traces import heavy_tailed_trace  # noqa: E402
-from compute_sched.workload import LengthForecaster, StepWorkload  # noqa: E402
+from orchestrl.compute_sched.calibration_h800 import H800_PARAMETERS, base_perf  # noqa: E402
+from orchestrl.compute_sched.case_study import PAPER_POINTS, case_study_times  # noqa: E402
+from orchestrl.compute_sched.clairvoyant import clairvoyant_schedule  # noqa: E402
+from orchestrl.compute_sched.costs import CostModel  # noqa: E402
+from orchestrl.compute_sched.engine import GenerationRequest, Migration  # noqa: E402
+from orchestrl.compute_sched.hardware import load_gpu, load_model  # noqa: E402
+from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous  # noqa: E402
+from orchestrl.compute_sched.perf import PerfModel  # noqa: E402
+from orchestrl.compute_sched.planner import plan_layout  # noqa: E402
+from orchestrl.compute_sched.replay import ReplayOptions, launch_contiguous, replay, trace_requests  # noqa: E402
+from orchestrl.compute_sched.rollout_pipe import run_pipeline  # noqa: E402
+from orchestrl.compute_sched.sim_engine import SimEngine  # noqa: E402
+from orchestrl.compute_sched.traces import heavy_tailed_trace  # noqa: E402
+from orchestrl.compute_sched.workload import LengthForecaster, StepWorkload  # noqa: E402
 
 TARGET_LOO = 0.15
 TARGET_PP_21 = 1.10

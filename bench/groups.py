@@ -46,16 +46,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from compute_sched.groups.baselines import GreedyPolicy, RandomPolicy, make_policy  # noqa: E402
-from compute_sched.groups.cluster import Cluster  # noqa: E402
-from compute_sched.groups.config import GroupConfig  # noqa: E402
-from compute_sched.groups.inter import RollMuxScheduler  # noqa: E402
-from compute_sched.groups.intra import GroupJob, round_robin  # noqa: E402
-from compute_sched.groups.optimal import optimal_groups  # noqa: E402
-from compute_sched.groups.replay import MISS_UNEVEN  # noqa: E402
-from compute_sched.groups.scenario import ReplaySetup, run_replay  # noqa: E402
-from compute_sched.groups.slo import DEFAULT_MARGIN, RealisedSloCheck  # noqa: E402
-from compute_sched.groups.workload import ResponseModel, TraceStats, synthesize_jobs  # noqa: E402
+from orchestrl.compute_sched.groups.baselines import GreedyPolicy, RandomPolicy, make_policy  # noqa: E402
+from orchestrl.compute_sched.groups.cluster import Cluster  # noqa: E402
+from orchestrl.compute_sched.groups.config import GroupConfig  # noqa: E402
+from orchestrl.compute_sched.groups.inter import RollMuxScheduler  # noqa: E402
+from orchestrl.compute_sched.groups.intra import GroupJob, round_robin  # noqa: E402
+from orchestrl.compute_sched.groups.optimal import optimal_groups  # noqa: E402
+from orchestrl.compute_sched.groups.replay import MISS_UNEVEN  # noqa: E402
+from orchestrl.compute_sched.groups.scenario import ReplaySetup, run_replay  # noqa: E402
+from orchestrl.compute_sched.groups.slo import DEFAULT_MARGIN, RealisedSloCheck  # noqa: E402
+from orchestrl.compute_sched.groups.workload import ResponseModel, TraceStats, synthesize_jobs  # noqa: E402
 
 # The paper's figures: references printed beside ours, never a denominator.
 PAPER_LATENCY_MS = {5: 5.6, 100: 41.9, 500: 198.0, 1000: 318.0, 2000: 591.0}
@@ -192,7 +192,7 @@ def held_out(seeds: tuple[int, ...], jobs: int) -> dict:
 
 def misspecified(seeds: tuple[int, ...], jobs: int) -> dict:
     """Return realised attainment when the jobs' response lengths differ from the model the check samples."""
-    from compute_sched.groups.replay import replay
+    from orchestrl.compute_sched.groups.replay import replay
 
     cfg, out = GroupConfig(), {}
     for label, real in MISSPECIFIED.items():
@@ -208,7 +208,7 @@ def misspecified(seeds: tuple[int, ...], jobs: int) -> dict:
 
 def tune_margin(seeds: range, jobs: int, margins=(0.0, 0.01, 0.02, 0.03, 0.04, 0.05)) -> dict:
     """Return rollmux's realised attainment and cost over Solo-D per margin on the tuning seeds (not held out)."""
-    from compute_sched.groups.replay import replay
+    from orchestrl.compute_sched.groups.replay import replay
 
     cfg, out = GroupConfig(), {m: {"att": [], "cost_vs_solo": []} for m in margins}
     for seed in seeds:
@@ -286,8 +286,8 @@ def fabric_and_affinity(jobs: int) -> dict:
 
 
 def _h20_only_with_prefill(setup: ReplaySetup):
-    from compute_sched.groups.inter import RollMuxScheduler as Sched
-    from compute_sched.groups.replay import replay
+    from orchestrl.compute_sched.groups.inter import RollMuxScheduler as Sched
+    from orchestrl.compute_sched.groups.replay import replay
 
     cfg = GroupConfig()
     jobs = synthesize_jobs(setup.workload, setup.jobs, setup.seed, arrival_scale=setup.arrival_scale,
@@ -313,7 +313,7 @@ def migration_gain(pairs: int) -> dict:
 
 def warm_vs_cold() -> dict | None:
     try:
-        from agents.phase import measure_warm_vs_cold
+        from orchestrl.agents.phase import measure_warm_vs_cold
     except ImportError:
         return None
     with tempfile.TemporaryDirectory() as tmp:

@@ -53,8 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import httpx  # noqa: E402
 import yaml  # noqa: E402
 
-from agents.lab import EmulatedFabric  # noqa: E402
-from fabric.ocs.model import duplex_to_cross_connects  # noqa: E402
+from orchestrl.agents.lab import EmulatedFabric  # noqa: E402
+from orchestrl.fabric.ocs.model import duplex_to_cross_connects  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TOPOLOGY = REPO / "examples" / "topology-64gpu-h800.yaml"

@@ -35,9 +35,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sim.network.build import build_fabric  # noqa: E402  (path set up above)
-from sim.network.config import FABRICS, SimConfig  # noqa: E402
-from sim.network.events import FlowSet, simulate  # noqa: E402
+from orchestrl.sim.network.build import build_fabric  # noqa: E402  (path set up above)
+from orchestrl.sim.network.config import FABRICS, SimConfig  # noqa: E402
+from orchestrl.sim.network.events import FlowSet, simulate  # noqa: E402
 
 TARGET_A2A_S = 50e-3
 TARGET_RANDOM_S = 2.0
@@ -93,7 +93,7 @@ def solve_case(name: str, gpus: int, src, dst, reps: int, merge: bool = True) ->
     fab = build_fabric(name, gpus, SimConfig(merge_bundles=merge))
     state = fab.state() if name not in ("rfabric", "mixnet") else None
     if state is None:
-        from sim.network.netsim import NetworkSim
+        from orchestrl.sim.network.netsim import NetworkSim
 
         state = NetworkSim(fab).state(FlowSet(src, dst, 1.0, 0.0))
     build_s = time.perf_counter() - t0

@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fabric.errors import OrchestrlError  # noqa: E402  (path set up above)
+from orchestrl.fabric.errors import OrchestrlError  # noqa: E402  (path set up above)
 
 TARGET_COLD_S = 60.0
 TARGET_WARM_S = 15.0
@@ -56,13 +56,13 @@ EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _parts():
     """(owner, attribute, part) of every function whose CPU time is attributed to a part."""
-    import collectives.plan as wsplan
-    import compute_sched.scheduler as scheduler
-    import fabric.controller as controller
-    import sim.network.events as events
-    import sim.network.netsim as netsim
-    import sim.stages.weight_sync as ws
-    from compute_sched.sim_engine import SimEngine
+    import orchestrl.collectives.plan as wsplan
+    import orchestrl.compute_sched.scheduler as scheduler
+    import orchestrl.fabric.controller as controller
+    import orchestrl.sim.network.events as events
+    import orchestrl.sim.network.netsim as netsim
+    import orchestrl.sim.stages.weight_sync as ws
+    from orchestrl.compute_sched.sim_engine import SimEngine
 
     return ((scheduler, "plan_layout", "gen planner"), (scheduler, "plan_migrations", "gen balancer"),
             (SimEngine, "advance", "gen engine"), (SimEngine, "snapshot", "gen engine"),
@@ -74,7 +74,7 @@ def _parts():
 
 def attributing(acc: Counter) -> contextlib.AbstractContextManager[None]:
     """CPU time of an RL iteration by part (:func:`_parts`), innermost part running; see gen_profile."""
-    from sim.stages.gen_profile import attributing as by_part
+    from orchestrl.sim.stages.gen_profile import attributing as by_part
 
     return by_part(acc, _parts())
 
@@ -92,9 +92,9 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
     One iteration is the three stages of one RL step in order: Gen of the step's trace, Train on its
     samples, Weight Sync (the asynchronous loop runs the same three calls per iteration).
     """
-    from sim.config import load_run_config, validate
-    from sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
-    from sim.run import build
+    from orchestrl.sim.config import load_run_config, validate
+    from orchestrl.sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
+    from orchestrl.sim.run import build
 
     cfg = load_run_config(EXAMPLE)
     cfg = validate(replace(cfg, name=f"bench-{gpus}", cluster=replace(cfg.cluster, gpus=gpus, train_gpus=gpus // 2)))
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         doc["sections"]["growth"] = {"rows": growth, "cpu_exponent": exps, "failed": failed}
 
         if not args.no_fig17:
-            from sim.experiments import fig17
+            from orchestrl.sim.experiments import fig17
 
             print(f"\n4. the full Figure 17 sweep (5 configurations, {args.workers or os.cpu_count()} workers)")
             load = _load()

@@ -48,9 +48,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from sim.network.build import build_fabric  # noqa: E402  (path set up above)
-from sim.network.config import SimConfig  # noqa: E402
-from sim.network.events import FlowSet, simulate  # noqa: E402
+from orchestrl.sim.network.build import build_fabric  # noqa: E402  (path set up above)
+from orchestrl.sim.network.config import SimConfig  # noqa: E402
+from orchestrl.sim.network.events import FlowSet, simulate  # noqa: E402
 
 LINK_GBPS = 200
 MTU = 9000

@@ -51,13 +51,13 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from collectives.baseline import plan_chain  # noqa: E402  (path set up above)
-from collectives.emulation.broadcast import run_broadcast  # noqa: E402
-from collectives.emulation.model import synthetic_model  # noqa: E402
-from collectives.emulation.netns import ClusterSpec, EmulatedCluster, unavailable_reason  # noqa: E402
-from collectives.emulation.runner import measure_goodput, run_sync  # noqa: E402
-from collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout  # noqa: E402
-from collectives.plan import plan_weight_sync  # noqa: E402
+from orchestrl.collectives.baseline import plan_chain  # noqa: E402  (path set up above)
+from orchestrl.collectives.emulation.broadcast import run_broadcast  # noqa: E402
+from orchestrl.collectives.emulation.model import synthetic_model  # noqa: E402
+from orchestrl.collectives.emulation.netns import ClusterSpec, EmulatedCluster, unavailable_reason  # noqa: E402
+from orchestrl.collectives.emulation.runner import measure_goodput, run_sync  # noqa: E402
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout  # noqa: E402
+from orchestrl.collectives.plan import plan_weight_sync  # noqa: E402
 
 TARGET_EFFICIENCY = 0.85
 TARGET_SPEEDUP_ANY = 1.0  # never slower than the best baseline

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
-from collectives.plan import DEFAULT_CHUNK_BYTES, check_names
-from collectives.schedule import Block, Edge, Schedule
-from collectives.slicing import Piece, assign_origins, split_pieces
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
+from orchestrl.collectives.plan import DEFAULT_CHUNK_BYTES, check_names
+from orchestrl.collectives.schedule import Block, Edge, Schedule
+from orchestrl.collectives.slicing import Piece, assign_origins, split_pieces
 
 __all__ = ["plan_flat", "plan_chain", "owner_buckets"]
 

@@ -18,11 +18,11 @@ from math import prod
 
 import torch
 
-from collectives.checksum import ALGORITHMS, checksum
-from collectives.errors import IntegrityError
-from collectives.layout import ParamSpec
-from collectives.schedule import Schedule
-from collectives.sharding import Runs
+from orchestrl.collectives.checksum import ALGORITHMS, checksum
+from orchestrl.collectives.errors import IntegrityError
+from orchestrl.collectives.layout import ParamSpec
+from orchestrl.collectives.schedule import Schedule
+from orchestrl.collectives.sharding import Runs
 
 __all__ = ["HEADER_BYTES", "TORCH_DTYPES", "ParamBuffer", "ChunkCodec"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabric.errors import OrchestrlError
+from orchestrl.fabric.errors import OrchestrlError
 
 __all__ = ["WeightSyncError", "IntegrityError"]
 

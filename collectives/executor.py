@@ -34,10 +34,10 @@ from typing import Callable
 
 import torch
 
-from collectives.codec import ChunkCodec, ParamBuffer
-from collectives.errors import IntegrityError
-from collectives.liveness import Liveness
-from collectives.schedule import Op, Schedule
+from orchestrl.collectives.codec import ChunkCodec, ParamBuffer
+from orchestrl.collectives.errors import IntegrityError
+from orchestrl.collectives.liveness import Liveness
+from orchestrl.collectives.schedule import Op, Schedule
 
 __all__ = ["StreamExecutor", "Loader", "LoadWeights"]
 

@@ -4,8 +4,8 @@ The fabric's weight-sync template (OrchestrRL §5.2 item 3) needs to know which 
 bytes to which GPU. :mod:`fabric.traffic` has a stand-in model for that; the real schedule
 replaces it through :attr:`fabric.intent.Collective.transfers`, the seam this module fills:
 
->>> from collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
->>> from collectives.plan import plan_weight_sync
+>>> from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
+>>> from orchestrl.collectives.plan import plan_weight_sync
 >>> sch = plan_weight_sync([ParamSpec("w", (4, 4), "float32", tp_dim=0)], TrainerLayout(tp=2, gpus=(0, 1)),
 ...                        GeneratorLayout.uniform(pods=(1,), ranks_per_pod=2, gpus=(8, 9)), FabricLinks(nic_bps=1e9))
 >>> schedule_transfers(sch)
@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fabric.errors import ConfigError
-from fabric.intent import Collective, Intent
-from fabric.topology import Topology
-from fabric.traffic import AggregateDemand, aggregate_demand, transfer_pair_bytes
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.topology import Topology
+from orchestrl.fabric.traffic import AggregateDemand, aggregate_demand, transfer_pair_bytes
 
-from collectives.layout import FabricLinks
-from collectives.schedule import Schedule
+from orchestrl.collectives.layout import FabricLinks
+from orchestrl.collectives.schedule import Schedule
 
 __all__ = ["schedule_gpus", "schedule_transfers", "weight_sync_collective", "weight_sync_intent",
            "schedule_demand", "links_from_topology"]
@@ -89,7 +89,7 @@ def links_from_topology(topology: Topology, cross_bps: float | None = None) -> F
 
     Examples
     --------
-    >>> from fabric.topology import FabricSpec
+    >>> from orchestrl.fabric.topology import FabricSpec
     >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=1,
     ...                            boundary_ports_per_pod=4, core_devices=1))
     >>> links_from_topology(topo).budget(1)

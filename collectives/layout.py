@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Mapping, Sequence
 
-from fabric.errors import ConfigError
-from fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
 
-from collectives.sharding import Sharding
+from orchestrl.collectives.sharding import Sharding
 
 __all__ = [
     "DTYPE_BYTES",

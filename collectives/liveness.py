@@ -30,7 +30,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Callable, Iterable
 
-from collectives.errors import IntegrityError, WeightSyncError
+from orchestrl.collectives.errors import IntegrityError, WeightSyncError
 
 __all__ = ["Liveness"]
 

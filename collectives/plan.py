@@ -35,11 +35,11 @@ import heapq
 from collections import Counter
 from typing import Sequence
 
-from fabric.errors import ConfigError, InfeasiblePlanError
+from orchestrl.fabric.errors import ConfigError, InfeasiblePlanError
 
-from collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
-from collectives.schedule import Block, Edge, Schedule, Wave
-from collectives.slicing import assign_origins, group_blocks, split_pieces
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
+from orchestrl.collectives.schedule import Block, Edge, Schedule, Wave
+from orchestrl.collectives.slicing import assign_origins, group_blocks, split_pieces
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "STRATEGIES", "plan_weight_sync", "make_blocks", "check_names"]
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping
 
-from collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
-from collectives.sharding import Runs
-from collectives.slicing import Piece, generator_runs, trainer_runs
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
+from orchestrl.collectives.sharding import Runs
+from orchestrl.collectives.slicing import Piece, generator_runs, trainer_runs
 
 __all__ = ["PHASES", "Block", "Edge", "Wave", "Op", "Schedule"]
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
-from collectives.layout import GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
-from collectives.sharding import Runs
+from orchestrl.collectives.layout import GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
+from orchestrl.collectives.sharding import Runs
 
 __all__ = ["Piece", "PieceInfo", "trainer_runs", "generator_runs", "split_pieces", "assign_origins",
            "group_blocks"]

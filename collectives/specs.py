@@ -33,10 +33,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
-from collectives.layout import DTYPE_BYTES, ParamSpec
-from collectives.sharding import Sharding
+from orchestrl.collectives.layout import DTYPE_BYTES, ParamSpec
+from orchestrl.collectives.sharding import Sharding
 
 __all__ = ["ModelShape", "MEGATRON_TO_VLLM", "rename", "vllm_layout", "hf_layout", "megatron_specs",
            "state_dict_specs", "merge_specs"]

@@ -19,10 +19,10 @@ from typing import Mapping
 
 import torch
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
-from collectives.codec import TORCH_DTYPES
-from collectives.schedule import Schedule
+from orchestrl.collectives.codec import TORCH_DTYPES
+from orchestrl.collectives.schedule import Schedule
 
 __all__ = ["check_tensor", "resolve_targets"]
 
@@ -39,7 +39,7 @@ def check_tensor(tensor: object, *, where: str, name: str, shape: tuple[int, ...
     ...              shape=(2, 3), dtype="bfloat16", device=torch.device("cpu"))
     Traceback (most recent call last):
     ...
-    fabric.errors.ConfigError: receive(into=...): field 'w': is a torch.float32 tensor but the parameter is bfloat16; \
+    orchestrl.fabric.errors.ConfigError: receive(into=...): field 'w': is a torch.float32 tensor but the parameter is bfloat16; \
 its bytes would be reinterpreted, not converted (allowed: a torch.bfloat16 tensor of shape (2, 3) on cpu)
     """
     want = f"a torch.{dtype} tensor of shape {shape} on {device}"

@@ -16,7 +16,7 @@ parameters and TP=1 engines, refused up front otherwise.
 Example (driver process of one engine; the trainer runs ``WeightSync.send`` meanwhile)::
 
     llm = LLM(model=path, tensor_parallel_size=2,
-              worker_extension_cls="collectives.vllm_ext.WeightSyncWorkerExtension")
+              worker_extension_cls="orchestrl.collectives.vllm_ext.WeightSyncWorkerExtension")
     llm.collective_rpc("orchestrl_join", args=(None, store_host, store_port, rank_offset))
     reports = llm.collective_rpc("orchestrl_receive")   # once per RL step
 """
@@ -29,11 +29,11 @@ from typing import Any, Mapping
 
 import torch
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
-from collectives.schedule import Schedule
-from collectives.targets import check_tensor, resolve_targets
-from collectives.weight_sync import WeightSync
+from orchestrl.collectives.schedule import Schedule
+from orchestrl.collectives.targets import check_tensor, resolve_targets
+from orchestrl.collectives.weight_sync import WeightSync
 
 __all__ = ["WeightSyncWorkerExtension", "vllm_unavailable", "engine_targets"]
 

@@ -41,13 +41,13 @@ from typing import Iterable, Mapping
 import torch
 import torch.distributed as dist
 
-from collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
-from collectives.errors import WeightSyncError
-from collectives.executor import Loader, LoadWeights, StreamExecutor
-from collectives.liveness import Liveness
-from collectives.schedule import Op, Schedule
-from collectives.targets import check_tensor, resolve_targets
-from fabric.errors import ConfigError
+from orchestrl.collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
+from orchestrl.collectives.errors import WeightSyncError
+from orchestrl.collectives.executor import Loader, LoadWeights, StreamExecutor
+from orchestrl.collectives.liveness import Liveness
+from orchestrl.collectives.schedule import Op, Schedule
+from orchestrl.collectives.targets import check_tensor, resolve_targets
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["SyncReport", "SyncHandle", "WeightSync", "LoadWeights"]
 
@@ -172,7 +172,7 @@ class WeightSync:
         WeightSyncError
             If no schedule appears in the store within ``join_timeout_s``.
         """
-        from collectives.transport.torch_dist import TorchTransport
+        from orchestrl.collectives.transport.torch_dist import TorchTransport
 
         store = dist.TCPStore(host, port, None, rank == 0, timeout=timedelta(seconds=join_timeout_s),
                               wait_for_workers=False)
@@ -190,7 +190,7 @@ class WeightSync:
                               f"ranks ({schedule.trainer.world_size} trainers + {schedule.generator.world_size} "
                               "generators)", f"0..{schedule.world_size - 1}")
         if backend == "ipc":  # colocated ranks: CUDA IPC handles on a GPU, shared memory on CPU
-            from collectives.transport.colocated import ColocatedTransport
+            from orchestrl.collectives.transport.colocated import ColocatedTransport
             transport = ColocatedTransport(store, rank, schedule.world_size, timeout_s=2 * timeout_s,
                                            device="cuda" if torch.cuda.is_available() else "cpu",
                                            group_name=group_name)

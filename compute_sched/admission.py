@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from compute_sched.engine import GenerationRequest
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.engine import GenerationRequest
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["FifoAdmission", "FrontierAdmission", "TrainableGroup", "CompleteGroupHandoff", "SerialHandoff",
            "AsyncBound", "RedundantRollout"]

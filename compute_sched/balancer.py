@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from compute_sched.engine import ClusterSnapshot, Migration, WorkerState
-from compute_sched.workload import RequestState
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.engine import ClusterSnapshot, Migration, WorkerState
+from orchestrl.compute_sched.workload import RequestState
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["BalancerConfig", "load_index", "plan_migrations"]
 
@@ -110,7 +110,7 @@ def load_index(worker: WorkerState, growth_reserve_tokens: int = 256, fallback_r
                rate_basis: str = "sequence") -> float:
     """Return Eq. 5's LoadIndex of one worker (higher = more congested).
 
-    >>> from compute_sched.layout import InstanceConfig
+    >>> from orchestrl.compute_sched.layout import InstanceConfig
     >>> r = RequestState("a", 100, 50, 1000)
     >>> w = WorkerState(0, InstanceConfig(), (r,), (r,), 150, 10_000, 100.0)
     >>> round(load_index(w), 5)  # 2 requests / (1 running + 9850 free / 406 per seq) / (100 tok/s / 1 running)

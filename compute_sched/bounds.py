@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 
-from compute_sched.layout import InstanceConfig
-from compute_sched.perf import PerfModel
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.layout import InstanceConfig
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["LowerBound", "makespan_lower_bound", "solo_decode_s"]
 
@@ -66,7 +66,7 @@ def solo_decode_s(perf: PerfModel, cfg: InstanceConfig, prompt_tokens: int, outp
     -----
     O(output_tokens / 256).
 
-    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> tp2, tp8 = InstanceConfig("tp", tp=2), InstanceConfig("tp", tp=8)
     >>> solo_decode_s(pm, tp8, 400, 10_000) < solo_decode_s(pm, tp2, 400, 10_000)
@@ -129,7 +129,7 @@ def makespan_lower_bound(perf: PerfModel, gpus: int, requests: Iterable[tuple[in
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> cfgs = [InstanceConfig("tp", tp=t) for t in (1, 2, 4, 8)]
     >>> lb = makespan_lower_bound(pm, 8, [(400, 15_000, 0)] + [(400, 1_000, 0)] * 511, cfgs)

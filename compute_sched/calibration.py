@@ -31,11 +31,11 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
-from compute_sched.case_study import PAPER_POINTS, CaseStudySetup, PaperPoint, case_study_times
-from compute_sched.hardware import SPECS_DIR, GpuSpec, ModelSpec, load_gpu, load_model
-from compute_sched.perf import Calibration, PerfModel
-from fabric.config import Reader, load_document
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.case_study import PAPER_POINTS, CaseStudySetup, PaperPoint, case_study_times
+from orchestrl.compute_sched.hardware import SPECS_DIR, GpuSpec, ModelSpec, load_gpu, load_model
+from orchestrl.compute_sched.perf import Calibration, PerfModel
+from orchestrl.fabric.config import Reader, load_document
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["FitParameter", "CaseStudyFit", "HeldOutPoint", "fit_case_study", "leave_one_out", "orderings_ok",
            "save_calibration", "load_calibration", "calibration_setup", "bundled_calibration", "perf_model",
@@ -148,7 +148,7 @@ def fit_case_study(perf: PerfModel, parameters: Sequence[FitParameter], *, setup
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> setup = CaseStudySetup(prompts=16, seeds=(0,))
     >>> truth = case_study_times(pm.with_calibration(replace(pm.cal, step_overhead_s=4e-3)), setup)
@@ -271,7 +271,7 @@ def save_calibration(fit: CaseStudyFit, path: str | os.PathLike[str], *, name: s
         "checks": dict(checks or {}),
     }
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(f"# Calibration of compute_sched.perf for {gpu}; written by `python -m compute_sched.calibration_h800`.\n"
+        fh.write(f"# Calibration of compute_sched.perf for {gpu}; written by `python -m orchestrl.compute_sched.calibration_h800`.\n"
                  "# Fitted to measured times only (OrchestrRL §2.1), never to the benchmark's traces.\n")
         yaml.safe_dump(doc, fh, sort_keys=False, width=110, allow_unicode=True)
 

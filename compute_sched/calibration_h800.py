@@ -1,6 +1,6 @@
 """The recipe behind the bundled H800 calibration: what is fitted, what is fixed and why, what is swept.
 
-Run ``python -m compute_sched.calibration_h800`` to refit and rewrite
+Run ``python -m orchestrl.compute_sched.calibration_h800`` to refit and rewrite
 ``specs/calibrations/qwen2.5-14b-h800-paper.yaml`` (15-30 minutes on 2 cores: one fit per
 assumption set of :data:`ASSUMPTIONS`, then six leave-one-out refits, the veRL-TO checks, the
 memory-share refits and the 40-draw spread for the chosen one); ``--quick`` fits the chosen
@@ -33,12 +33,12 @@ from typing import Sequence
 
 import numpy as np
 
-from compute_sched.calibration import (CALIBRATIONS_DIR, CaseStudyFit, FitParameter, fit_case_study, leave_one_out,
+from orchestrl.compute_sched.calibration import (CALIBRATIONS_DIR, CaseStudyFit, FitParameter, fit_case_study, leave_one_out,
                                        orderings_ok, save_calibration)
-from compute_sched.case_study import PAPER_POINTS, CaseStudySetup, case_study_times
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.perf import Calibration, PerfModel
-from compute_sched.traces import heavy_tailed_trace
+from orchestrl.compute_sched.case_study import PAPER_POINTS, CaseStudySetup, case_study_times
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.perf import Calibration, PerfModel
+from orchestrl.compute_sched.traces import heavy_tailed_trace
 
 __all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "memory_share_refits",
            "per_draw_spread", "static_makespans", "tp2_vs_tp4_per_draw", "main"]
@@ -99,7 +99,7 @@ def static_makespans(perf: PerfModel, *, gpus: int = 16, prompts: int = 128, cap
 
     128 GRPO groups of 8 is §2.1's density (64 requests per GPU), the one the paper states.
     """
-    from compute_sched.replay import replay  # the replay imports the scheduler; keep this module light
+    from orchestrl.compute_sched.replay import replay  # the replay imports the scheduler; keep this module light
 
     traces = [heavy_tailed_trace(prompts, 8, cap, seed=s) for s in seeds]
     return {tp: [replay(t, perf, gpus, f"static-tp:{tp}").makespan_s for t in traces] for tp in tps}

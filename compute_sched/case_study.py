@@ -44,13 +44,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compute_sched.engine import GenerationRequest
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.replay import launch_contiguous, trace_requests
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import Trace, heavy_tailed_trace
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.engine import GenerationRequest
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.replay import launch_contiguous, trace_requests
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import Trace, heavy_tailed_trace
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["PaperPoint", "PAPER_POINTS", "CaseStudySetup", "case_study_times"]
 
@@ -159,7 +159,7 @@ def case_study_times(perf: PerfModel, setup: CaseStudySetup | None = None,
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
     >>> t = case_study_times(PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800")))
     >>> sorted(t) == [("early", 2), ("early", 4), ("early", 8), ("tail", 2), ("tail", 4), ("tail", 8)]
     True

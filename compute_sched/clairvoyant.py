@@ -28,12 +28,12 @@ import heapq
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from compute_sched.engine import GenerationRequest
-from compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import Trace
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.engine import GenerationRequest
+from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import Trace
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["ClairvoyantResult", "clairvoyant_schedule", "place_by_true_length", "mixed_layout"]
 

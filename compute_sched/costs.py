@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compute_sched.engine import RECOMPUTE_ONLY, Engine, EngineCapabilities
-from compute_sched.layout import InstanceConfig
-from compute_sched.perf import PerfModel
+from orchestrl.compute_sched.engine import RECOMPUTE_ONLY, Engine, EngineCapabilities
+from orchestrl.compute_sched.layout import InstanceConfig
+from orchestrl.compute_sched.perf import PerfModel
 
 __all__ = ["SwitchCost", "MigrationCost", "CostModel"]
 
@@ -57,7 +57,7 @@ class CostModel:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
     >>> perf = PerfModel(load_model("Qwen2.5-32B"), load_gpu("H800"))
     >>> dst = InstanceConfig("tp", tp=4)
     >>> costs = CostModel(perf)  # recompute only: what the vLLM adapter can do

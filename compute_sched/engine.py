@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from compute_sched.layout import InstanceConfig, Layout
-from compute_sched.workload import RequestState
+from orchestrl.compute_sched.layout import InstanceConfig, Layout
+from orchestrl.compute_sched.workload import RequestState
 
 __all__ = ["EngineCapabilities", "RECOMPUTE_ONLY", "GenerationRequest", "WorkerState", "ClusterSnapshot", "Migration",
            "MigrationReport", "SwitchReport", "FinishedRequest", "Engine"]

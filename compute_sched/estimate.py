@@ -23,9 +23,9 @@ from typing import Sequence
 
 import numpy as np
 
-from compute_sched.layout import InstanceConfig
-from compute_sched.perf import PerfModel
-from compute_sched.workload import BIN_TOKENS, RequestState, StepWorkload
+from orchestrl.compute_sched.layout import InstanceConfig
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.workload import BIN_TOKENS, RequestState, StepWorkload
 
 _KNOT_TOKENS = 256.0  # spacing of the cached batch-1 step-time curve
 
@@ -107,8 +107,8 @@ def instance_time_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, cou
                     tail_mass: float = 0.25) -> float:
     """Expected seconds for one instance of ``cfg`` to finish ``counts[j]`` requests of each class.
 
-    >>> from compute_sched.hardware import load_gpu, load_model
-    >>> from compute_sched.workload import LengthHistogram
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.workload import LengthHistogram
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> reqs = [RequestState(f"r{i}", 300, 0, 4096) for i in range(64)]
     >>> w = StepWorkload(LengthHistogram.from_lengths([1000] * 32 + [4000] * 32, 4096))
@@ -196,8 +196,8 @@ def lone_times_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, *, tai
     -----
     O(J T) for J classes and T grid points.
 
-    >>> from compute_sched.hardware import load_gpu, load_model
-    >>> from compute_sched.workload import LengthHistogram
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.workload import LengthHistogram
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> reqs = [RequestState("short", 300, 0, 8192), RequestState("long", 300, 6000, 8192)]
     >>> t = build_classes(reqs, StepWorkload(LengthHistogram.from_lengths([1000] * 40 + [8000] * 4, 8192)))

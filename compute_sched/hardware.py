@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from fabric.config import Reader, load_document
-from fabric.errors import ConfigError
+from orchestrl.fabric.config import Reader, load_document
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["ModelSpec", "GpuSpec", "load_model", "load_gpu", "bundled_models", "bundled_gpus", "SPECS_DIR"]
 

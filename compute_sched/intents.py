@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from compute_sched.hardware import DTYPE_BYTES
-from compute_sched.layout import Layout
-from compute_sched.perf import PerfModel
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.hardware import DTYPE_BYTES
+from orchestrl.compute_sched.layout import Layout
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["IntentSink", "RecordingSink", "ControllerSink", "generation_intent"]
 
@@ -46,7 +46,7 @@ class ControllerSink:
     results: list[Any] = field(default_factory=list)
 
     def announce(self, intent: Mapping[str, Any], t_s: float | None = None) -> None:
-        from fabric.intent import intent_from_mapping
+        from orchestrl.fabric.intent import intent_from_mapping
 
         parsed = intent_from_mapping(intent, f"<gen intent of {intent.get('job')}>", self.controller.topology)
         result = self.controller.materialize(parsed)
@@ -70,8 +70,8 @@ def generation_intent(layout: Layout, perf: PerfModel, *, job: str, global_gpus:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
-    >>> from compute_sched.layout import InstanceConfig, homogeneous
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> doc = generation_intent(homogeneous(InstanceConfig("tp", tp=8), 16), pm, job="j",
     ...                         global_gpus=range(32, 48), batch_per_instance=64, context_tokens=64 * 4000,

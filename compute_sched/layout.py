@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["InstanceConfig", "Instance", "Layout", "homogeneous", "aligned", "candidate_configs", "parse_config"]
 

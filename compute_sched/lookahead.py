@@ -31,10 +31,10 @@ from typing import Sequence
 
 import numpy as np
 
-from compute_sched.costs import CostModel
-from compute_sched.estimate import ClassTable, lone_profile_s, step_profile_s
-from compute_sched.layout import InstanceConfig
-from compute_sched.perf import PerfModel
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.estimate import ClassTable, lone_profile_s, step_profile_s
+from orchestrl.compute_sched.layout import InstanceConfig
+from orchestrl.compute_sched.perf import PerfModel
 
 __all__ = ["Continuation", "best_continuation"]
 
@@ -81,9 +81,9 @@ def best_continuation(perf: PerfModel, costs: CostModel, table: ClassTable, head
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
-    >>> from compute_sched.estimate import build_classes
-    >>> from compute_sched.workload import LengthHistogram, RequestState, StepWorkload
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.estimate import build_classes
+    >>> from orchestrl.compute_sched.workload import LengthHistogram, RequestState, StepWorkload
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> lengths = [2000] * 480 + [12000] * 32
     >>> w = StepWorkload(LengthHistogram.from_lengths(lengths, 15360))

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
-from compute_sched.layout import Instance, InstanceConfig, Layout
+from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout
 
 __all__ = ["Transfer", "NetworkSeam", "kv_gpus", "crosses_nodes"]
 
@@ -72,7 +72,7 @@ class NetworkSeam(Protocol):
 def kv_gpus(inst: Instance) -> tuple[int, ...]:
     """Return the GPUs of an instance that hold KV cache: the attention side of AFD, else all.
 
-    >>> from compute_sched.layout import parse_config
+    >>> from orchestrl.compute_sched.layout import parse_config
     >>> kv_gpus(Instance(parse_config("afd6:2-tp2"), tuple(range(8))))
     (0, 1, 2, 3, 4, 5)
     """
@@ -84,7 +84,7 @@ def kv_gpus(inst: Instance) -> tuple[int, ...]:
 def crosses_nodes(cfg: InstanceConfig, gpus_per_node: int) -> bool:
     """Whether an instance of ``cfg`` sends decode traffic that the performance model puts on the NIC.
 
-    >>> from compute_sched.layout import parse_config
+    >>> from orchestrl.compute_sched.layout import parse_config
     >>> crosses_nodes(parse_config("tp8"), 8), crosses_nodes(parse_config("ep16-tp1"), 8)
     (False, True)
     """

@@ -24,10 +24,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from compute_sched.hardware import DTYPE_BYTES, GpuSpec, ModelSpec
-from compute_sched.layout import InstanceConfig
-from compute_sched.netseam import NetworkSeam
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.hardware import DTYPE_BYTES, GpuSpec, ModelSpec
+from orchestrl.compute_sched.layout import InstanceConfig
+from orchestrl.compute_sched.netseam import NetworkSeam
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["Calibration", "PerfModel", "Plane", "MeasuredStep", "calibrate"]
 
@@ -88,7 +88,7 @@ class PerfModel:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> tp2, tp8 = InstanceConfig("tp", tp=2), InstanceConfig("tp", tp=8)
     >>> pm.decode_step_s(tp8, 4, 4 * 12000) < pm.decode_step_s(tp2, 4, 4 * 12000)  # tail: TP=8 faster
@@ -323,7 +323,7 @@ def calibrate(perf: PerfModel, points: Iterable[MeasuredStep]) -> PerfModel:
     -----
     O(P) for P points.
 
-    >>> from compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
     >>> pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     >>> cfg = InstanceConfig("tp", tp=2)
     >>> pts = [MeasuredStep(cfg, b, b * 2000.0, 1.2 * pm.decode_step_s(cfg, b, b * 2000.0) + 0.001)

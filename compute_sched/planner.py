@@ -46,13 +46,13 @@ from typing import Sequence
 
 import numpy as np
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import ClusterSnapshot
-from compute_sched.estimate import ClassTable, build_classes, instance_time_s, lone_times_s
-from compute_sched.layout import Instance, InstanceConfig, Layout, candidate_configs
-from compute_sched.lookahead import Continuation, best_continuation
-from compute_sched.perf import PerfModel
-from compute_sched.workload import StepWorkload
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import ClusterSnapshot
+from orchestrl.compute_sched.estimate import ClassTable, build_classes, instance_time_s, lone_times_s
+from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout, candidate_configs
+from orchestrl.compute_sched.lookahead import Continuation, best_continuation
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.workload import StepWorkload
 
 __all__ = ["PlannerConfig", "Plan", "plan_layout", "evaluate_layout"]
 

@@ -31,16 +31,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import RECOMPUTE_ONLY, EngineCapabilities, GenerationRequest
-from compute_sched.intents import IntentSink
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.scheduler import GenerationScheduler, SchedulerConfig, StepReport
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import Trace
-from compute_sched.workload import LengthHistogram, prior_histogram
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import RECOMPUTE_ONLY, EngineCapabilities, GenerationRequest
+from orchestrl.compute_sched.intents import IntentSink
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.scheduler import GenerationScheduler, SchedulerConfig, StepReport
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import Trace
+from orchestrl.compute_sched.workload import LengthHistogram, prior_histogram
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["POLICIES", "FORECASTS", "ReplayOptions", "ReplayResult", "replay", "launch_contiguous", "step_forecast",
            "trace_requests"]

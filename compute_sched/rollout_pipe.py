@@ -12,13 +12,13 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from compute_sched.admission import CompleteGroupHandoff, FifoAdmission, FrontierAdmission, SerialHandoff
-from compute_sched.engine import GenerationRequest
-from compute_sched.layout import Layout
-from compute_sched.perf import PerfModel
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import Trace
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.admission import CompleteGroupHandoff, FifoAdmission, FrontierAdmission, SerialHandoff
+from orchestrl.compute_sched.engine import GenerationRequest
+from orchestrl.compute_sched.layout import Layout
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import Trace
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["PipeResult", "run_pipeline"]
 

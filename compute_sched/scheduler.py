@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from compute_sched.balancer import BalancerConfig, plan_migrations
-from compute_sched.costs import CostModel
-from compute_sched.engine import Engine, FinishedRequest, Migration
-from compute_sched.intents import IntentSink, generation_intent
-from compute_sched.perf import PerfModel
-from compute_sched.planner import PlannerConfig, plan_layout
-from compute_sched.workload import LengthHistogram, StepWorkload
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.balancer import BalancerConfig, plan_migrations
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import Engine, FinishedRequest, Migration
+from orchestrl.compute_sched.intents import IntentSink, generation_intent
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.planner import PlannerConfig, plan_layout
+from orchestrl.compute_sched.workload import LengthHistogram, StepWorkload
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["SchedulerConfig", "ReconfigEvent", "StepReport", "GenerationScheduler"]
 

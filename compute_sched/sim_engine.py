@@ -30,14 +30,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
                                   MigrationReport, SwitchReport, WorkerState)
-from compute_sched.layout import Layout
-from compute_sched.netseam import Transfer, crosses_nodes, kv_gpus
-from compute_sched.perf import PerfModel
-from compute_sched.workload import RequestState
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.layout import Layout
+from orchestrl.compute_sched.netseam import Transfer, crosses_nodes, kv_gpus
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.workload import RequestState
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["SimEngine"]
 

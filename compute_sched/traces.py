@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fabric.config import Reader, load_document
-from fabric.errors import ConfigError
+from orchestrl.fabric.config import Reader, load_document
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["TraceRequest", "Trace", "load_trace", "save_trace", "heavy_tailed_trace", "drifting_steps", "REGIMES",
            "step_sequence"]

@@ -51,11 +51,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
+from orchestrl.compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
                                   MigrationReport, SwitchReport, WorkerState)
-from compute_sched.layout import InstanceConfig, Layout
-from compute_sched.workload import RequestState
-from fabric.errors import ConfigError, OrchestrlError
+from orchestrl.compute_sched.layout import InstanceConfig, Layout
+from orchestrl.compute_sched.workload import RequestState
+from orchestrl.fabric.errors import ConfigError, OrchestrlError
 
 __all__ = ["VllmEngine", "EngineFailure", "default_sampling_params"]
 

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from compute_sched.forecast import (
+from orchestrl.compute_sched.forecast import (
     ARIMA_LEVELS,
     DEFAULT_METHOD,
     METHODS,
@@ -37,7 +37,7 @@ from compute_sched.forecast import (
     select_mean_steps,
     share_errors,
 )
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["BIN_TOKENS", "RequestState", "LengthHistogram", "Forecast", "LengthForecaster", "StepWorkload",
            "forecast_errors", "prior_histogram"]

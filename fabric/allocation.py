@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fabric.errors import ConfigError, OrchestrlError
+from orchestrl.fabric.errors import ConfigError, OrchestrlError
 
 __all__ = ["METHODS", "AllocationProblem", "Allocation", "AllocationSolverError", "pair_time_s",
            "allocate_greedy", "allocate_uniform"]

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from fabric.allocation import Allocation, AllocationProblem, _compile, _greedy_fill, _Pairs, _result
+from orchestrl.fabric.allocation import Allocation, AllocationProblem, _compile, _greedy_fill, _Pairs, _result
 
 __all__ = ["allocate_greedy_ls"]
 
@@ -266,7 +266,7 @@ def allocate_greedy_ls(problem: AllocationProblem) -> Allocation:
     A path a-b-c-d with one port everywhere: greedy serves the heavy middle pair only; the
     repair swaps it for the two outer pairs.
 
-    >>> from fabric.allocation import allocate_greedy
+    >>> from orchestrl.fabric.allocation import allocate_greedy
     >>> p = AllocationProblem(8e9, {"a": 1, "b": 1, "c": 1, "d": 1},
     ...                       {("a", "b"): 1e9, ("b", "c"): 9e9, ("c", "d"): 1e9})
     >>> allocate_greedy(p).circuits

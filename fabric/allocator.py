@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabric.allocation import (METHODS, Allocation, AllocationProblem, AllocationSolverError, allocate_greedy,
+from orchestrl.fabric.allocation import (METHODS, Allocation, AllocationProblem, AllocationSolverError, allocate_greedy,
                                allocate_uniform, pair_time_s)
-from fabric.allocation_ls import allocate_greedy_ls
-from fabric.allocator_exact import allocate_optimal
-from fabric.allocator_json import allocation_to_json, problem_from_json
-from fabric.errors import ConfigError
+from orchestrl.fabric.allocation_ls import allocate_greedy_ls
+from orchestrl.fabric.allocator_exact import allocate_optimal
+from orchestrl.fabric.allocator_json import allocation_to_json, problem_from_json
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["METHODS", "AllocationProblem", "Allocation", "AllocationSolverError", "pair_time_s", "allocate_greedy",
            "allocate_greedy_ls", "allocate_uniform", "allocate_optimal", "allocate", "problem_from_json",

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from fabric.allocation import (Allocation, AllocationProblem, AllocationSolverError, _compile, _greedy_fill,
+from orchestrl.fabric.allocation import (Allocation, AllocationProblem, AllocationSolverError, _compile, _greedy_fill,
                                _Pairs, _result)
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["allocate_optimal", "solve_optimal", "OptimalSolve", "exact_min_max_time_s"]
 

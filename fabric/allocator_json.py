@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from fabric.allocation import Allocation, AllocationProblem
-from fabric.errors import ConfigError
+from orchestrl.fabric.allocation import Allocation, AllocationProblem
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["problem_from_json", "allocation_to_json"]
 

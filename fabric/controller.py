@@ -22,13 +22,13 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Protocol
 
-from fabric.allocator import AllocationProblem, allocate
-from fabric.intent import Intent
-from fabric.plan import (Circuit, CircuitPlan, PlanDiff, circuits_from, diff_plans, is_uplink_endpoint,
+from orchestrl.fabric.allocator import AllocationProblem, allocate
+from orchestrl.fabric.intent import Intent
+from orchestrl.fabric.plan import (Circuit, CircuitPlan, PlanDiff, circuits_from, diff_plans, is_uplink_endpoint,
                          place_agg, place_core, validate_plan)
-from fabric.templates import TemplateCache, TemplateScope, pod_endpoint, select_template
-from fabric.topology import PortRef, Topology, uplink_endpoint
-from fabric.traffic import AggregateDemand, aggregate_intent, pod_flows_by_primitive
+from orchestrl.fabric.templates import TemplateCache, TemplateScope, pod_endpoint, select_template
+from orchestrl.fabric.topology import PortRef, Topology, uplink_endpoint
+from orchestrl.fabric.traffic import AggregateDemand, aggregate_intent, pod_flows_by_primitive
 
 __all__ = ["FabricState", "MaterializeResult", "PlanCommitter", "FabricController", "materialize", "intent_scope"]
 

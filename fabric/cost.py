@@ -31,8 +31,8 @@ from typing import Iterable, Mapping, Sequence
 
 import networkx as nx
 
-from fabric.errors import ConfigError
-from fabric.topology import OCS_TECHNOLOGIES, FabricSpec, Topology, spec_from_mapping
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import OCS_TECHNOLOGIES, FabricSpec, Topology, spec_from_mapping
 
 __all__ = [
     "max_clos_gpus",

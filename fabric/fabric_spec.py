@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from fabric.config import Reader
+from orchestrl.fabric.config import Reader
 
 __all__ = ["OcsTechnology", "OCS_TECHNOLOGIES", "FabricSpec", "spec_from_mapping"]
 

@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Mapping
 
-from fabric.config import Reader, load_document
-from fabric.errors import ConfigError
-from fabric.layout import GROUP_NAMES, ParallelLayout, parallel_groups
-from fabric.topology import Topology
+from orchestrl.fabric.config import Reader, load_document
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.layout import GROUP_NAMES, ParallelLayout, parallel_groups
+from orchestrl.fabric.topology import Topology
 
 __all__ = [
     "MAX_GPUS",
@@ -428,7 +428,7 @@ def intent_from_mapping(data: Mapping[str, Any], source: str, topology: Topology
 
     Examples
     --------
-    >>> from fabric.topology import FabricSpec, Topology
+    >>> from orchestrl.fabric.topology import FabricSpec, Topology
     >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, servers_per_pod=2))
     >>> i = intent_from_mapping({"job": "j", "stage": "train", "layout": {"tp": 8, "dp": 2, "gpus": "0-15"},
     ...     "collectives": [{"primitive": "all-reduce", "over": "dp", "bytes_per_rank": 1e6}]}, "<doc>", topo)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["ParallelLayout", "GROUP_NAMES", "parallel_groups", "masked_orthogonal_rank_groups"]
 

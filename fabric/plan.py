@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping
 
-from fabric.plan_types import (Circuit, CircuitPlan, CrossConnect, PlanDiff, _uplink_peer, _xc, circuits_from,
+from orchestrl.fabric.plan_types import (Circuit, CircuitPlan, CrossConnect, PlanDiff, _uplink_peer, _xc, circuits_from,
                                diff_plans, is_uplink_endpoint, same_cross_connects)
-from fabric.templates.base import TemplateScope, pod_of_endpoint
-from fabric.topology import BoundaryFibre, PortRef, Topology
+from orchestrl.fabric.templates.base import TemplateScope, pod_of_endpoint
+from orchestrl.fabric.topology import BoundaryFibre, PortRef, Topology
 
 __all__ = [
     "CrossConnect", "Circuit", "CircuitPlan", "PlanDiff", "place_core", "place_agg", "validate_plan",

@@ -13,8 +13,8 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Iterable, Mapping
 
-from fabric.allocation import pair_time_s
-from fabric.topology import PortRef
+from orchestrl.fabric.allocation import pair_time_s
+from orchestrl.fabric.topology import PortRef
 
 __all__ = ["CrossConnect", "Circuit", "CircuitPlan", "PlanDiff", "diff_plans", "circuits_from", "is_uplink_endpoint",
            "same_cross_connects", "xc_key"]

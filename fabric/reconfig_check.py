@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Collection, Iterable
 
-from fabric.reconfig_order import LinkCircuit, Pair, ReconfigStep, _checked
+from orchestrl.fabric.reconfig_order import LinkCircuit, Pair, ReconfigStep, _checked
 
 __all__ = ["check_connectivity_preserved"]
 

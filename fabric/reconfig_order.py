@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import Collection, Iterable
 
-from fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
-from fabric.topology import PortRef
+from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
+from orchestrl.fabric.topology import PortRef
 
 # The order's verifier, check_connectivity_preserved, is in fabric.reconfig_check (which imports this module).
 __all__ = ["LinkCircuit", "ReconfigStep", "Outage", "ReconfigOrder", "order_reconfiguration", "order_plan_change"]
@@ -211,7 +211,7 @@ def order_reconfiguration(old: Iterable[LinkCircuit], new: Iterable[LinkCircuit]
     outage: t1-t3 is down from step 3 to step 4: its only circuit d:5<->6 (t1-t3) holds port d:5 that its
     replacement d:5<->7 (t1-t3) needs, and every new circuit of the pair needs a port of an old one
     (unavoidable brief outage)
-    >>> from fabric.reconfig_check import check_connectivity_preserved
+    >>> from orchestrl.fabric.reconfig_check import check_connectivity_preserved
     >>> check_connectivity_preserved(old, new, order.steps, order.outage_pairs)
     []
     """
@@ -409,7 +409,7 @@ def order_plan_change(old: CircuitPlan | None, new: CircuitPlan) -> ReconfigOrde
 
     Examples
     --------
-    >>> from fabric.plan import Circuit, CircuitPlan, CrossConnect
+    >>> from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect
     >>> a = CircuitPlan("f", "train", "s", 1e9, (Circuit("agg", 0, "x", "y", CrossConnect("d", 1, 2)),))
     >>> b = CircuitPlan("f", "train", "s", 1e9, (Circuit("agg", 0, "x", "y", CrossConnect("d", 1, 3)),))
     >>> [s.action for s in order_plan_change(a, b).steps], order_plan_change(a, b).outages[0].pair

@@ -30,8 +30,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from fabric.errors import OrchestrlError
-from fabric.intent import STAGES
+from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.fabric.intent import STAGES
 
 __all__ = [
     "EVENT_KINDS", "TRAIN_STAGES", "EventOrderError", "CollectiveEvent", "GateConfig", "CommitDecision",

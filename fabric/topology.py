@@ -30,9 +30,9 @@ from typing import Iterable
 
 import networkx as nx
 
-from fabric.config import load_document
-from fabric.errors import ConfigError
-from fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec, OcsTechnology, _spec_from_reader, spec_from_mapping
+from orchestrl.fabric.config import load_document
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec, OcsTechnology, _spec_from_reader, spec_from_mapping
 
 __all__ = [
     "OcsTechnology",

@@ -41,9 +41,9 @@ from typing import Mapping
 
 import numpy as np
 
-from fabric.intent import Intent
-from fabric.topology import Topology, tor_endpoint, uplink_endpoint
-from fabric.traffic_pairs import (  # noqa: F401
+from orchestrl.fabric.intent import Intent
+from orchestrl.fabric.topology import Topology, tor_endpoint, uplink_endpoint
+from orchestrl.fabric.traffic_pairs import (  # noqa: F401
     PairArrays,
     _collective_pairs,
     _gpu_arrays,
@@ -59,7 +59,7 @@ from fabric.traffic_pairs import (  # noqa: F401
     tree_all_reduce_pair_arrays,
     weight_sync_transfers,
 )
-from fabric.traffic_pairs import __all__ as _pairs_all
+from orchestrl.fabric.traffic_pairs import __all__ as _pairs_all
 
 __all__ = [
     "AggregateDemand",
@@ -151,7 +151,7 @@ def aggregate_demand(pair_bytes: Mapping[tuple[int, int], float], topology: Topo
 
     Examples
     --------
-    >>> from fabric.topology import FabricSpec, Topology
+    >>> from orchestrl.fabric.topology import FabricSpec, Topology
     >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=2,
     ...                            boundary_ports_per_pod=4, core_devices=1))
     >>> agg = aggregate_demand({(0, 1): 5.0, (0, 8): 7.0, (0, 17): 2.0}, topo)
@@ -201,8 +201,8 @@ def pod_flows_by_primitive(intent: Intent, topology: Topology) -> dict[str, set[
 
     Examples
     --------
-    >>> from fabric.intent import Collective
-    >>> from fabric.topology import FabricSpec, Topology
+    >>> from orchestrl.fabric.intent import Collective
+    >>> from orchestrl.fabric.topology import FabricSpec, Topology
     >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=1,
     ...                            boundary_ports_per_pod=2, core_devices=1))
     >>> i = Intent("gen", "j", "g", (Collective("response-stream", src_gpus=(8, 9), dst_gpus=(0,),

@@ -12,8 +12,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from fabric.intent import Collective, Intent
-from fabric.topology import Topology
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.topology import Topology
 
 __all__ = [
     "PairArrays",
@@ -188,7 +188,7 @@ def weight_sync_transfers(train_gpus: Sequence[int], gen_gpus: Sequence[int], we
 
     Examples
     --------
-    >>> from fabric.topology import FabricSpec, Topology
+    >>> from orchestrl.fabric.topology import FabricSpec, Topology
     >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=1,
     ...                            boundary_ports_per_pod=2, core_devices=1))
     >>> weight_sync_transfers([0, 1], [8, 9], 10.0, topo)

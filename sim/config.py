@@ -27,16 +27,16 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Mapping
 
-from compute_sched.hardware import SPECS_DIR, GpuSpec, ModelSpec, bundled_gpus, bundled_models, load_gpu, load_model
-from compute_sched.traces import load_trace
-from fabric.config import Reader, load_document
-from fabric.cost import PRICES_USD, default_rfabric_spec
-from fabric.errors import ConfigError
-from fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec
-from fabric.layout import ParallelLayout
-from fabric.topology import load_topology
-from sim.network.config import FABRICS, GPUS_PER_SERVER
-from sim.workload import step_size
+from orchestrl.compute_sched.hardware import SPECS_DIR, GpuSpec, ModelSpec, bundled_gpus, bundled_models, load_gpu, load_model
+from orchestrl.compute_sched.traces import load_trace
+from orchestrl.fabric.config import Reader, load_document
+from orchestrl.fabric.cost import PRICES_USD, default_rfabric_spec
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.fabric_spec import OCS_TECHNOLOGIES, FabricSpec
+from orchestrl.fabric.layout import ParallelLayout
+from orchestrl.fabric.topology import load_topology
+from orchestrl.sim.network.config import FABRICS, GPUS_PER_SERVER
+from orchestrl.sim.workload import step_size
 
 __all__ = ["ClusterSettings", "FabricSettings", "TrainSettings", "GenerationSettings", "WorkloadSettings",
            "LoopSettings", "CostSettings", "RunConfig", "load_run_config", "config_from_mapping",
@@ -335,8 +335,8 @@ def validate(cfg: RunConfig) -> RunConfig:
 
 def _check_generation(cfg: RunConfig, model: Any) -> None:
     """Instance shapes parse and hold the model; static and two-phase name theirs."""
-    from compute_sched.layout import parse_config  # light: layouts only
-    from compute_sched.perf import PerfModel
+    from orchestrl.compute_sched.layout import parse_config  # light: layouts only
+    from orchestrl.compute_sched.perf import PerfModel
 
     g, src = cfg.generation, cfg.source
     perf = PerfModel(model, cfg.gpu_spec())

@@ -37,11 +37,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from compute_sched.traces import Trace
-from fabric.errors import OrchestrlError
-from sim.pricing import ClusterCost
-from sim.stages.base import StageResult
-from sim.workload import StepWork, trace_work
+from orchestrl.compute_sched.traces import Trace
+from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.sim.pricing import ClusterCost
+from orchestrl.sim.stages.base import StageResult
+from orchestrl.sim.workload import StepWork, trace_work
 
 __all__ = ["MODES", "StageNeverFinishes", "GenStage", "TrainStage", "SyncStage", "Stages", "Iteration", "Throughput", "LoopResult",
            "run_iterations", "throughput"]
@@ -257,7 +257,7 @@ def throughput(iterations: list[Iteration] | tuple[Iteration, ...]) -> tuple[Thr
 
     Examples
     --------
-    >>> from sim.workload import StepWork
+    >>> from orchestrl.sim.workload import StepWork
     >>> r = lambda s, t: StageResult(s, t)
     >>> its = [Iteration(k, r("gen", 10), r("train", 6), r("weight-sync", 1), 17 * k, 17 * k + 10, 17 * k + 16,
     ...                  StepWork(100, 1000, 9000, 500), 0.0) for k in range(3)]

@@ -19,9 +19,9 @@ hold it, so the send load spreads over all trainer ranks either way.
 
 from __future__ import annotations
 
-from compute_sched.hardware import ModelSpec
+from orchestrl.compute_sched.hardware import ModelSpec
 
-from collectives.layout import ParamSpec
+from orchestrl.collectives.layout import ParamSpec
 
 __all__ = ["model_params", "params_bytes"]
 
@@ -41,7 +41,7 @@ def model_params(model: ModelSpec, dtype: str = "bfloat16", pp: int = 1) -> list
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_model
+    >>> from orchestrl.compute_sched.hardware import load_model
     >>> m = load_model("Qwen2.5-72B")
     >>> ps = model_params(m)
     >>> abs(params_bytes(ps) / (2 * m.params_total) - 1) < 0.01  # within 1% of Table 3's total

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["PlotFiles", "matplotlib_available", "check_output", "write_failure", "write_csv", "grouped_bars",
            "scatter_frontier", "pareto_frontier"]

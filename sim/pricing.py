@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fabric.cost import network_cost
-from fabric.errors import ConfigError
-from fabric.topology import Topology
-from sim.network.config import DESIGN_OF
+from orchestrl.fabric.cost import network_cost
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import Topology
+from orchestrl.sim.network.config import DESIGN_OF
 
 __all__ = ["GPU_USD_PER_HOUR", "HOURS_PER_YEAR", "ClusterCost", "cluster_cost"]
 

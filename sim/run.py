@@ -20,21 +20,21 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from compute_sched.hardware import GpuSpec, ModelSpec
-from compute_sched.traces import Trace
-from fabric.errors import ConfigError, OrchestrlError
-from fabric.fabric_spec import OCS_TECHNOLOGIES
-from fabric.topology import Topology
-from sim.config import RunConfig, no_split_error, validate
-from sim.loop import Iteration, LoopResult, Stages, run_iterations, throughput
-from sim.network.build import build_fabric
-from sim.network.config import SimConfig
-from sim.network.netsim import NetworkSim
-from sim.network.reconfig import RFabricDriver
-from sim.pricing import ClusterCost, cluster_cost
-from sim.stages.base import StageResult
-from sim.stages.weight_sync import WeightSyncStage
-from sim.workload import load_source_trace, split_candidates, step_size, step_trace
+from orchestrl.compute_sched.hardware import GpuSpec, ModelSpec
+from orchestrl.compute_sched.traces import Trace
+from orchestrl.fabric.errors import ConfigError, OrchestrlError
+from orchestrl.fabric.fabric_spec import OCS_TECHNOLOGIES
+from orchestrl.fabric.topology import Topology
+from orchestrl.sim.config import RunConfig, no_split_error, validate
+from orchestrl.sim.loop import Iteration, LoopResult, Stages, run_iterations, throughput
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.config import SimConfig
+from orchestrl.sim.network.netsim import NetworkSim
+from orchestrl.sim.network.reconfig import RFabricDriver
+from orchestrl.sim.pricing import ClusterCost, cluster_cost
+from orchestrl.sim.stages.base import StageResult
+from orchestrl.sim.stages.weight_sync import WeightSyncStage
+from orchestrl.sim.workload import load_source_trace, split_candidates, step_size, step_trace
 
 __all__ = ["StageModelMissing", "Simulation", "StageFactory", "default_stages", "build", "simulate",
            "balanced_split"]
@@ -100,8 +100,8 @@ def default_stages(sim: Simulation) -> Stages:
         If this checkout lacks the training or generation stage model.
     """
     try:
-        from sim.stages.generation import GenerationStage
-        from sim.stages.training import TrainBatch, TrainingStage
+        from orchestrl.sim.stages.generation import GenerationStage
+        from orchestrl.sim.stages.training import TrainBatch, TrainingStage
     except ImportError as exc:
         raise StageModelMissing(f"the {exc.name or 'stage'} model is not in this checkout; `orchestrl sim run` "
                                 "needs sim/stages/training.py and sim/stages/generation.py") from None

@@ -23,7 +23,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["BACKENDS", "run_sweep", "NetCase", "run_net_case", "ray_available", "check_ray_address"]
 
@@ -61,7 +61,7 @@ def check_ray_address(address: str | None, *, timeout_s: float = RAY_PROBE_TIMEO
     >>> check_ray_address("head-node")
     Traceback (most recent call last):
     ...
-    fabric.errors.ConfigError: command line: field '--ray': 'head-node' is not HOST:PORT (allowed: ...)
+    orchestrl.fabric.errors.ConfigError: command line: field '--ray': 'head-node' is not HOST:PORT (allowed: ...)
     """
     if address is None or address in ("local", "auto"):
         return
@@ -178,10 +178,10 @@ class NetCase:
 
 def run_net_case(case: NetCase) -> dict[str, Any]:
     """Return the timing of a :class:`NetCase` as a JSON-ready dict (the case's fields included)."""
-    from fabric.intent import Collective
-    from sim.network.collectives import groups_of
-    from sim.network.config import SimConfig
-    from sim.network.netsim import NetworkSim
+    from orchestrl.fabric.intent import Collective
+    from orchestrl.sim.network.collectives import groups_of
+    from orchestrl.sim.network.config import SimConfig
+    from orchestrl.sim.network.netsim import NetworkSim
 
     sim = NetworkSim(case.fabric, case.gpus, SimConfig(link_bps=case.link_gbps * 1e9))
     groups = groups_of(case.gpus, min(case.group_size, case.gpus), case.stride)

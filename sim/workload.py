@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compute_sched.traces import Trace, TraceRequest, heavy_tailed_trace, load_trace
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.traces import Trace, TraceRequest, heavy_tailed_trace, load_trace
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["StepWork", "step_trace", "step_size", "trace_work", "split_candidates", "load_source_trace",
            "STEP_SEED_STRIDE"]

@@ -16,17 +16,16 @@ import networkx as nx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("fabric", "collectives", "compute_sched", "agents", "sim")
+PACKAGES = ("fabric", "collectives", "compute_sched", "agents", "sim")  # folders; imported as orchestrl.<folder>
 BENCHES = sorted(p.name for p in (REPO / "bench").glob("*.py"))
 
 # One interpreter for all modules, but each import starts from a sys.modules with no project module
 # in it: third-party imports stay cached (fast), while the project's import order is the module's own.
 _IMPORT_EACH_ALONE = """
 import importlib, sys, traceback
-packages = {packages!r}
 failed = []
 for name in sys.argv[1:]:
-    for loaded in [m for m in sys.modules if m.split('.')[0] in packages]:
+    for loaded in [m for m in sys.modules if m.startswith('orchestrl.')]:
         del sys.modules[loaded]
     try:
         importlib.import_module(name)
@@ -43,8 +42,15 @@ def _modules() -> list[str]:
         for path in sorted((REPO / pkg).rglob("*.py")):
             rel = path.relative_to(REPO).with_suffix("")
             parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-            names.append(".".join(parts))
+            names.append("orchestrl." + ".".join(parts))
     return names
+
+
+def _path(mod: str) -> Path:
+    """The file of module ``orchestrl.<folder>...`` in the checkout."""
+    rel = mod.removeprefix("orchestrl.").replace(".", "/")
+    path = REPO / (rel + ".py")
+    return path if path.exists() else REPO / rel / "__init__.py"
 
 
 def _import_graph() -> nx.DiGraph:
@@ -58,8 +64,7 @@ def _import_graph() -> nx.DiGraph:
 
     graph = nx.DiGraph()
     for mod in modules:
-        path = REPO / (mod.replace(".", "/") + ".py")
-        path = path if path.exists() else REPO / mod.replace(".", "/") / "__init__.py"
+        path = _path(mod)
         graph.add_node(mod)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
@@ -84,15 +89,16 @@ def test_no_import_circles_and_imports_point_down():
     # ARCHITECTURE.md: fabric imports none of the others, collectives and compute_sched only fabric,
     # agents and sim anything.
     level = {"fabric": 0, "collectives": 1, "compute_sched": 1, "agents": 2, "sim": 2}
-    upward = [(a, b) for a, b in graph.edges if a.split(".")[0] != b.split(".")[0]
-              and (level[b.split(".")[0]] > level[a.split(".")[0]] or level[a.split(".")[0]] == 1 == level[b.split(".")[0]])]
+    pkg = lambda m: m.split(".")[1]  # noqa: E731 -- orchestrl.<package>.<module>
+    upward = [(a, b) for a, b in graph.edges if pkg(a) != pkg(b)
+              and (level[pkg(b)] > level[pkg(a)] or level[pkg(a)] == 1 == level[pkg(b)])]
     assert not upward, f"imports that point up or sideways between packages: {upward}"
 
 
 def test_every_module_imports_on_its_own():
     modules = _modules()
     assert len(modules) > 50  # the walk found the packages
-    proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH_ALONE.format(packages=PACKAGES), *modules],
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_EACH_ALONE, *modules],
                           cwd=REPO, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, "modules that fail to import on their own:\n" + proc.stdout + proc.stderr[-2000:]
 

@@ -11,14 +11,14 @@ import argparse
 import sys
 from typing import Sequence
 
-from fabric.errors import OrchestrlError
+from orchestrl.fabric.errors import OrchestrlError
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents import demo
-    from agents.cli import cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched, cmd_sim
+    from orchestrl.agents import demo
+    from orchestrl.agents.cli import cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched, cmd_sim
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",

@@ -1,8 +1,8 @@
-"""``python -m agents.cli``: the ``orchestrl`` command without an installed entry point."""
+"""``python -m orchestrl.agents.cli``: the ``orchestrl`` command without an installed entry point."""
 
 import sys
 
-from agents.cli import main
+from orchestrl.agents.cli import main
 
 if __name__ == "__main__":  # importing this module (e.g. to check it imports) must not run the command
     sys.exit(main())

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -52,7 +52,7 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from fabric.topology import load_topology
+    from orchestrl.fabric.topology import load_topology
 
     topo = load_topology(args.topology)
     summary = topo.summary()
@@ -66,8 +66,8 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _allocate(args: argparse.Namespace) -> int:
-    from fabric.allocator import allocate, allocation_to_json, problem_from_json
-    from fabric.config import json_without_duplicates
+    from orchestrl.fabric.allocator import allocate, allocation_to_json, problem_from_json
+    from orchestrl.fabric.config import json_without_duplicates
 
     source = "<stdin>" if args.input == "-" else args.input
     try:
@@ -94,11 +94,11 @@ def _allocate(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from fabric.controller import FabricState, materialize
-    from fabric.intent import load_intent
-    from fabric.plan import format_plan_summary, plan_to_json
-    from fabric.templates import TemplateCache
-    from fabric.topology import load_topology
+    from orchestrl.fabric.controller import FabricState, materialize
+    from orchestrl.fabric.intent import load_intent
+    from orchestrl.fabric.plan import format_plan_summary, plan_to_json
+    from orchestrl.fabric.templates import TemplateCache
+    from orchestrl.fabric.topology import load_topology
 
     topo = load_topology(args.topology)
     intent = load_intent(args.intent, topo)
@@ -115,11 +115,11 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _cost(args: argparse.Namespace) -> int:
-    from fabric.cost import cost_table, format_cost_table
+    from orchestrl.fabric.cost import cost_table, format_cost_table
 
     spec = None
     if args.topology:
-        from fabric.topology import load_topology
+        from orchestrl.fabric.topology import load_topology
 
         spec = load_topology(args.topology).spec
     rows = cost_table(args.gpus, tuple(args.link_gbps), rfabric_spec=spec, min_clos_tiers=args.clos_tiers)

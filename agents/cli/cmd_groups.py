@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import json
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -24,8 +24,8 @@ def _slo(text: str) -> float | str:
 
 
 def register(groups: argparse._SubParsersAction) -> None:
-    from compute_sched.groups.scenario import PHASE_MODELS, POLICY_NAMES
-    from compute_sched.groups.workload import WORKLOADS
+    from orchestrl.compute_sched.groups.scenario import PHASE_MODELS, POLICY_NAMES
+    from orchestrl.compute_sched.groups.workload import WORKLOADS
 
     grp = groups.add_parser("groups", help="multi-job co-execution groups (RollMux): replay a trace",
                             description="RollMux inter-group placement (Alg. 1), round-robin intra-group schedule "
@@ -80,7 +80,7 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from compute_sched.groups.scenario import ReplaySetup, gantt_text, run_replay
+    from orchestrl.compute_sched.groups.scenario import ReplaySetup, gantt_text, run_replay
 
     if args.jobs < 1:
         raise ConfigError("command line", "--jobs", f"{args.jobs} is below 1", ">= 1")
@@ -141,7 +141,7 @@ def _serve(args: argparse.Namespace) -> int:
     import sys
     import threading
 
-    from agents.phase import PhaseServer
+    from orchestrl.agents.phase import PhaseServer
 
     order, placement = [], {}
     for item in args.job:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from agents.cli.argtypes import bounded_float, bounded_int
-from fabric.errors import ConfigError
+from orchestrl.agents.cli.argtypes import bounded_float, bounded_int
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -78,8 +78,8 @@ def _host_port(text: str, flag: str) -> tuple[str, int]:
 
 
 def _emulate(args: argparse.Namespace) -> int:
-    from fabric.ocs.emulator import PROFILES, EmulatorConfig, profile_delay_s, run_emulator
-    from fabric.ocs.tl1 import parse_ports
+    from orchestrl.fabric.ocs.emulator import PROFILES, EmulatorConfig, profile_delay_s, run_emulator
+    from orchestrl.fabric.ocs.tl1 import parse_ports
 
     host, port = _host_port(args.listen, "--listen")
     profile_delay_s(args.profile)
@@ -100,8 +100,8 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 def _driver(args: argparse.Namespace):
-    from fabric.ocs.devices import load_devices, open_device
-    from fabric.ocs.driver import Tl1Driver
+    from orchestrl.fabric.ocs.devices import load_devices, open_device
+    from orchestrl.fabric.ocs.driver import Tl1Driver
 
     overrides = {k: v for k, v in (("user", args.user), ("password", args.password), ("timeout_s", args.timeout))
                  if v is not None}
@@ -119,7 +119,7 @@ def _print(args: argparse.Namespace, doc: object, text: str) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from fabric.ocs.model import cross_connects_to_duplex
+    from orchestrl.fabric.ocs.model import cross_connects_to_duplex
 
     with _driver(args) as drv:
         table = drv.open().cross_connects()
@@ -143,7 +143,7 @@ def _parse_pair(text: str) -> tuple[int, int]:
 
 
 def _connect(args: argparse.Namespace) -> int:
-    from fabric.ocs.model import duplex_to_cross_connects
+    from orchestrl.fabric.ocs.model import duplex_to_cross_connects
 
     pairs = [_parse_pair(p) for p in args.pairs]
     with _driver(args) as drv:

@@ -18,8 +18,8 @@ import json
 import logging
 import os
 import signal
-from agents.cli.argtypes import bounded_float, bounded_int
-from fabric.errors import ConfigError
+from orchestrl.agents.cli.argtypes import bounded_float, bounded_int
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -70,7 +70,7 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def _backup(args: argparse.Namespace) -> int:
-    from fabric.runtime.store import backup_state_file, default_store_path
+    from orchestrl.fabric.runtime.store import backup_state_file, default_store_path
 
     summary = backup_state_file(args.state or str(default_store_path()), args.out)
     if args.json:
@@ -89,11 +89,11 @@ def _check_file(option: str, path: str | None) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import secrets
 
-    from agents.http.app import create_app
-    from agents.http.server import HttpServer
-    from agents.service.jobs import load_operator_tokens
-    from agents.service.factory import open_service
-    from fabric.runtime.store import default_store_path
+    from orchestrl.agents.http.app import create_app
+    from orchestrl.agents.http.server import HttpServer
+    from orchestrl.agents.service.jobs import load_operator_tokens
+    from orchestrl.agents.service.factory import open_service
+    from orchestrl.fabric.runtime.store import default_store_path
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, _, port = args.listen.rpartition(":")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["register", "ascii_plot"]
 
@@ -89,10 +89,10 @@ def _initial_tp(text: str) -> int | str:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from compute_sched.calibration import perf_model
-    from compute_sched.replay import ReplayOptions, replay
-    from compute_sched.scheduler import SchedulerConfig
-    from compute_sched.traces import load_trace
+    from orchestrl.compute_sched.calibration import perf_model
+    from orchestrl.compute_sched.replay import ReplayOptions, replay
+    from orchestrl.compute_sched.scheduler import SchedulerConfig
+    from orchestrl.compute_sched.traces import load_trace
 
     if args.gpus < 1:
         raise ConfigError("--gpus", "gpus", f"{args.gpus}", "a positive number of GPUs")
@@ -139,10 +139,10 @@ def _forecast(args: argparse.Namespace, trace) -> tuple[object, str]:
     A user without history gets the labelled Figure 3 prior, never the step's own lengths; asking a
     history forecaster for a forecast without history is an error naming --history.
     """
-    from compute_sched.forecast import DEFAULT_METHOD
-    from compute_sched.replay import step_forecast
-    from compute_sched.traces import load_trace
-    from compute_sched.workload import LengthForecaster
+    from orchestrl.compute_sched.forecast import DEFAULT_METHOD
+    from orchestrl.compute_sched.replay import step_forecast
+    from orchestrl.compute_sched.traces import load_trace
+    from orchestrl.compute_sched.workload import LengthForecaster
 
     method = args.forecast
     if method in ("prior", "oracle"):
@@ -173,7 +173,7 @@ def _as_json(r) -> dict:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from compute_sched.traces import heavy_tailed_trace, save_trace
+    from orchestrl.compute_sched.traces import heavy_tailed_trace, save_trace
 
     for name in ("prompts", "k", "max_tokens"):
         if getattr(args, name) < 1:
@@ -185,7 +185,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _specs(args: argparse.Namespace) -> int:
-    from compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
+    from orchestrl.compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
 
     for name in bundled_models():
         m = load_model(name)

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["register", "Ticker"]
 
@@ -47,7 +47,7 @@ class Ticker:
 
 
 def register(groups: argparse._SubParsersAction) -> None:
-    from sim.network.config import FABRICS
+    from orchestrl.sim.network.config import FABRICS
 
     sim = groups.add_parser("sim", help="simulate networks at cluster scale (RLSim network model)",
                             description="Flow-level simulation of the six fabrics of OrchestrRL §7.2 "
@@ -103,22 +103,22 @@ def register(groups: argparse._SubParsersAction) -> None:
     fig.add_argument("--out", metavar="DIR", help="sweeps: folder for NAME.png and NAME.csv (default: .)")
     fig.set_defaults(func=_figure)
 
-    from agents.cli import cmd_sim_run  # `sim run` (issue 16) lives in its own module
+    from orchestrl.agents.cli import cmd_sim_run  # `sim run` (issue 16) lives in its own module
     cmd_sim_run.register(sub)
 
 
 #: name -> (module, one line on what it shows); "(sweep)": takes --workers, --ray and --out
 _FIGURES = {
-    "fig13": ("sim.experiments.fig13", "§7.2.1: end-to-end RL throughput on the six fabrics, relative to FT (sweep)"),
-    "fig14": ("sim.experiments.fig14", "§7.2.2: per-stage time of 57B MoE on the six fabrics, relative to FT (sweep)"),
-    "fig16": ("sim.experiments.fig16", "§7.2.4: performance vs network cost at 100-800 Gb/s, Pareto frontier "
+    "fig13": ("orchestrl.sim.experiments.fig13", "§7.2.1: end-to-end RL throughput on the six fabrics, relative to FT (sweep)"),
+    "fig14": ("orchestrl.sim.experiments.fig14", "§7.2.2: per-stage time of 57B MoE on the six fabrics, relative to FT (sweep)"),
+    "fig16": ("orchestrl.sim.experiments.fig16", "§7.2.4: performance vs network cost at 100-800 Gb/s, Pareto frontier "
                                        "(sweep)"),
-    "fig17": ("sim.experiments.fig17", "§7.3.1: 2x2 co-design ablation, scheduler x fabric, Qwen3-235B (sweep)"),
-    "fig18": ("sim.experiments.fig18", "§7.3.2: a Gen step switching AFD -> TP layout, RFabric vs FT-OS (sweep)"),
-    "fig21": ("sim.experiments.fig21", "Appendix H: one and two NIC-EPS or OCS-layer link failures, per RL stage"),
-    "fig22": ("sim.experiments.fig22", "§7.2.5 / Appendix I: each RL stage's sensitivity to the OCS "
+    "fig17": ("orchestrl.sim.experiments.fig17", "§7.3.1: 2x2 co-design ablation, scheduler x fabric, Qwen3-235B (sweep)"),
+    "fig18": ("orchestrl.sim.experiments.fig18", "§7.3.2: a Gen step switching AFD -> TP layout, RFabric vs FT-OS (sweep)"),
+    "fig21": ("orchestrl.sim.experiments.fig21", "Appendix H: one and two NIC-EPS or OCS-layer link failures, per RL stage"),
+    "fig22": ("orchestrl.sim.experiments.fig22", "§7.2.5 / Appendix I: each RL stage's sensitivity to the OCS "
                                        "reconfiguration delay (sweep)"),
-    "fig23": ("sim.experiments.fig23", "Appendix I: traffic-aware (Algorithm 3) vs uniform circuit allocation"),
+    "fig23": ("orchestrl.sim.experiments.fig23", "Appendix I: traffic-aware (Algorithm 3) vs uniform circuit allocation"),
 }
 
 
@@ -145,11 +145,11 @@ def _figure(args: argparse.Namespace) -> int:
 
 
 def _sim(args: argparse.Namespace, ticker: Ticker):
-    from fabric.topology import load_topology
-    from sim.network.config import SimConfig
-    from sim.network.netsim import NetworkSim
+    from orchestrl.fabric.topology import load_topology
+    from orchestrl.sim.network.config import SimConfig
+    from orchestrl.sim.network.netsim import NetworkSim
 
-    from fabric.cost import max_clos_gpus
+    from orchestrl.fabric.cost import max_clos_gpus
 
     most = max_clos_gpus(64)
     if args.gpus < 8 or args.gpus % 8 or args.gpus > most:
@@ -166,7 +166,7 @@ def _sim(args: argparse.Namespace, ticker: Ticker):
 
 
 def _net(args: argparse.Namespace) -> int:
-    from sim.network.flowfile import load_flows, result_document
+    from orchestrl.sim.network.flowfile import load_flows, result_document
 
     ticker = Ticker()
     sim = _sim(args, ticker)
@@ -191,8 +191,8 @@ def _net(args: argparse.Namespace) -> int:
 
 
 def _collective(args: argparse.Namespace) -> int:
-    from fabric.intent import Collective
-    from sim.network.collectives import groups_of
+    from orchestrl.fabric.intent import Collective
+    from orchestrl.sim.network.collectives import groups_of
 
     if args.group_size < 1 or args.gpus % args.group_size:
         raise ConfigError("command line", "--group-size", f"{args.group_size} does not divide --gpus {args.gpus}",

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["register", "summary_line", "timeline_rows", "write_plot"]
 
@@ -34,7 +34,7 @@ _BAR = 24
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``orchestrl sim`` subcommands."""
-    from sim.network.config import FABRICS
+    from orchestrl.sim.network.config import FABRICS
 
     p = sub.add_parser("run", help="simulate RL iterations of one configuration (throughput, per dollar)",
                        description="Run the RL iterations a CONFIG.yaml describes: training, generation and "
@@ -50,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = None) -> int:
-    from sim.config import config_reference, load_run_config, validate
-    from sim.run import simulate
+    from orchestrl.sim.config import config_reference, load_run_config, validate
+    from orchestrl.sim.run import simulate
 
     err = stream if stream is not None else sys.stderr
     if args.fields:
@@ -114,7 +114,7 @@ def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = 
         try:
             write_plot(result, args.plot, title=f"{cfg.name}: {cfg.model} on {cfg.fabric.kind}, {cfg.loop.mode}")
         except OSError as exc:
-            from sim.plot import write_failure
+            from orchestrl.sim.plot import write_failure
 
             err.write(f"orchestrl: error: {write_failure('--plot', exc, plot_files)}\n")
             return 1
@@ -198,7 +198,7 @@ def timeline_rows(result) -> list[dict[str, object]]:
 
 def _check_plot(path: str) -> None:
     """Refuse a --plot path before the simulation: not .png, no matplotlib, or a folder it cannot write."""
-    from sim.plot import check_output
+    from orchestrl.sim.plot import check_output
 
     if not path.lower().endswith(".png"):
         raise ConfigError("command line", "--plot", f"{path!r} is not a .png file", "a path ending in .png")

@@ -27,12 +27,12 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 
-from agents.http import models as m
-from agents.http.errors import install_error_handlers
-from agents.http.gate import MAX_BODY_BYTES, FiniteJSONResponse, Gate
-from agents.service.checks import Forbidden
-from agents.service.jobs import JOB_ID_PATTERN
-from agents.service.metrics import CONTENT_TYPE
+from orchestrl.agents.http import models as m
+from orchestrl.agents.http.errors import install_error_handlers
+from orchestrl.agents.http.gate import MAX_BODY_BYTES, FiniteJSONResponse, Gate
+from orchestrl.agents.service.checks import Forbidden
+from orchestrl.agents.service.jobs import JOB_ID_PATTERN
+from orchestrl.agents.service.metrics import CONTENT_TYPE
 
 __all__ = ["create_app", "API_VERSION"]
 

@@ -18,8 +18,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from agents.http.gate import error_response
-from agents.service.checks import ServiceError
+from orchestrl.agents.http.gate import error_response
+from orchestrl.agents.service.checks import ServiceError
 
 __all__ = ["install_error_handlers"]
 

@@ -25,8 +25,8 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Match
 
-from agents.service.checks import BadRequest
-from fabric.config import json_without_duplicates
+from orchestrl.agents.service.checks import BadRequest
+from orchestrl.fabric.config import json_without_duplicates
 
 __all__ = ["Gate", "FiniteJSONResponse", "check_json_body", "error_response", "MAX_BODY_BYTES", "MAX_JSON_DEPTH",
            "ERROR_NAMES"]

@@ -30,8 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from agents.service.core import ControlService
-from agents.service.checks import BadRequest, Forbidden, ServiceError, Unauthorized, Unprocessable
+from orchestrl.agents.service.core import ControlService
+from orchestrl.agents.service.checks import BadRequest, Forbidden, ServiceError, Unauthorized, Unprocessable
 
 __all__ = ["ProxyServer", "make_server", "MAX_BODY_BYTES"]
 
@@ -287,12 +287,12 @@ def make_server(service: ControlService, host: str = "127.0.0.1", port: int = 87
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agents.http.legacy``: serve like ``orchestrl proxy serve --reset``, on the stdlib server (bench only)."""
+    """``python -m orchestrl.agents.http.legacy``: serve like ``orchestrl proxy serve --reset``, on the stdlib server (bench only)."""
     import argparse
     import sys
 
-    from agents.service.factory import open_service
-    from agents.service.jobs import load_operator_tokens
+    from orchestrl.agents.service.factory import open_service
+    from orchestrl.agents.service.jobs import load_operator_tokens
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     for name in ("--topology", "--devices", "--state", "--tokens"):

@@ -16,11 +16,11 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from agents.service.checks import MAX_EVENTS_PER_BATCH, MAX_JOB_ID_CHARS
-from agents.service.jobs import JOB_ID_PATTERN
-from fabric.intent import STAGES
-from fabric.safe_window import EVENT_KINDS
-from fabric.templates.stages import TEMPLATES
+from orchestrl.agents.service.checks import MAX_EVENTS_PER_BATCH, MAX_JOB_ID_CHARS
+from orchestrl.agents.service.jobs import JOB_ID_PATTERN
+from orchestrl.fabric.intent import STAGES
+from orchestrl.fabric.safe_window import EVENT_KINDS
+from orchestrl.fabric.templates.stages import TEMPLATES
 
 __all__ = ["Error", "JobRegistration", "Job", "JobToken", "JobList", "JobRemoval", "Intent", "Decision", "Event",
            "EventBatch", "EventResult", "PortRef", "MaskRequest", "MaskResult", "UnmaskRequest", "UnmaskResult",

@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from fabric.ocs.errors import OcsError
-from fabric.ocs.fanout import each_device
-from fabric.runtime.reconcile import SimplexPair, device_changes
+from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.ocs.fanout import each_device
+from orchestrl.fabric.runtime.reconcile import SimplexPair, device_changes
 
 __all__ = ["DeviceState", "DeviceAuditor", "DRIFT_POLICIES", "drift_of"]
 

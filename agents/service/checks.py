@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping
 
-from fabric.errors import OrchestrlError
-from fabric.intent import STAGES, Intent
-from fabric.plan import CircuitPlan
-from fabric.safe_window import EVENT_KINDS, CollectiveEvent, EventOrderError
-from fabric.topology import PortRef, Topology
+from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.fabric.intent import STAGES, Intent
+from orchestrl.fabric.plan import CircuitPlan
+from orchestrl.fabric.safe_window import EVENT_KINDS, CollectiveEvent, EventOrderError
+from orchestrl.fabric.topology import PortRef, Topology
 
 __all__ = ["ServiceError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict", "Unprocessable",
            "check_intent_inside", "plan_outside_placement", "foreign_ports", "reserved_ports", "parse_events",

@@ -43,7 +43,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from agents.service.checks import (
+from orchestrl.agents.service.checks import (
     Conflict,
     DeviceUnavailable,
     NotFound,
@@ -52,29 +52,29 @@ from agents.service.checks import (
     integral,
     parse_events,
 )
-from agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
-from agents.service.jobs import JobConflict, JobRegistry
-from agents.service.metrics import MetricsRegistry, declare_service_metrics
-from agents.service.operator import OperatorMixin
-from agents.service.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
-from agents.service.planner import JobPlanner
-from agents.service.sharing import SharingMixin
-from fabric.controller import FabricController, MaterializeResult
-from fabric.errors import ConfigError
-from fabric.intent import Intent, parse_gpu_set
-from fabric.ocs.errors import OcsError
-from fabric.plan import CircuitPlan, same_cross_connects, validate_plan
-from fabric.runtime.commit import CommitError, CommitInFlightError
-from fabric.runtime.reconcile import reconcile, reconcile_devices_to
-from fabric.runtime.store import FabricStore, StoreWriteError
-from fabric.safe_window import (
+from orchestrl.agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
+from orchestrl.agents.service.jobs import JobConflict, JobRegistry
+from orchestrl.agents.service.metrics import MetricsRegistry, declare_service_metrics
+from orchestrl.agents.service.operator import OperatorMixin
+from orchestrl.agents.service.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
+from orchestrl.agents.service.planner import JobPlanner
+from orchestrl.agents.service.sharing import SharingMixin
+from orchestrl.fabric.controller import FabricController, MaterializeResult
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import Intent, parse_gpu_set
+from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.plan import CircuitPlan, same_cross_connects, validate_plan
+from orchestrl.fabric.runtime.commit import CommitError, CommitInFlightError
+from orchestrl.fabric.runtime.reconcile import reconcile, reconcile_devices_to
+from orchestrl.fabric.runtime.store import FabricStore, StoreWriteError
+from orchestrl.fabric.safe_window import (
     CommitDecision,
     EventOrderError,
     GateConfig,
     SafeWindowGate,
 )
-from fabric.templates.stages import TEMPLATES
-from fabric.topology import Topology
+from orchestrl.fabric.templates.stages import TEMPLATES
+from orchestrl.fabric.topology import Topology
 
 __all__ = ["ControlService", "PeriodDecision", "ServiceError", "GATE_FAMILY", "scope_of"]
 

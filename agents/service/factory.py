@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 
-from agents.service.core import ControlService
-from agents.service.jobs import JobRegistry
-from agents.service.startup import StateLock
-from fabric.ocs.devices import load_devices, open_device
-from fabric.runtime.store import FabricStore
-from fabric.safe_window import GateConfig
-from fabric.topology import load_topology
+from orchestrl.agents.service.core import ControlService
+from orchestrl.agents.service.jobs import JobRegistry
+from orchestrl.agents.service.startup import StateLock
+from orchestrl.fabric.ocs.devices import load_devices, open_device
+from orchestrl.fabric.runtime.store import FabricStore
+from orchestrl.fabric.safe_window import GateConfig
+from orchestrl.fabric.topology import load_topology
 
 __all__ = ["open_service"]
 

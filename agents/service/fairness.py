@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable, Mapping
 
-from fabric.plan import CircuitPlan
-from fabric.topology import PortRef, Topology
+from orchestrl.fabric.plan import CircuitPlan
+from orchestrl.fabric.topology import PortRef, Topology
 
 __all__ = ["max_min_fair", "core_fibres_by_pod", "fair_shares", "cap_ports", "POLICY"]
 

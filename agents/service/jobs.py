@@ -28,12 +28,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from fabric.config import load_document
-from fabric.errors import ConfigError, OrchestrlError
-from fabric.runtime.store import store_write_error
-from fabric.runtime.store_checkpoint import guard_wal
-from fabric.runtime.store_records import StoreCorruptError
-from fabric.topology import Topology
+from orchestrl.fabric.config import load_document
+from orchestrl.fabric.errors import ConfigError, OrchestrlError
+from orchestrl.fabric.runtime.store import store_write_error
+from orchestrl.fabric.runtime.store_checkpoint import guard_wal
+from orchestrl.fabric.runtime.store_records import StoreCorruptError
+from orchestrl.fabric.topology import Topology
 
 __all__ = ["Placement", "Job", "Principal", "JobConflict", "JobRegistry", "placement_of", "load_operator_tokens",
            "JOB_ID_PATTERN", "token_digest"]
@@ -77,7 +77,7 @@ def placement_of(topology: Topology, gpus: Iterable[int]) -> Placement:
 
     Examples
     --------
-    >>> from fabric.topology import FabricSpec
+    >>> from orchestrl.fabric.topology import FabricSpec
     >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, pods=2, servers_per_pod=2, boundary_ports_per_pod=4))
     >>> p = placement_of(topo, [0, 1, 16])
     >>> sorted(p.tors), sorted(p.pods)

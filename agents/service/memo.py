@@ -28,9 +28,9 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any, Callable, Generic, Hashable, Mapping, TypeVar
 
-from fabric.controller import MaterializeResult
-from fabric.intent import Intent, intent_from_mapping
-from fabric.topology import Topology
+from orchestrl.fabric.controller import MaterializeResult
+from orchestrl.fabric.intent import Intent, intent_from_mapping
+from orchestrl.fabric.topology import Topology
 
 __all__ = ["MISS", "IdentityMemo", "IntentMemo", "PlanMemo"]
 
@@ -89,7 +89,7 @@ class IntentMemo:
 
     Examples
     --------
-    >>> from fabric.topology import FabricSpec, Topology
+    >>> from orchestrl.fabric.topology import FabricSpec, Topology
     >>> topo = Topology(FabricSpec(name="t", link_bps=1e11, servers_per_pod=2))
     >>> memo = IntentMemo()
     >>> doc = {"job": "j", "stage": "train", "layout": {"tp": 8, "dp": 2, "gpus": "0-15"},

@@ -12,8 +12,8 @@ import dataclasses
 import time
 from typing import Any, Iterable
 
-from agents.service.audit import DeviceAuditor, DeviceState
-from agents.service.checks import (
+from orchestrl.agents.service.audit import DeviceAuditor, DeviceState
+from orchestrl.agents.service.checks import (
     Conflict,
     DeviceUnavailable,
     NotFound,
@@ -21,21 +21,21 @@ from agents.service.checks import (
     Unprocessable,
     parse_mask_ports,
 )
-from agents.service.decisions import GATE_FAMILY, scope_of
-from agents.service.fairness import POLICY
-from agents.service.startup import (
+from orchestrl.agents.service.decisions import GATE_FAMILY, scope_of
+from orchestrl.agents.service.fairness import POLICY
+from orchestrl.agents.service.startup import (
     ADOPTED_SCOPE,
     STARTUP_MODES,
     StartupRefused,
     adopted_plan,
     startup_diff,
 )
-from fabric.ocs.errors import OcsError
-from fabric.plan import CircuitPlan, CrossConnect, plan_to_json
-from fabric.runtime.reconcile import reconcile_store, unusable_ports, wanted_by_device
-from fabric.runtime.store import StoreWriteError
-from fabric.templates.cache import TemplateCache
-from fabric.topology import Topology
+from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.plan import CircuitPlan, CrossConnect, plan_to_json
+from orchestrl.fabric.runtime.reconcile import reconcile_store, unusable_ports, wanted_by_device
+from orchestrl.fabric.runtime.store import StoreWriteError
+from orchestrl.fabric.templates.cache import TemplateCache
+from orchestrl.fabric.topology import Topology
 
 __all__ = ["OperatorMixin"]
 
@@ -129,7 +129,7 @@ class OperatorMixin:
         on_device = {d: set(t.items()) for d, t in tables.items()}
         kept: dict[str, set[CrossConnect]] = {}
         dropped = 0
-        from fabric.ocs.model import duplex_to_cross_connects
+        from orchestrl.fabric.ocs.model import duplex_to_cross_connects
         for scope, plan in self.committed_plans().items():
             keep = [c for c in plan.circuits if c.xc.device not in tables or all(
                 p in on_device[c.xc.device] for p in duplex_to_cross_connects(

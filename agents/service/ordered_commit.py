@@ -30,10 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from fabric.runtime.commit import apply_plan_steps
-from fabric.plan import CircuitPlan, circuits_from, diff_plans
-from fabric.reconfig_order import ReconfigOrder, order_plan_change
-from fabric.runtime.store import FabricStore
+from orchestrl.fabric.runtime.commit import apply_plan_steps
+from orchestrl.fabric.plan import CircuitPlan, circuits_from, diff_plans
+from orchestrl.fabric.reconfig_order import ReconfigOrder, order_plan_change
+from orchestrl.fabric.runtime.store import FabricStore
 
 __all__ = ["OrderedCommit", "PlannedChange", "plan_order", "plan_change", "switching_time_s", "apply_in_order"]
 
@@ -139,7 +139,7 @@ def switching_time_s(order: ReconfigOrder | None, new: CircuitPlan, old: Circuit
 
     Examples
     --------
-    >>> from fabric.plan import Circuit, CrossConnect
+    >>> from orchestrl.fabric.plan import Circuit, CrossConnect
     >>> new = CircuitPlan("f", "train", "s", 1e9, (Circuit("agg", 0, "x", "y", CrossConnect("a", 1, 2)),
     ...                                             Circuit("agg", 1, "u", "v", CrossConnect("b", 1, 2))))
     >>> switching_time_s(None, new, None, {"a": 0.010, "b": 0.025})  # a and b switch together

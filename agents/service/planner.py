@@ -16,15 +16,15 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from agents.service.memo import IdentityMemo, IntentMemo, PlanMemo
-from agents.service.metrics import MetricsRegistry
-from agents.service.ordered_commit import PlannedChange, plan_change
-from agents.service.checks import check_intent_inside, plan_outside_placement, reserved_ports
-from fabric.controller import FabricController, FabricState, MaterializeResult, materialize
-from fabric.intent import Intent
-from fabric.plan import CircuitPlan
-from fabric.runtime.store import FabricStore, StoreWriteError
-from fabric.topology import PortRef, Topology
+from orchestrl.agents.service.memo import IdentityMemo, IntentMemo, PlanMemo
+from orchestrl.agents.service.metrics import MetricsRegistry
+from orchestrl.agents.service.ordered_commit import PlannedChange, plan_change
+from orchestrl.agents.service.checks import check_intent_inside, plan_outside_placement, reserved_ports
+from orchestrl.fabric.controller import FabricController, FabricState, MaterializeResult, materialize
+from orchestrl.fabric.intent import Intent
+from orchestrl.fabric.plan import CircuitPlan
+from orchestrl.fabric.runtime.store import FabricStore, StoreWriteError
+from orchestrl.fabric.topology import PortRef, Topology
 
 __all__ = ["JobPlanner"]
 

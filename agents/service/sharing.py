@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.service.fairness import cap_ports, core_fibres_by_pod, fair_shares
-from agents.service.startup import ADOPTED_SCOPE
-from fabric.controller import MaterializeResult
-from fabric.intent import Intent
-from fabric.plan import CircuitPlan
-from fabric.topology import Topology
+from orchestrl.agents.service.fairness import cap_ports, core_fibres_by_pod, fair_shares
+from orchestrl.agents.service.startup import ADOPTED_SCOPE
+from orchestrl.fabric.controller import MaterializeResult
+from orchestrl.fabric.intent import Intent
+from orchestrl.fabric.plan import CircuitPlan
+from orchestrl.fabric.topology import Topology
 
 __all__ = ["SharingMixin"]
 

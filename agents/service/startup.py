@@ -26,14 +26,14 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from fabric.errors import OrchestrlError
-from fabric.ocs.errors import OcsError
-from fabric.ocs.fanout import each_device
-from fabric.ocs.model import cross_connects_to_duplex, duplex_to_cross_connects
-from fabric.plan import Circuit, CircuitPlan, CrossConnect, circuits_from
-from fabric.runtime.reconcile import device_changes, wanted_by_device
-from fabric.runtime.store import StoreError
-from fabric.topology import PortRef, Topology
+from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.ocs.fanout import each_device
+from orchestrl.fabric.ocs.model import cross_connects_to_duplex, duplex_to_cross_connects
+from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect, circuits_from
+from orchestrl.fabric.runtime.reconcile import device_changes, wanted_by_device
+from orchestrl.fabric.runtime.store import StoreError
+from orchestrl.fabric.topology import PortRef, Topology
 
 __all__ = ["StateLock", "StartupRefused", "StartupDiff", "STARTUP_MODES", "ADOPTED_SCOPE", "startup_diff",
            "adopted_plan"]

@@ -21,14 +21,14 @@ from typing import Sequence
 
 import torch
 
-from collectives.baseline import owner_buckets
-from collectives.codec import ParamBuffer
-from collectives.emulation.launch import RankGroup
-from collectives.emulation.model import synthetic_local, synthetic_region
-from collectives.emulation.netns import Host
-from collectives.emulation.runner import SyncRun, free_port
-from collectives.layout import GeneratorLayout, ParamSpec, TrainerLayout
-from collectives.slicing import Piece, trainer_runs
+from orchestrl.collectives.baseline import owner_buckets
+from orchestrl.collectives.codec import ParamBuffer
+from orchestrl.collectives.emulation.launch import RankGroup
+from orchestrl.collectives.emulation.model import synthetic_local, synthetic_region
+from orchestrl.collectives.emulation.netns import Host
+from orchestrl.collectives.emulation.runner import SyncRun, free_port
+from orchestrl.collectives.layout import GeneratorLayout, ParamSpec, TrainerLayout
+from orchestrl.collectives.slicing import Piece, trainer_runs
 
 __all__ = ["BroadcastJob", "run_broadcast_rank", "run_broadcast"]
 

@@ -31,7 +31,7 @@ def _context():
         # namespace that cannot resolve its own hostname.
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         _CTX = mp.get_context("forkserver")
-        _CTX.set_forkserver_preload(["torch", "torch.distributed", "collectives.weight_sync"])
+        _CTX.set_forkserver_preload(["torch", "torch.distributed", "orchestrl.collectives.weight_sync"])
     return _CTX
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from collectives.layout import ParamSpec
-from collectives.sharding import Runs
+from orchestrl.collectives.layout import ParamSpec
+from orchestrl.collectives.sharding import Runs
 
 if TYPE_CHECKING:  # torch is only needed to generate tensors, not to describe the model
     import torch
@@ -61,7 +61,7 @@ def synthetic_region(spec: ParamSpec, index: int, lo: int, hi: int, device: "str
     """
     import torch
 
-    from collectives.codec import TORCH_DTYPES
+    from orchestrl.collectives.codec import TORCH_DTYPES
 
     words = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     shape = spec.shape or (1,)
@@ -90,7 +90,7 @@ def synthetic_local(spec: ParamSpec, index: int, runs: Runs, device: "str | torc
     """
     import torch
 
-    from collectives.codec import TORCH_DTYPES
+    from orchestrl.collectives.codec import TORCH_DTYPES
 
     rows, pad = runs
     parts = [synthetic_region(spec, index, lo, hi, device, seed) for lo, hi in rows]

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from collectives.emulation.launch import RankGroup, RankResult
-from collectives.emulation.netns import Host
-from collectives.emulation.worker import KEEP, RankJob, run_rank
-from collectives.schedule import Schedule
+from orchestrl.collectives.emulation.launch import RankGroup, RankResult
+from orchestrl.collectives.emulation.netns import Host
+from orchestrl.collectives.emulation.worker import KEEP, RankJob, run_rank
+from orchestrl.collectives.schedule import Schedule
 
 __all__ = ["SyncRun", "run_sync", "exchange", "measure_goodput", "free_port", "KEEP"]
 
@@ -100,8 +100,8 @@ def _exchange_rank(schedule, rank: int, port: int, source: dict, timeout_s: floa
 
     import torch
 
-    from collectives.codec import TORCH_DTYPES
-    from collectives.weight_sync import WeightSync
+    from orchestrl.collectives.codec import TORCH_DTYPES
+    from orchestrl.collectives.weight_sync import WeightSync
 
     torch.set_num_threads(1)
     sync = WeightSync.connect(schedule, "127.0.0.1", port, rank, timeout_s=timeout_s, join_timeout_s=60)

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from collectives.codec import HEADER_BYTES, TORCH_DTYPES
-from collectives.emulation.model import synthetic_local
-from collectives.schedule import Schedule
+from orchestrl.collectives.codec import HEADER_BYTES, TORCH_DTYPES
+from orchestrl.collectives.emulation.model import synthetic_local
+from orchestrl.collectives.schedule import Schedule
 
 __all__ = ["RankJob", "run_rank", "main", "KEEP"]
 
@@ -63,7 +63,7 @@ class RankJob:
 
 def run_rank(job: RankJob) -> dict:
     """Run ``job.rounds`` sync rounds as ``job.rank``; return reports, errors and content mismatches."""
-    from collectives.weight_sync import WeightSync
+    from orchestrl.collectives.weight_sync import WeightSync
 
     torch.set_num_threads(job.torch_threads)
     sync = _connect(job, WeightSync)
@@ -92,7 +92,7 @@ def _connect(job: RankJob, cls):
 
         import torch.distributed as dist
 
-        from collectives.transport.ucx import UcxTransport
+        from orchestrl.collectives.transport.ucx import UcxTransport
 
         store = dist.TCPStore(job.store_host, job.store_port, sch.world_size, job.rank == 0,
                               timeout=timedelta(seconds=job.timeout_s), wait_for_workers=False)

@@ -20,14 +20,14 @@ import dataclasses
 import random
 from typing import Callable
 
-from compute_sched.groups.cluster import Cluster, Decision
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.inter import RollMuxScheduler, isolated_decision
-from compute_sched.groups.intra import group_jobs, round_robin
-from compute_sched.groups.model import Group, JobSpec
-from compute_sched.groups.slo import RealisedSloCheck
-from compute_sched.groups.workload import ResponseModel
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.cluster import Cluster, Decision
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.inter import RollMuxScheduler, isolated_decision
+from orchestrl.compute_sched.groups.intra import group_jobs, round_robin
+from orchestrl.compute_sched.groups.model import Group, JobSpec
+from orchestrl.compute_sched.groups.slo import RealisedSloCheck
+from orchestrl.compute_sched.groups.workload import ResponseModel
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["SoloPolicy", "ColocatedPolicy", "GavelPolicy", "RandomPolicy", "GreedyPolicy", "make_policy",
            "POLICIES", "gavel_min_shares", "idle_share"]

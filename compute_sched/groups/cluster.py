@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.model import Group, JobSpec
-from compute_sched.groups.nodes import NodeAllocator, cross_pod_traffic, CrossPodTraffic
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.model import Group, JobSpec
+from orchestrl.compute_sched.groups.nodes import NodeAllocator, cross_pod_traffic, CrossPodTraffic
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["Decision", "Cluster", "STRATEGIES"]
 

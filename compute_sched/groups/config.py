@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["GroupConfig", "TABLE1_PRICE_USD_PER_H", "TABLE2_RESIDENT_GB", "ROLLOUT_KINDS", "POOLS"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import string
 from typing import Sequence
 
-from compute_sched.groups.intra import Segment
+from orchestrl.compute_sched.groups.intra import Segment
 
 __all__ = ["render_gantt"]
 

@@ -34,13 +34,13 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from compute_sched.groups.cluster import Cluster, Decision
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.intra import GroupJob, group_jobs, worst_case_iteration_s
-from compute_sched.groups.model import Group, JobSpec
-from compute_sched.groups.nodes import CapacityError
-from compute_sched.groups.slo import RealisedSloCheck
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.cluster import Cluster, Decision
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.intra import GroupJob, group_jobs, worst_case_iteration_s
+from orchestrl.compute_sched.groups.model import Group, JobSpec
+from orchestrl.compute_sched.groups.nodes import CapacityError
+from orchestrl.compute_sched.groups.slo import RealisedSloCheck
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["RollMuxScheduler", "nodes_needed", "isolated_decision", "check_job_fits_a_node"]
 

@@ -23,8 +23,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.model import Group
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.model import Group
 
 _PLAN_CAP = 400  # worst-case iterations simulated at most while looking for the repeating state
 

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from compute_sched.groups.config import ROLLOUT_KINDS, GroupConfig
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.config import ROLLOUT_KINDS, GroupConfig
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["JobSpec", "Node", "Group", "GroupSummary", "conservative_phase_times"]
 

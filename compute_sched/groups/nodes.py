@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.model import JobSpec, Node
-from fabric.errors import OrchestrlError
-from fabric.topology import Topology
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.model import JobSpec, Node
+from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.fabric.topology import Topology
 
 __all__ = ["CapacityError", "NodeAllocator", "CrossPodTraffic", "cross_pod_traffic"]
 
@@ -42,7 +42,7 @@ class NodeAllocator:
 
     Examples
     --------
-    >>> from fabric.topology import FabricSpec
+    >>> from orchestrl.fabric.topology import FabricSpec
     >>> topo = Topology(FabricSpec(name="r", link_bps=200e9, pods=2, servers_per_pod=4, gpu_type="H20",
     ...                            boundary_ports_per_pod=4, core_devices=1))
     >>> alloc = NodeAllocator(GroupConfig(), {"rollout": topo})

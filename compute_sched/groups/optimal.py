@@ -26,13 +26,13 @@ from functools import lru_cache
 from itertools import combinations, permutations
 from typing import Sequence
 
-from compute_sched.groups.cluster import Cluster
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.inter import check_job_fits_a_node, nodes_needed
-from compute_sched.groups.intra import GroupJob, worst_case_iteration_s
-from compute_sched.groups.model import JobSpec
-from compute_sched.groups.slo import RealisedSloCheck
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.cluster import Cluster
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.inter import check_job_fits_a_node, nodes_needed
+from orchestrl.compute_sched.groups.intra import GroupJob, worst_case_iteration_s
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.compute_sched.groups.slo import RealisedSloCheck
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["GroupPlan", "optimal_groups", "OptimalPolicy", "MAX_OPTIMAL_JOBS"]
 

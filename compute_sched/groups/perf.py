@@ -14,10 +14,10 @@ from typing import Mapping
 
 import numpy as np
 
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.intra import GroupJob, group_jobs, round_robin, worst_case_iteration_s
-from compute_sched.groups.model import Group, JobSpec
-from compute_sched.groups.workload import ResponseModel
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.intra import GroupJob, group_jobs, round_robin, worst_case_iteration_s
+from orchestrl.compute_sched.groups.model import Group, JobSpec
+from orchestrl.compute_sched.groups.workload import ResponseModel
 
 __all__ = ["GroupPerf", "realised_performance", "planned_iteration_s", "solo_realised_iteration_s", "draws_for"]
 

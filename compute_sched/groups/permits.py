@@ -22,7 +22,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from fabric.errors import ConfigError, OrchestrlError
+from orchestrl.fabric.errors import ConfigError, OrchestrlError
 
 __all__ = ["Permit", "PermitTable", "PermitRevoked", "phase_resources"]
 

@@ -24,13 +24,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from compute_sched.groups.cluster import Cluster
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.intra import GroupJob, group_jobs
-from compute_sched.groups.model import JobSpec
-from compute_sched.groups.nodes import CapacityError, NodeAllocator
-from compute_sched.groups.perf import GroupPerf, planned_iteration_s, realised_performance, solo_realised_iteration_s
-from compute_sched.groups.workload import ResponseModel
+from orchestrl.compute_sched.groups.cluster import Cluster
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.intra import GroupJob, group_jobs
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.compute_sched.groups.nodes import CapacityError, NodeAllocator
+from orchestrl.compute_sched.groups.perf import GroupPerf, planned_iteration_s, realised_performance, solo_realised_iteration_s
+from orchestrl.compute_sched.groups.workload import ResponseModel
 
 __all__ = ["JobOutcome", "SloMiss", "GanttSnapshot", "ReplayResult", "replay", "MISS_OVER_PLAN", "MISS_UNEVEN"]
 
@@ -178,8 +178,8 @@ def replay(jobs: Sequence[JobSpec], policy, config: GroupConfig, *, responses: R
 
     Examples
     --------
-    >>> from compute_sched.groups.inter import RollMuxScheduler
-    >>> from compute_sched.groups.workload import synthesize_jobs
+    >>> from orchestrl.compute_sched.groups.inter import RollMuxScheduler
+    >>> from orchestrl.compute_sched.groups.workload import synthesize_jobs
     >>> cfg = GroupConfig()
     >>> r = replay(synthesize_jobs("mixed", 12, seed=3), RollMuxScheduler(cfg), cfg)
     >>> r.jobs, r.slo_attainment, r.slo_attainment_planned, r.slo_misses

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compute_sched.groups.baselines import POLICIES, make_policy
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.gantt import render_gantt
-from compute_sched.groups.intra import round_robin
-from compute_sched.groups.nodes import NodeAllocator
-from compute_sched.groups.optimal import OptimalPolicy
-from compute_sched.groups.perf import draws_for
-from compute_sched.groups.replay import ReplayResult, replay
-from compute_sched.groups.slo import RealisedSloCheck
-from compute_sched.groups.workload import ResponseModel, synthesize_jobs
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.baselines import POLICIES, make_policy
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.gantt import render_gantt
+from orchestrl.compute_sched.groups.intra import round_robin
+from orchestrl.compute_sched.groups.nodes import NodeAllocator
+from orchestrl.compute_sched.groups.optimal import OptimalPolicy
+from orchestrl.compute_sched.groups.perf import draws_for
+from orchestrl.compute_sched.groups.replay import ReplayResult, replay
+from orchestrl.compute_sched.groups.slo import RealisedSloCheck
+from orchestrl.compute_sched.groups.workload import ResponseModel, synthesize_jobs
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["ReplaySetup", "run_replay", "gantt_text", "POLICY_NAMES", "PHASE_MODELS"]
 
@@ -65,7 +65,7 @@ def run_replay(setup: ReplaySetup) -> ReplayResult:
                            prefill_share=0.5 if setup.affinity else 0.0)
     topologies = {}
     if setup.rollout_topology or setup.train_topology:
-        from fabric.topology import load_topology
+        from orchestrl.fabric.topology import load_topology
 
         for pool, path in (("rollout", setup.rollout_topology), ("train", setup.train_topology)):
             if path:

@@ -31,11 +31,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.intra import GroupJob, round_robin
-from compute_sched.groups.model import JobSpec
-from compute_sched.groups.workload import ResponseModel
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.intra import GroupJob, round_robin
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.compute_sched.groups.workload import ResponseModel
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["RealisedSloCheck", "DEFAULT_MARGIN"]
 
@@ -61,7 +61,7 @@ class RealisedSloCheck:
     Two train-heavy jobs pass the worst-case check (500 s co-execution vs 2 x 250 s) but their
     sampled training phases shrink to about 0.57 of the worst case, their rollouts do not:
 
-    >>> from compute_sched.groups.intra import worst_case_iteration_s
+    >>> from orchestrl.compute_sched.groups.intra import worst_case_iteration_s
     >>> cfg = GroupConfig(warm_start_s=0.0)
     >>> a, b = JobSpec("a", 50.0, 200.0, slo=2.0), JobSpec("b", 200.0, 50.0, slo=2.0)
     >>> members = [GroupJob("a", (0,), 50.0, 200.0), GroupJob("b", (0,), 200.0, 50.0)]

@@ -25,9 +25,9 @@ from typing import Sequence
 
 import numpy as np
 
-from compute_sched.groups.config import TABLE2_RESIDENT_GB
-from compute_sched.groups.model import JobSpec
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.config import TABLE2_RESIDENT_GB
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["TABLE6", "SIZES", "WORKLOADS", "TraceStats", "ResponseModel", "synthesize_jobs", "job_from_profile"]
 

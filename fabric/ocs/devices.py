@@ -20,9 +20,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from fabric.config import Reader, load_document
-from fabric.errors import ConfigError
-from fabric.ocs.emulator import PROFILES
+from orchestrl.fabric.config import Reader, load_document
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.ocs.emulator import PROFILES
 
 __all__ = ["DeviceConfig", "load_devices", "devices_from_mapping", "check_devices", "open_device"]
 
@@ -171,7 +171,7 @@ def open_device(cfg: DeviceConfig, **overrides: Any):
 
     ``overrides`` replace driver arguments (``user``, ``password``, ``timeout_s``, ...).
     """
-    from fabric.ocs.driver import Tl1Driver
+    from orchestrl.fabric.ocs.driver import Tl1Driver
 
     kwargs = {"name": cfg.name, "user": cfg.user, "password": cfg.password, "timeout_s": cfg.timeout_s,
               "ports": cfg.ports, "switch_delay_s": cfg.switch_delay_s, **overrides}

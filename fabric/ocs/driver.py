@@ -25,11 +25,11 @@ from functools import partial
 from itertools import repeat
 from typing import Any, Iterable
 
-from fabric.ocs.errors import (OcsAborted, OcsAuthError, OcsCommandError, OcsProtocolError, OcsRequestError,
+from orchestrl.fabric.ocs.errors import (OcsAborted, OcsAuthError, OcsCommandError, OcsProtocolError, OcsRequestError,
                               denied_from_code)
-from fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
-from fabric.ocs.session import PendingReply, Tl1Session, _Spec
-from fabric.ocs.tl1 import Response, format_pair_lists, format_ports, parse_patch_line
+from orchestrl.fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
+from orchestrl.fabric.ocs.session import PendingReply, Tl1Session, _Spec
+from orchestrl.fabric.ocs.tl1 import Response, format_pair_lists, format_ports, parse_patch_line
 
 __all__ = ["PendingReply", "Tl1Driver"]
 
@@ -65,7 +65,7 @@ class Tl1Driver(Tl1Session):
     >>> drv.connect([(1, 40)])
     Traceback (most recent call last):
     ...
-    fabric.ocs.errors.OcsRequestError: OCS 'core0', command ENT-PATCH, port 40: port 40 is not an egress port ...
+    orchestrl.fabric.ocs.errors.OcsRequestError: OCS 'core0', command ENT-PATCH, port 40: port 40 is not an egress port ...
     """
 
     def __init__(self, host: str, port: int, **kwargs: Any) -> None:

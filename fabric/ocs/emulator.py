@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 from itertools import starmap
 from typing import Callable
 
-from fabric.ocs.errors import OcsProtocolError, OcsRequestError
-from fabric.ocs.model import PortState, SwitchState
-from fabric.ocs.tl1 import (
+from orchestrl.fabric.ocs.errors import OcsProtocolError, OcsRequestError
+from orchestrl.fabric.ocs.model import PortState, SwitchState
+from orchestrl.fabric.ocs.tl1 import (
     Autonomous, Command, Response, Tl1Splitter, format_patch_line, format_response, parse_command,
     parse_keywords, parse_ports, split_pair_lists, unquote,
 )
-from fabric.topology import OCS_TECHNOLOGIES
+from orchestrl.fabric.topology import OCS_TECHNOLOGIES
 
 __all__ = ["EmulatorConfig", "Emulator", "run_emulator", "CONTROL_VERBS", "PROFILES", "profile_delay_s"]
 

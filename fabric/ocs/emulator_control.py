@@ -1,6 +1,6 @@
 """Run an emulated OCS as a real subprocess and steer its faults at run time.
 
-:func:`start_emulator_process` launches ``python -m agents.cli ocs emulate --listen 127.0.0.1:0``
+:func:`start_emulator_process` launches ``python -m orchestrl.agents.cli ocs emulate --listen 127.0.0.1:0``
 and returns once the emulator printed ``listening on HOST:PORT``; :class:`EmulatorControl` sends
 the emulator's control verbs (documented in :mod:`fabric.ocs.emulator`) over a fresh TCP
 connection per call, so it keeps working across emulated restarts.
@@ -20,8 +20,8 @@ from collections import deque
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
-from fabric.ocs.errors import OcsConnectionError, OcsError, OcsTimeout, denied_from_code
-from fabric.ocs.tl1 import Command, Response, Tl1Splitter, format_command, format_keywords, format_ports, parse_response
+from orchestrl.fabric.ocs.errors import OcsConnectionError, OcsError, OcsTimeout, denied_from_code
+from orchestrl.fabric.ocs.tl1 import Command, Response, Tl1Splitter, format_command, format_keywords, format_ports, parse_response
 
 __all__ = ["EmulatorControl", "EmulatorProcess", "start_emulator_process", "stop_emulator_process"]
 
@@ -136,14 +136,14 @@ class EmulatorProcess(NamedTuple):
 
 def start_emulator_process(ports: int = 16, profile: str = "test", *, user: str = "admin", password: str = "admin",
                            extra_args: Sequence[str] = (), timeout_s: float = 30.0) -> EmulatorProcess:
-    """Launch ``python -m agents.cli ocs emulate`` on an ephemeral port; return once it listens.
+    """Launch ``python -m orchestrl.agents.cli ocs emulate`` on an ephemeral port; return once it listens.
 
     Raises
     ------
     OcsConnectionError
         If the process exits or prints no ``listening on HOST:PORT`` line within ``timeout_s``.
     """
-    cmd = [sys.executable, "-u", "-m", "agents.cli", "ocs", "emulate", "--listen", "127.0.0.1:0",
+    cmd = [sys.executable, "-u", "-m", "orchestrl.agents.cli", "ocs", "emulate", "--listen", "127.0.0.1:0",
            "--ports", str(ports), "--profile", profile, "--user", user, "--password", password, *extra_args]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

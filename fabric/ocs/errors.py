@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from fabric.errors import OrchestrlError
+from orchestrl.fabric.errors import OrchestrlError
 
 __all__ = [
     "OcsError", "OcsRequestError", "OcsConnectionError", "OcsTimeout", "OcsProtocolError", "OcsDenied",

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Iterable, Protocol, runtime_checkable
 
-from fabric.ocs.errors import OcsRequestError
+from orchestrl.fabric.ocs.errors import OcsRequestError
 
 __all__ = [
     "PortState", "PortStatus", "XcStatus", "applied_status", "BulkResult", "BULK_MODES", "OK", "NOT_EXECUTED",

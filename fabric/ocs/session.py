@@ -39,13 +39,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
-from fabric.ocs.errors import OcsConnectionError, OcsDenied, OcsError, OcsProtocolError, OcsTimeout, denied_from_code
-from fabric.ocs.tl1 import (Autonomous, Command, Response, Tl1Splitter, format_command, parse_keywords, parse_ports,
+from orchestrl.fabric.ocs.errors import OcsConnectionError, OcsDenied, OcsError, OcsProtocolError, OcsTimeout, denied_from_code
+from orchestrl.fabric.ocs.tl1 import (Autonomous, Command, Response, Tl1Splitter, format_command, parse_keywords, parse_ports,
                             parse_response, quote)
 
 __all__ = ["PendingReply", "Tl1Session"]
 
-log = logging.getLogger("fabric.ocs.driver")  # one logger for the device layer's session and commands
+log = logging.getLogger("orchestrl.fabric.ocs.driver")  # one logger for the device layer's session and commands
 _S = TypeVar("_S", bound="Tl1Session")
 
 

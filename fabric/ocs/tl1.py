@@ -36,7 +36,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from fabric.ocs.errors import OcsProtocolError
+from orchestrl.fabric.ocs.errors import OcsProtocolError
 
 __all__ = [
     "Command", "Response", "Autonomous", "Tl1Splitter", "quote", "unquote", "split_fields",

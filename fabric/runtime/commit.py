@@ -42,13 +42,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable, Mapping, Sequence
 
-from fabric.errors import OrchestrlError
-from fabric.ocs.errors import OcsError
-from fabric.ocs.fanout import SendCollect, each_device
-from fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
-from fabric.plan import CircuitPlan, PlanDiff, diff_plans
-from fabric.runtime.reconcile import ReconcileReport, SimplexPair, bulk_errors, reconcile, reconcile_store, unusable_ports
-from fabric.runtime.store import DeviceStep, FabricStore
+from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.ocs.fanout import SendCollect, each_device
+from orchestrl.fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
+from orchestrl.fabric.plan import CircuitPlan, PlanDiff, diff_plans
+from orchestrl.fabric.runtime.reconcile import ReconcileReport, SimplexPair, bulk_errors, reconcile, reconcile_store, unusable_ports
+from orchestrl.fabric.runtime.store import DeviceStep, FabricStore
 
 __all__ = ["CommitReport", "CommitError", "CommitInFlightError", "apply_plan_diff", "apply_plan_steps",
            "JournaledCommitter"]

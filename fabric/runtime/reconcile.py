@@ -29,15 +29,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Collection, Iterable, Mapping
 
-from fabric.ocs.errors import OcsDenied, OcsError, OcsPortBlocked, OcsPortFailed, denied_from_code
-from fabric.ocs.fanout import each_device
-from fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
-from fabric.plan import CircuitPlan, CrossConnect, diff_plans
-from fabric.runtime.store import CommitRecord, DeviceStep, FabricStore
+from orchestrl.fabric.ocs.errors import OcsDenied, OcsError, OcsPortBlocked, OcsPortFailed, denied_from_code
+from orchestrl.fabric.ocs.fanout import each_device
+from orchestrl.fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
+from orchestrl.fabric.plan import CircuitPlan, CrossConnect, diff_plans
+from orchestrl.fabric.runtime.store import CommitRecord, DeviceStep, FabricStore
 
 if TYPE_CHECKING:  # the controller imports nothing of the device layer; keep it that way
-    from fabric.controller import FabricController, MaterializeResult
-    from fabric.intent import Intent
+    from orchestrl.fabric.controller import FabricController, MaterializeResult
+    from orchestrl.fabric.intent import Intent
 
 # Journalled commits (CommitReport, JournaledCommitter, apply_plan_diff, ...) are in fabric.runtime.commit, which
 # imports this module; nothing here imports it back.

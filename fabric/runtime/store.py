@@ -70,13 +70,13 @@ import time
 import zlib
 from typing import Any, Iterable, Mapping, Sequence
 
-from fabric.plan import CircuitPlan, plan_from_json, plan_to_json
-from fabric.runtime.store_file import StoreFile, backup_state_file, store_write_error
-from fabric.runtime.store_records import (_COMMIT_KINDS, _FINAL_STATES, COMMIT_STATES, SCHEMA_VERSION, CommitRecord,
+from orchestrl.fabric.plan import CircuitPlan, plan_from_json, plan_to_json
+from orchestrl.fabric.runtime.store_file import StoreFile, backup_state_file, store_write_error
+from orchestrl.fabric.runtime.store_records import (_COMMIT_KINDS, _FINAL_STATES, COMMIT_STATES, SCHEMA_VERSION, CommitRecord,
                                           DecisionRecord, DeviceStep, MaskedPort, ScopeHead, SimplexPairs, StepRecord,
                                           StoreCorruptError, StoreError, StoreVersionError, StoreWriteError,
                                           default_store_path)
-from fabric.templates.cache import CacheEntry, TemplateCache
+from orchestrl.fabric.templates.cache import CacheEntry, TemplateCache
 
 # The newest committed id of scope ?1: one seek per kind of the index commits_by_scope (scope, kind, state,
 # id), where "scope = ? AND state = 'committed' ORDER BY id DESC" would read and sort all of the scope's rows.
@@ -106,7 +106,7 @@ class FabricStore(StoreFile):
 
     Examples
     --------
-    >>> from fabric.plan import CircuitPlan
+    >>> from orchestrl.fabric.plan import CircuitPlan
     >>> with FabricStore(":memory:") as store:
     ...     cid = store.begin_commit("f", CircuitPlan("f", "train", "sig", 1e9, ()))
     ...     store.finish_commit(cid, "committed")

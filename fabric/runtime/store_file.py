@@ -37,8 +37,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator, Sequence, TypeVar
 
-from fabric.runtime.store_checkpoint import WalCheckpointer, guard_wal
-from fabric.runtime.store_records import (_SCHEMA, _TABLES, SCHEMA_VERSION, StoreCorruptError, StoreError,
+from orchestrl.fabric.runtime.store_checkpoint import WalCheckpointer, guard_wal
+from orchestrl.fabric.runtime.store_records import (_SCHEMA, _TABLES, SCHEMA_VERSION, StoreCorruptError, StoreError,
                                           StoreVersionError, StoreWriteError, default_store_path)
 
 __all__ = ["StoreFile", "store_write_error", "backup_state_file"]

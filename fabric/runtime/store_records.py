@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from fabric.errors import OrchestrlError
-from fabric.plan import CircuitPlan
+from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.fabric.plan import CircuitPlan
 
 __all__ = [
     "SCHEMA_VERSION", "COMMIT_STATES", "StoreError", "StoreVersionError", "StoreCorruptError", "StoreWriteError",

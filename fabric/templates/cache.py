@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-from fabric.templates.base import Template
-from fabric.templates.stages import TEMPLATES
+from orchestrl.fabric.templates.base import Template
+from orchestrl.fabric.templates.stages import TEMPLATES
 
 __all__ = ["CacheEntry", "TemplateCache", "select_template"]
 

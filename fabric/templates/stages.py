@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fabric.templates.base import Template
+from orchestrl.fabric.templates.base import Template
 
 __all__ = ["TRAIN", "TRAIN_DP", "GEN", "WEIGHT_SYNC", "TEMPLATES", "DEFAULT_GEN_CORE_SLICE_PORTS"]
 

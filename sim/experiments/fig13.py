@@ -22,7 +22,7 @@ one case.)
 Paper (text of §7.2.1; the figure's bars are not given as numbers): RFabric ~ FT ~ RO; MixNet
 ~0.81x; TopoOpt 0.47-0.76x, worse on MoE; FT-OS clearly lower (no number).
 
-Run ``python -m sim.experiments.fig13 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
+Run ``python -m orchestrl.sim.experiments.fig13 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
 This module also holds the RL-run cases Figures 14 and 16 sweep (:class:`RLCase`, :func:`run_case`).
 """
 
@@ -37,15 +37,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fabric.errors import ConfigError
-from sim.config import RunConfig, load_run_config, validate
-from sim.experiments.common import Row, figure_document, format_rows
-from sim.network.config import FABRICS
-from sim.plot import PlotFiles, check_output, grouped_bars, write_failure
-from sim.run import Simulation, _pod_gpus, balanced_split, build, default_stages
-from sim.stages.generation import GenerationStage
-from sim.sweep import check_ray_address, run_sweep
-from sim.workload import split_candidates
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.config import RunConfig, load_run_config, validate
+from orchestrl.sim.experiments.common import Row, figure_document, format_rows
+from orchestrl.sim.network.config import FABRICS
+from orchestrl.sim.plot import PlotFiles, check_output, grouped_bars, write_failure
+from orchestrl.sim.run import Simulation, _pod_gpus, balanced_split, build, default_stages
+from orchestrl.sim.stages.generation import GenerationStage
+from orchestrl.sim.sweep import check_ray_address, run_sweep
+from orchestrl.sim.workload import split_candidates
 
 __all__ = ["RLCase", "MODELS", "AFD_INSTANCE", "case_config", "run_case", "sweep", "run", "rows_of",
            "add_sweep_options", "sweep_options", "figure_main", "cases", "plot", "main"]

@@ -14,7 +14,7 @@ for bulk transfers. In contrast, FT-OS, TopoOpt, and MixNet are consistently slo
 degrees." We read "close to FT" as 1.0 for RFabric's and RO's Train and Gen; every other cell has no
 number.
 
-Run ``python -m sim.experiments.fig14 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
+Run ``python -m orchestrl.sim.experiments.fig14 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from sim.experiments.common import Row
-from sim.experiments.fig13 import RLCase, figure_main, sweep
-from sim.network.config import FABRICS
-from sim.plot import PlotFiles, grouped_bars
+from orchestrl.sim.experiments.common import Row
+from orchestrl.sim.experiments.fig13 import RLCase, figure_main, sweep
+from orchestrl.sim.network.config import FABRICS
+from orchestrl.sim.plot import PlotFiles, grouped_bars
 
 __all__ = ["STAGES", "PAPER", "cases", "rows_of", "run", "plot", "main"]
 

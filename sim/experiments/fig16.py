@@ -16,7 +16,7 @@ Paper (§7.2.4): RFabric "improves cost-efficiency by 1.53x-2.06x over FT and by
 and by ~1.13x over MixNet"; RFabric stays on or near the frontier, TopoOpt and FT-OS well below it.
 We compare the paper's ranges with our minimum and maximum over the four speeds.
 
-Run ``python -m sim.experiments.fig16 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
+Run ``python -m orchestrl.sim.experiments.fig16 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from sim.experiments.common import Row
-from sim.experiments.fig13 import RLCase, figure_main, sweep
-from sim.network.config import FABRICS
-from sim.plot import PlotFiles, pareto_frontier, scatter_frontier
+from orchestrl.sim.experiments.common import Row
+from orchestrl.sim.experiments.fig13 import RLCase, figure_main, sweep
+from orchestrl.sim.network.config import FABRICS
+from orchestrl.sim.plot import PlotFiles, pareto_frontier, scatter_frontier
 
 __all__ = ["SPEEDS_GBPS", "PAPER_RANGES", "cases", "rows_of", "frontier", "run", "plot", "main"]
 

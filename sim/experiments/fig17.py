@@ -24,7 +24,7 @@ favours the smallest generation cluster because steps scale with the generation 
 runs 256 GPUs split in half for 2 iterations. Cases run through :func:`sim.sweep.run_sweep`
 (``--workers``, ``--ray``).
 
-Run ``python -m sim.experiments.fig17 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
+Run ``python -m orchestrl.sim.experiments.fig17 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.experiments.common import Row
-from sim.experiments.rowsplot import FigureCli, SweepFigure
+from orchestrl.sim.experiments.common import Row
+from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 
 __all__ = ["PAPER", "CONFIGS", "Case", "cases", "run_case", "best_split", "rows_of", "sweep", "run", "main"]
 
@@ -75,8 +75,8 @@ def cases(quick: bool = False) -> list[Case]:
 
 def run_case(case: Case) -> dict[str, Any]:
     """Simulate one configuration; return its throughput, price and stage times (JSON-ready)."""
-    from sim.config import load_run_config, validate
-    from sim.run import simulate
+    from orchestrl.sim.config import load_run_config, validate
+    from orchestrl.sim.run import simulate
 
     cfg = load_run_config(EXAMPLE)
     cfg = validate(replace(cfg, name=f"fig17-{case.label}",
@@ -109,8 +109,8 @@ def best_split(cfg) -> tuple[int, list[dict[str, float]]]:
     -----
     One Gen and one Train stage run (step 0) per candidate, through ``sim.run.balanced_split``.
     """
-    from sim.run import _pod_gpus, balanced_split
-    from sim.workload import split_candidates, step_size
+    from orchestrl.sim.run import _pod_gpus, balanced_split
+    from orchestrl.sim.workload import split_candidates, step_size
 
     t, w = cfg.train, cfg.workload
     unit = math.lcm(t.tp * t.cp * t.pp, t.tp * t.ep * t.pp)

@@ -18,7 +18,7 @@ not say when the step switches) with up to 1,536 sequences per instance, so a 40
 holds its share of the step at once. ``--quick``: 12 AFD instances on a 512-GPU fabric, 4 responses
 per GPU, 8K-token cap.
 
-Run ``python -m sim.experiments.fig18 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
+Run ``python -m orchestrl.sim.experiments.fig18 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sim.experiments.common import Row
-from sim.experiments.rowsplot import FigureCli, SweepFigure
+from orchestrl.sim.experiments.common import Row
+from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 
 __all__ = ["PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
@@ -70,10 +70,10 @@ def gen_gpus(case: Case) -> list[int]:
 
 def run_case(case: Case) -> dict[str, Any]:
     """Run the Gen step on one fabric; return its per-phase times (JSON-ready)."""
-    from compute_sched.hardware import load_gpu, load_model
-    from compute_sched.traces import heavy_tailed_trace
-    from sim.network import NetworkSim, RFabricDriver
-    from sim.stages.generation import GenerationStage
+    from orchestrl.compute_sched.hardware import load_gpu, load_model
+    from orchestrl.compute_sched.traces import heavy_tailed_trace
+    from orchestrl.sim.network import NetworkSim, RFabricDriver
+    from orchestrl.sim.stages.generation import GenerationStage
 
     gpus = gen_gpus(case)
     net = NetworkSim(case.fabric, gpus=case.fabric_gpus, circuits="fixed" if case.fabric == "rfabric" else "per-pattern")

@@ -20,7 +20,7 @@ mode, six instances of 3x8 attention and 2x8 FFN GPUs exchanging M2N traffic; We
   and the controller masks the port and re-allocates under the remaining budget (§5.4 (ii)). Both
   the time before the re-plan (ECMP around the dark circuit) and after it are reported.
 
-Run ``python -m sim.experiments.fig21 [--quick] [--json]``.
+Run ``python -m orchestrl.sim.experiments.fig21 [--quick] [--json]``.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from typing import Callable
 
 import numpy as np
 
-from fabric.controller import FabricController
-from fabric.intent import Collective, Intent
-from fabric.layout import ParallelLayout, parallel_groups
-from fabric.traffic import aggregate_pair_arrays, intent_pair_arrays
-from sim.experiments.common import Row, figure_document, format_rows
-from sim.network.build import build_fabric
-from sim.network.events import FlowSet, simulate
-from sim.network.fabrics import Failures
+from orchestrl.fabric.controller import FabricController
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.fabric.traffic import aggregate_pair_arrays, intent_pair_arrays
+from orchestrl.sim.experiments.common import Row, figure_document, format_rows
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.events import FlowSet, simulate
+from orchestrl.sim.network.fabrics import Failures
 
 __all__ = ["PAPER", "stage_intents", "run"]
 

@@ -25,7 +25,7 @@ sensitive: even millisecond-scale reconfiguration ... inflating latency by 4-325
 (the smallest inflation at ``T_ocs >= 1 ms``, paper 4) and ``gen/max`` (the largest, paper 325);
 every per-delay row has ``paper`` null.
 
-Run ``python -m sim.experiments.fig22 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
+Run ``python -m orchestrl.sim.experiments.fig22 [--quick] [--json] [--workers N] [--ray ADDRESS] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from sim.experiments.common import Row
-from sim.experiments.rowsplot import FigureCli, SweepFigure
+from orchestrl.sim.experiments.common import Row
+from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 
 __all__ = ["DELAYS_S", "QUICK_DELAYS_S", "PAPER", "Case", "cases", "run_case", "rows_of", "sweep", "run", "main"]
 
@@ -81,16 +81,16 @@ def run_case(case: Case) -> dict[str, Any]:
 
 
 def _driver(fabric, delay_s: float):
-    from sim.network import RFabricDriver
+    from orchestrl.sim.network import RFabricDriver
 
     return RFabricDriver(fabric, switch_delay_s=delay_s)
 
 
 def _train(case: Case) -> tuple[float, dict]:
-    from compute_sched.hardware import load_gpu, load_model
-    from fabric.layout import ParallelLayout
-    from sim.network import NetworkSim, build_fabric
-    from sim.stages.training import TrainBatch, TrainingOptions, TrainingStage
+    from orchestrl.compute_sched.hardware import load_gpu, load_model
+    from orchestrl.fabric.layout import ParallelLayout
+    from orchestrl.sim.network import NetworkSim, build_fabric
+    from orchestrl.sim.stages.training import TrainBatch, TrainingOptions, TrainingStage
 
     # quick: two PoDs of trainers (inside one PoD the fwd-bwd and grad-sync plans are the same circuits)
     fabric_gpus, train_gpus, samples, tokens = (1024, 512, 1024, 4096) if case.quick else (2048, 1024, 2048, 5120)
@@ -106,14 +106,14 @@ def _train(case: Case) -> tuple[float, dict]:
 
 
 def _gen(case: Case) -> tuple[float, dict]:
-    from compute_sched.hardware import load_gpu, load_model
-    from compute_sched.perf import Calibration
-    from compute_sched.scheduler import SchedulerConfig
-    from compute_sched.traces import heavy_tailed_trace
-    from sim.experiments.fig18 import Case as GenCase
-    from sim.experiments.fig18 import gen_gpus
-    from sim.network import NetworkSim
-    from sim.stages.generation import GenerationStage
+    from orchestrl.compute_sched.hardware import load_gpu, load_model
+    from orchestrl.compute_sched.perf import Calibration
+    from orchestrl.compute_sched.scheduler import SchedulerConfig
+    from orchestrl.compute_sched.traces import heavy_tailed_trace
+    from orchestrl.sim.experiments.fig18 import Case as GenCase
+    from orchestrl.sim.experiments.fig18 import gen_gpus
+    from orchestrl.sim.network import NetworkSim
+    from orchestrl.sim.stages.generation import GenerationStage
 
     g = GenCase("rfabric", instances=6, fabric_gpus=256, responses_per_gpu=4, max_tokens=8192) if case.quick \
         else GenCase("rfabric")
@@ -135,10 +135,10 @@ def _gen(case: Case) -> tuple[float, dict]:
 
 
 def _sync(case: Case) -> tuple[float, dict]:
-    from compute_sched.hardware import load_model
-    from fabric.layout import ParallelLayout
-    from sim.network import NetworkSim, build_fabric
-    from sim.stages.weight_sync import WeightSyncStage
+    from orchestrl.compute_sched.hardware import load_model
+    from orchestrl.fabric.layout import ParallelLayout
+    from orchestrl.sim.network import NetworkSim, build_fabric
+    from orchestrl.sim.stages.weight_sync import WeightSyncStage
 
     n = 128 if case.quick else 1024
     fab = build_fabric("rfabric", 2 * n if not case.quick else 512)

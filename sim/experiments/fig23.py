@@ -6,7 +6,7 @@ allocator and once with the uniform baseline, and the collective is timed on eac
 with 200 Gb/s links. "Reduction" is ``1 - t_greedy / t_uniform``. The paper reports -19.3%
 (EP64_DP2_1GB), -20.0% (TP4_CP8_DP4_1GB), -12.1% (TP4_DP16_25GB) and -8.8% (TP4_DP32_50GB).
 
-Run ``python -m sim.experiments.fig23 [--quick] [--json]``; ``--topology`` picks another RFabric.
+Run ``python -m orchestrl.sim.experiments.fig23 [--quick] [--json]``; ``--topology`` picks another RFabric.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from fabric.intent import Collective, Intent
-from fabric.layout import ParallelLayout, parallel_groups
-from fabric.topology import Topology, load_topology
-from sim.experiments.common import Row, figure_document, format_rows
-from sim.network.build import build_fabric
-from sim.network.collectives import collective_flows
-from sim.network.events import simulate
-from sim.network.reconfig import RFabricDriver
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.fabric.topology import Topology, load_topology
+from orchestrl.sim.experiments.common import Row, figure_document, format_rows
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.collectives import collective_flows
+from orchestrl.sim.network.events import simulate
+from orchestrl.sim.network.reconfig import RFabricDriver
 
 __all__ = ["CONFIGS", "Config", "run"]
 

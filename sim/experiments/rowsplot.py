@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from fabric.errors import ConfigError
-from sim.experiments.common import Row, figure_document, format_rows
-from sim.plot import _pyplot, check_output, matplotlib_available, write_csv, write_failure
-from sim.sweep import check_ray_address, run_sweep
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.experiments.common import Row, figure_document, format_rows
+from orchestrl.sim.plot import _pyplot, check_output, matplotlib_available, write_csv, write_failure
+from orchestrl.sim.sweep import check_ray_address, run_sweep
 
 #: ``rows -> (xlabel, {series: [(x, y), ...]})``: what a figure plots as lines (fig22: time vs OCS delay).
 Curves = Callable[[Sequence[Row]], "tuple[str, dict[str, list[tuple[float, float]]]]"]

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fabric.errors import ConfigError
-from fabric.topology import Topology
-from sim.network.config import FABRICS, SimConfig
-from sim.network.fabrics import ClosFabric, Fabric, MixNetFabric, TopoOptFabric
-from sim.network.rfabric import RFabricFabric
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import Topology
+from orchestrl.sim.network.config import FABRICS, SimConfig
+from orchestrl.sim.network.fabrics import ClosFabric, Fabric, MixNetFabric, TopoOptFabric
+from orchestrl.sim.network.rfabric import RFabricFabric
 
 __all__ = ["build_fabric"]
 

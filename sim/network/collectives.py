@@ -26,11 +26,11 @@ from typing import Sequence
 
 import numpy as np
 
-from fabric.errors import ConfigError
-from fabric.intent import GROUPED_PRIMITIVES, Collective, Intent
-from fabric.topology import Topology
-from fabric.traffic import collective_pair_arrays, intent_pair_arrays, tree_all_reduce_pair_arrays
-from sim.network.events import FlowSet
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import GROUPED_PRIMITIVES, Collective, Intent
+from orchestrl.fabric.topology import Topology
+from orchestrl.fabric.traffic import collective_pair_arrays, intent_pair_arrays, tree_all_reduce_pair_arrays
+from orchestrl.sim.network.events import FlowSet
 
 __all__ = ["ALGORITHMS", "CollectiveTiming", "collective_flows", "intent_flows", "collective_steps",
            "bus_factor", "groups_of", "schedule_flows", "schedule_completion_s"]

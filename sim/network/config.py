@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["SimConfig", "FABRICS", "DESIGN_OF", "GPUS_PER_SERVER"]
 

@@ -28,8 +28,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fabric.errors import ConfigError
-from sim.network.state import Incidence, NetState
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.network.state import Incidence, NetState
 
 __all__ = ["FlowSet", "FlowResult", "simulate"]
 
@@ -131,7 +131,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
 
     Examples
     --------
-    >>> from sim.network.build import build_fabric
+    >>> from orchestrl.sim.network.build import build_fabric
     >>> st = build_fabric("ft", 16).state()
     >>> r = simulate(FlowSet([0], [8], [25e6], [0.0]), st)  # 25 MB at 200 Gb/s: 1 ms + 3.5 us latency
     >>> round(r.makespan_s * 1e3, 4)

@@ -34,13 +34,13 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from fabric.allocation import AllocationProblem, allocate_greedy
-from fabric.cost import build_design_graph, max_clos_gpus
-from fabric.errors import ConfigError
-from fabric.topology import PortRef
-from sim.network.config import DESIGN_OF, GPUS_PER_SERVER, SimConfig
-from sim.network.ecmp import HOP_COST, Sink
-from sim.network.state import NetState, SwitchGraph
+from orchestrl.fabric.allocation import AllocationProblem, allocate_greedy
+from orchestrl.fabric.cost import build_design_graph, max_clos_gpus
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import PortRef
+from orchestrl.sim.network.config import DESIGN_OF, GPUS_PER_SERVER, SimConfig
+from orchestrl.sim.network.ecmp import HOP_COST, Sink
+from orchestrl.sim.network.state import NetState, SwitchGraph
 
 __all__ = ["Failures", "Fabric", "ClosFabric", "TopoOptFabric", "MixNetFabric", "MixNetCircuit",
            "totient_strides", "mixnet_circuits"]

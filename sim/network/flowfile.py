@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from fabric.errors import ConfigError
-from sim.network.events import FlowResult, FlowSet
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.network.events import FlowResult, FlowSet
 
 __all__ = ["load_flows", "flows_from_document", "flows_to_document", "result_document"]
 

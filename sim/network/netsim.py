@@ -28,19 +28,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fabric.controller import FabricController
-from fabric.errors import ConfigError
-from fabric.intent import Collective, Intent
-from fabric.plan import Circuit, CircuitPlan
-from fabric.topology import Topology
-from fabric.traffic import aggregate_pair_arrays
-from sim.network.build import build_fabric
-from sim.network.collectives import CollectiveTiming, collective_flows, timing_of
-from sim.network.config import SimConfig
-from sim.network.events import FlowResult, FlowSet, simulate
-from sim.network.fabrics import Fabric, Failures, MixNetCircuit, MixNetFabric, mixnet_circuits
-from sim.network.rfabric import RFabricFabric
-from sim.network.state import NetState
+from orchestrl.fabric.controller import FabricController
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.plan import Circuit, CircuitPlan
+from orchestrl.fabric.topology import Topology
+from orchestrl.fabric.traffic import aggregate_pair_arrays
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.collectives import CollectiveTiming, collective_flows, timing_of
+from orchestrl.sim.network.config import SimConfig
+from orchestrl.sim.network.events import FlowResult, FlowSet, simulate
+from orchestrl.sim.network.fabrics import Fabric, Failures, MixNetCircuit, MixNetFabric, mixnet_circuits
+from orchestrl.sim.network.rfabric import RFabricFabric
+from orchestrl.sim.network.state import NetState
 
 __all__ = ["NetworkSim", "CacheStats", "pattern_intent"]
 

@@ -35,17 +35,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from fabric.controller import FabricController, FabricState, MaterializeResult, materialize
-from fabric.intent import Intent
-from fabric.plan import Circuit, CircuitPlan, same_cross_connects
-from fabric.reconfig_order import ReconfigOrder, order_plan_change
-from fabric.safe_window import CollectiveEvent, CommitDecision, GateConfig, SafeWindowGate
-from fabric.templates.base import pod_of_endpoint
-from fabric.topology import PortRef
-from fabric.traffic import AggregateDemand
-from sim.network.fabrics import Failures
-from sim.network.rfabric import RFabricFabric
-from sim.network.state import NetState
+from orchestrl.fabric.controller import FabricController, FabricState, MaterializeResult, materialize
+from orchestrl.fabric.intent import Intent
+from orchestrl.fabric.plan import Circuit, CircuitPlan, same_cross_connects
+from orchestrl.fabric.reconfig_order import ReconfigOrder, order_plan_change
+from orchestrl.fabric.safe_window import CollectiveEvent, CommitDecision, GateConfig, SafeWindowGate
+from orchestrl.fabric.templates.base import pod_of_endpoint
+from orchestrl.fabric.topology import PortRef
+from orchestrl.fabric.traffic import AggregateDemand
+from orchestrl.sim.network.fabrics import Failures
+from orchestrl.sim.network.rfabric import RFabricFabric
+from orchestrl.sim.network.state import NetState
 
 __all__ = ["GATE_FAMILY", "PlanChange", "DriverDecision", "RFabricDriver"]
 
@@ -135,8 +135,8 @@ class RFabricDriver:
 
     Examples
     --------
-    >>> from sim.network.build import build_fabric
-    >>> from fabric.intent import Collective, Intent
+    >>> from orchestrl.sim.network.build import build_fabric
+    >>> from orchestrl.fabric.intent import Collective, Intent
     >>> fab = build_fabric("rfabric", 64)
     >>> drv = RFabricDriver(fab)
     >>> i = Intent("train", "job", "ep", (Collective("all-to-all", groups=(tuple(range(0, 64, 4)),),

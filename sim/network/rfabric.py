@@ -28,14 +28,14 @@ from typing import Iterable
 
 import numpy as np
 
-from fabric.cost import default_rfabric_spec
-from fabric.errors import ConfigError
-from fabric.plan import Circuit, CircuitPlan, is_uplink_endpoint
-from fabric.topology import Topology
-from sim.network.config import GPUS_PER_SERVER, SimConfig
-from sim.network.ecmp import HOP_COST, Sink
-from sim.network.fabrics import NO_FAILURES, Fabric, Failures, _nic_entries
-from sim.network.state import NetState, SwitchGraph
+from orchestrl.fabric.cost import default_rfabric_spec
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.plan import Circuit, CircuitPlan, is_uplink_endpoint
+from orchestrl.fabric.topology import Topology
+from orchestrl.sim.network.config import GPUS_PER_SERVER, SimConfig
+from orchestrl.sim.network.ecmp import HOP_COST, Sink
+from orchestrl.sim.network.fabrics import NO_FAILURES, Fabric, Failures, _nic_entries
+from orchestrl.sim.network.state import NetState, SwitchGraph
 
 __all__ = ["RFabricFabric", "LANDING_EXTRA_COST", "circuit_links"]
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.network.config import SimConfig
-from sim.network.ecmp import EcmpGraph, RouteBlock, Sink
-from sim.network.maxmin import MaxMinProblem
+from orchestrl.sim.network.config import SimConfig
+from orchestrl.sim.network.ecmp import EcmpGraph, RouteBlock, Sink
+from orchestrl.sim.network.maxmin import MaxMinProblem
 
 __all__ = ["Incidence", "SwitchGraph", "NetState", "merged_bundles", "BASE_KINDS"]
 

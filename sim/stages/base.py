@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from fabric.errors import OrchestrlError
+from orchestrl.fabric.errors import OrchestrlError
 
 __all__ = ["StageResult", "UnservedTraffic"]
 

@@ -61,22 +61,22 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from compute_sched.hardware import DTYPE_BYTES
-from compute_sched.intents import generation_intent
-from compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous
-from compute_sched.netseam import Transfer, crosses_nodes
-from compute_sched.perf import PerfModel
-from fabric.controller import FabricState, materialize
-from fabric.errors import ConfigError
-from fabric.intent import Collective, intent_from_mapping
-from fabric.safe_window import CollectiveEvent
-from fabric.templates import TemplateCache
-from fabric.traffic import aggregate_pair_arrays, collective_pair_arrays, intent_pair_arrays
-from sim.network.config import GPUS_PER_SERVER
-from sim.network.events import FlowSet
-from sim.network.netsim import NetworkSim
-from sim.network.reconfig import RFabricDriver
-from sim.network.rfabric import RFabricFabric
+from orchestrl.compute_sched.hardware import DTYPE_BYTES
+from orchestrl.compute_sched.intents import generation_intent
+from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous
+from orchestrl.compute_sched.netseam import Transfer, crosses_nodes
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.fabric.controller import FabricState, materialize
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import Collective, intent_from_mapping
+from orchestrl.fabric.safe_window import CollectiveEvent
+from orchestrl.fabric.templates import TemplateCache
+from orchestrl.fabric.traffic import aggregate_pair_arrays, collective_pair_arrays, intent_pair_arrays
+from orchestrl.sim.network.config import GPUS_PER_SERVER
+from orchestrl.sim.network.events import FlowSet
+from orchestrl.sim.network.netsim import NetworkSim
+from orchestrl.sim.network.reconfig import RFabricDriver
+from orchestrl.sim.network.rfabric import RFabricFabric
 
 __all__ = ["FabricSeam", "Deployment", "TransferBatch"]
 
@@ -133,8 +133,8 @@ class FabricSeam:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
-    >>> from compute_sched.layout import parse_config
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.layout import parse_config
     >>> perf = PerfModel(load_model("Qwen2-57B-A14B"), load_gpu("H800"))
     >>> seam = FabricSeam(NetworkSim("ft", gpus=64), range(64), perf)
     >>> round(seam.link_bytes_per_s(parse_config("ep16-tp1")) / 1e9, 3)  # non-blocking: the 200 Gb/s NIC

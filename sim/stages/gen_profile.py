@@ -1,6 +1,6 @@
 """Where a generation stage spends host CPU: engine, snapshots, balancer, planner, reconfiguration, fabric.
 
-Run ``python -m sim.stages.gen_profile --gpus 256,512,1024,1400`` (options: ``--help``). Each size
+Run ``python -m orchestrl.sim.stages.gen_profile --gpus 256,512,1024,1400`` (options: ``--help``). Each size
 runs the stage twice on a trace scaled to the GPU count -- cold (fresh caches), then warm (a new
 trace on the same stage, as the next RL iteration) -- and attributes CPU seconds exclusively to
 the innermost of the functions below that was running (a planner call that times the fabric counts
@@ -16,13 +16,13 @@ import time
 from collections import Counter
 from typing import Any, Iterator, Sequence
 
-import compute_sched.scheduler as scheduler
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import heavy_tailed_trace
-from sim.network import NetworkSim, RFabricDriver
-from sim.stages.gen_network import FabricSeam
-from sim.stages.generation import POLICIES, GenerationStage
+import orchestrl.compute_sched.scheduler as scheduler
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.sim.network import NetworkSim, RFabricDriver
+from orchestrl.sim.stages.gen_network import FabricSeam
+from orchestrl.sim.stages.generation import POLICIES, GenerationStage
 
 __all__ = ["attributing", "profile_generation", "main"]
 
@@ -101,7 +101,7 @@ def profile_generation(gpus: int, *, fabric: str = "ft-os", model: str = "Qwen3-
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.stages.gen_profile", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m orchestrl.sim.stages.gen_profile", description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", default="256,512,1024,1400", help="generation GPU counts, comma-separated")
     ap.add_argument("--fabric", default="ft-os", help="fabric name (ft, ft-os, ro, topoopt, mixnet, rfabric)")
     ap.add_argument("--model", default="Qwen3-235B-A22B", help="bundled model name or YAML file")

@@ -46,22 +46,22 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import ClusterSnapshot, EngineCapabilities
-from compute_sched.hardware import GpuSpec, ModelSpec
-from compute_sched.layout import InstanceConfig, Layout, aligned, homogeneous, parse_config
-from compute_sched.perf import Calibration, PerfModel
-from compute_sched.planner import PlannerConfig
-from compute_sched.replay import launch_contiguous, trace_requests
-from compute_sched.scheduler import GenerationScheduler, ReconfigEvent, SchedulerConfig, StepReport
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import Trace, heavy_tailed_trace
-from compute_sched.workload import LengthHistogram
-from fabric.errors import ConfigError
-from sim.network.netsim import NetworkSim
-from sim.network.reconfig import RFabricDriver
-from sim.stages.base import StageResult
-from sim.stages.gen_network import FabricSeam
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import ClusterSnapshot, EngineCapabilities
+from orchestrl.compute_sched.hardware import GpuSpec, ModelSpec
+from orchestrl.compute_sched.layout import InstanceConfig, Layout, aligned, homogeneous, parse_config
+from orchestrl.compute_sched.perf import Calibration, PerfModel
+from orchestrl.compute_sched.planner import PlannerConfig
+from orchestrl.compute_sched.replay import launch_contiguous, trace_requests
+from orchestrl.compute_sched.scheduler import GenerationScheduler, ReconfigEvent, SchedulerConfig, StepReport
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import Trace, heavy_tailed_trace
+from orchestrl.compute_sched.workload import LengthHistogram
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.network.netsim import NetworkSim
+from orchestrl.sim.network.reconfig import RFabricDriver
+from orchestrl.sim.stages.base import StageResult
+from orchestrl.sim.stages.gen_network import FabricSeam
 
 __all__ = ["POLICIES", "PLACEMENTS", "KV_TRANSFER", "SIM_SCHEDULER", "GenerationStage", "phase_breakdown",
            "local_placement", "slice_trace"]
@@ -124,8 +124,8 @@ class GenerationStage:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_gpu, load_model
-    >>> from compute_sched.traces import heavy_tailed_trace
+    >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
+    >>> from orchestrl.compute_sched.traces import heavy_tailed_trace
     >>> stage = GenerationStage(load_model("Qwen2-57B-A14B"), range(32), load_gpu("H800"),
     ...                         NetworkSim("ft-os", gpus=32), policy="static", instance="ep16-tp1")
     >>> res = stage.run(heavy_tailed_trace(16, 8, 2048, seed=1))
@@ -356,7 +356,7 @@ def phase_breakdown(report: StepReport, initial: str, switch_fixed_s: float) -> 
     that re-home requests within a layout (balancer, planner) overlap decoding:
     ``rebalance_migration_s``.
 
-    >>> from compute_sched.scheduler import ReconfigEvent
+    >>> from orchestrl.compute_sched.scheduler import ReconfigEvent
     >>> ev = ReconfigEvent(100.0, "35x afd24:16-tp8", "175x tp8", 5.0, 2.0, 1.0, 10, {"transfer": 10}, 0.1)
     >>> rep = StepReport(150.0, (), (), (ev,), 0, (), (0.1,), 1)
     >>> b = phase_breakdown(rep, "35x afd24:16-tp8", 1.5)

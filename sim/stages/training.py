@@ -33,20 +33,20 @@ from typing import Iterable, NoReturn, Sequence
 
 import numpy as np
 
-from compute_sched.hardware import GpuSpec, ModelSpec
-from fabric.errors import ConfigError
-from fabric.intent import Collective, Intent
-from fabric.layout import ParallelLayout, parallel_groups
-from sim.network.collectives import collective_flows, intent_flows
-from sim.network.config import GPUS_PER_SERVER
-from sim.network.netsim import NetworkSim
-from sim.network.reconfig import RFabricDriver
-from sim.stages.base import StageResult, UnservedTraffic
-from sim.train.flops import ArchSpec
-from sim.train.mfu import MfuParams, default_params, efficiency
-from sim.train.periods import busy_intervals, enter_period, feed_events
-from sim.train.schedule import one_f_one_b
-from sim.train.step import (OPTIMIZER_BYTES_PER_PARAM, LayerComm, TrainLayout, grad_traffic, microbatch_times,
+from orchestrl.compute_sched.hardware import GpuSpec, ModelSpec
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.sim.network.collectives import collective_flows, intent_flows
+from orchestrl.sim.network.config import GPUS_PER_SERVER
+from orchestrl.sim.network.netsim import NetworkSim
+from orchestrl.sim.network.reconfig import RFabricDriver
+from orchestrl.sim.stages.base import StageResult, UnservedTraffic
+from orchestrl.sim.train.flops import ArchSpec
+from orchestrl.sim.train.mfu import MfuParams, default_params, efficiency
+from orchestrl.sim.train.periods import busy_intervals, enter_period, feed_events
+from orchestrl.sim.train.schedule import one_f_one_b
+from orchestrl.sim.train.step import (OPTIMIZER_BYTES_PER_PARAM, LayerComm, TrainLayout, grad_traffic, microbatch_times,
                             microbatch_traffic)
 
 __all__ = ["TrainBatch", "TrainingOptions", "TrainingStage", "UnservedTraffic"]
@@ -139,7 +139,7 @@ class TrainingStage:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_model, load_gpu
+    >>> from orchestrl.compute_sched.hardware import load_model, load_gpu
     >>> stage = TrainingStage(load_model("Qwen2.5-14B"), ParallelLayout(tp=8, pp=2, dp=2), range(32),
     ...                       load_gpu("H800"), NetworkSim("ft", gpus=32))
     >>> r = stage.run(TrainBatch.uniform(64, 4096))

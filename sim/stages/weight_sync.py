@@ -45,24 +45,24 @@ from typing import Sequence
 
 import numpy as np
 
-from collectives.baseline import plan_flat
-from collectives.fabric_demand import links_from_topology, weight_sync_intent
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
-from collectives.plan import DEFAULT_CHUNK_BYTES, plan_weight_sync
-from collectives.schedule import Schedule
-from compute_sched.hardware import ModelSpec
-from fabric.errors import ConfigError
-from fabric.layout import ParallelLayout, parallel_groups
-from fabric.safe_window import CollectiveEvent, GateConfig
-from sim.model_params import model_params
-from sim.network.collectives import schedule_completion_s, schedule_flows
-from sim.network.events import FlowSet
-from sim.network.fabrics import MixNetFabric, mixnet_circuits
-from sim.network.netsim import NetworkSim
-from sim.network.reconfig import RFabricDriver
-from sim.network.rfabric import RFabricFabric
-from sim.network.state import NetState
-from sim.stages.base import StageResult
+from orchestrl.collectives.baseline import plan_flat
+from orchestrl.collectives.fabric_demand import links_from_topology, weight_sync_intent
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
+from orchestrl.collectives.plan import DEFAULT_CHUNK_BYTES, plan_weight_sync
+from orchestrl.collectives.schedule import Schedule
+from orchestrl.compute_sched.hardware import ModelSpec
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.fabric.safe_window import CollectiveEvent, GateConfig
+from orchestrl.sim.model_params import model_params
+from orchestrl.sim.network.collectives import schedule_completion_s, schedule_flows
+from orchestrl.sim.network.events import FlowSet
+from orchestrl.sim.network.fabrics import MixNetFabric, mixnet_circuits
+from orchestrl.sim.network.netsim import NetworkSim
+from orchestrl.sim.network.reconfig import RFabricDriver
+from orchestrl.sim.network.rfabric import RFabricFabric
+from orchestrl.sim.network.state import NetState
+from orchestrl.sim.stages.base import StageResult
 
 __all__ = ["WeightSyncStage", "SYNC_METHODS", "REPLAY_MODES", "EDGE_REPLAY_LIMIT", "STATIC_POD_GPUS",
            "plan_schedule", "trainer_layout_for", "generator_layout_for", "fabric_pods", "clear_plan_cache"]
@@ -189,8 +189,8 @@ class WeightSyncStage:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_model
-    >>> from fabric.layout import ParallelLayout
+    >>> from orchestrl.compute_sched.hardware import load_model
+    >>> from orchestrl.fabric.layout import ParallelLayout
     >>> net = NetworkSim("ft", gpus=32)
     >>> st = WeightSyncStage(load_model("Qwen2.5-14B"), ParallelLayout(tp=8, dp=2), range(16), 8, range(16, 32), net)
     >>> r = st.run(0.0)

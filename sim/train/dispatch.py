@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fabric.errors import ConfigError
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["DISPATCHERS", "ROUTINGS", "TokenCopies", "distinct_holders", "token_copies"]
 

@@ -28,8 +28,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from compute_sched.hardware import ModelSpec
-from fabric.config import Reader
+from orchestrl.compute_sched.hardware import ModelSpec
+from orchestrl.fabric.config import Reader
 
 __all__ = ["ArchSpec", "TokenFlops", "RECOMPUTE_FACTOR"]
 
@@ -85,7 +85,7 @@ class ArchSpec:
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_model
+    >>> from orchestrl.compute_sched.hardware import load_model
     >>> a = ArchSpec.from_model(load_model("Qwen2-57B-A14B"))
     >>> a.moe_layers, a.shared_ffn  # the shared expert of Qwen2-57B-A14B is 20480 wide
     (28, 20480)
@@ -213,7 +213,7 @@ class ArchSpec:
 
         Examples
         --------
-        >>> from compute_sched.hardware import load_model
+        >>> from orchestrl.compute_sched.hardware import load_model
         >>> a = ArchSpec.from_model(load_model("Qwen2.5-72B"))
         >>> f = a.flops(4096.0, tokens=1.0)
         >>> round(f.dense_gemm / (6 * (a.params_active - a.vocab * a.d_model)), 6)  # 6 N per token

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from fabric.errors import ConfigError
-from fabric.layout import ParallelLayout
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.layout import ParallelLayout
 
 __all__ = ["APPENDIX_C", "train_layout"]
 

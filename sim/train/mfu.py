@@ -25,7 +25,7 @@ fitted point and the held-out points the fit never sees; :func:`format_variants`
 nested variants by leave-one-out error (which is how the default was chosen, so its own
 leave-one-out error is slightly optimistic).
 
-Run ``python -m sim.train.mfu [--json] [--setup dispatch,recompute]`` for the calibration table.
+Run ``python -m orchestrl.sim.train.mfu [--json] [--setup dispatch,recompute]`` for the calibration table.
 """
 
 from __future__ import annotations
@@ -42,14 +42,14 @@ from typing import Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
-from compute_sched.hardware import load_model
-from fabric.config import Reader, load_document
-from fabric.errors import ConfigError
-from fabric.layout import ParallelLayout, parallel_groups
-from sim.network.collectives import bus_factor, collective_steps
-from sim.train.dispatch import DISPATCHERS, ROUTINGS, TokenCopies, token_copies
-from sim.train.flops import ArchSpec
-from sim.train.step import (OPTIMIZER_BYTES_PER_PARAM, Efficiency, LayerComm, TrainLayout, grad_traffic,
+from orchestrl.compute_sched.hardware import load_model
+from orchestrl.fabric.config import Reader, load_document
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.sim.network.collectives import bus_factor, collective_steps
+from orchestrl.sim.train.dispatch import DISPATCHERS, ROUTINGS, TokenCopies, token_copies
+from orchestrl.sim.train.flops import ArchSpec
+from orchestrl.sim.train.step import (OPTIMIZER_BYTES_PER_PARAM, Efficiency, LayerComm, TrainLayout, grad_traffic,
                             microbatch_times, microbatch_traffic)
 
 __all__ = ["MfuParams", "IdealNetwork", "PublishedPoint", "PointPrediction", "Calibration", "POINTS_FILE",
@@ -61,7 +61,7 @@ __all__ = ["MfuParams", "IdealNetwork", "PublishedPoint", "PointPrediction", "Ca
 POINTS_FILE = Path(__file__).resolve().parents[1] / "specs" / "mfu_points.yaml"
 _BOUNDS = {"eta0": (0.05, 1.0), "c_dense": (0.0, 50.0), "c_expert": (0.0, 50.0), "ep_exposed": (0.0, 1.0)}
 #: The parameters the default calibration fits; the others stay at 0. Chosen by leave-one-out error
-#: among the nested variants (``python -m sim.train.mfu --variants``); c_expert did not help.
+#: among the nested variants (``python -m orchestrl.sim.train.mfu --variants``); c_expert did not help.
 FREE_PARAMS = ("eta0", "c_dense", "ep_exposed")
 #: What of each source's recorded setup the model can take into account: its EP dispatcher and
 #: router (``dispatch``, :mod:`sim.train.dispatch`) and full activation recomputation (``recompute``).
@@ -92,7 +92,7 @@ def efficiency(arch: ArchSpec, tp: int, etp: int, params: MfuParams) -> Efficien
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_model
+    >>> from orchestrl.compute_sched.hardware import load_model
     >>> e = efficiency(ArchSpec.from_model(load_model("Qwen2.5-72B")), 8, 8, MfuParams(0.5, 1.0, 1.0, 1.0))
     >>> round(e.dense, 3)  # 0.5 / (1 + 1024 / 8192)
     0.444

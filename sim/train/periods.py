@@ -33,12 +33,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fabric.intent import Intent
-from fabric.reconfig_order import order_plan_change
-from fabric.safe_window import CollectiveEvent
-from sim.network.reconfig import GATE_FAMILY, DriverDecision, RFabricDriver
-from sim.network.state import NetState
-from sim.train.schedule import PipelineRun
+from orchestrl.fabric.intent import Intent
+from orchestrl.fabric.reconfig_order import order_plan_change
+from orchestrl.fabric.safe_window import CollectiveEvent
+from orchestrl.sim.network.reconfig import GATE_FAMILY, DriverDecision, RFabricDriver
+from orchestrl.sim.network.state import NetState
+from orchestrl.sim.train.schedule import PipelineRun
 
 __all__ = ["PeriodEntry", "enter_period", "busy_intervals", "feed_events", "merge_intervals"]
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fabric.errors import ConfigError
-from fabric.layout import ParallelLayout
-from sim.train.flops import BF16_BYTES, ArchSpec, TokenFlops
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.layout import ParallelLayout
+from orchestrl.sim.train.flops import BF16_BYTES, ArchSpec, TokenFlops
 
 __all__ = ["TrainLayout", "MicrobatchTraffic", "GradTraffic", "Efficiency", "LayerComm", "MicrobatchTimes",
            "microbatch_traffic", "grad_traffic", "microbatch_times", "GRAD_REDUCE_BYTES", "OPTIMIZER_BYTES_PER_PARAM"]
@@ -145,7 +145,7 @@ def microbatch_traffic(arch: ArchSpec, lay: TrainLayout, tokens: float) -> Micro
 
     Examples
     --------
-    >>> from compute_sched.hardware import load_model
+    >>> from orchestrl.compute_sched.hardware import load_model
     >>> a = ArchSpec.from_model(load_model("Qwen2-57B-A14B"))
     >>> t = microbatch_traffic(a, TrainLayout(tp=4, ep=16, dp=64), tokens=8192)
     >>> t.ep_bytes / (8192 / 4 * 8 * 3584 * 2)  # tokens per rank x topk x d_model x bf16

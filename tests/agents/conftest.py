@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.lab import EmulatedFabric
+from orchestrl.agents.lab import EmulatedFabric
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -68,7 +68,7 @@ def warm_up(api: Api, job: str, t0: float = 100.0, windows: int = 6, gap_s: floa
 
 def wanted_tables(plan_doc: dict | None, topology) -> dict[str, dict[int, int]]:
     """Return the cross-connect table every device must hold for a plan document of the API."""
-    from fabric.ocs.model import duplex_to_cross_connects
+    from orchestrl.fabric.ocs.model import duplex_to_cross_connects
 
     out: dict[str, dict[int, int]] = {d: {} for d in topology.devices}
     for c in (plan_doc or {}).get("circuits", []):

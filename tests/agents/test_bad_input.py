@@ -10,7 +10,7 @@ import time
 import pytest
 import yaml
 
-from agents.cli import main
+from orchestrl.agents.cli import main
 from tests.agents.conftest import EXAMPLES, TOPOLOGY_64, Api, intent
 
 
@@ -69,7 +69,7 @@ def test_the_token_is_checked_before_a_body_is_read(lab):
 
 
 def test_idle_connections_are_capped_and_timed_out_and_hold_no_threads(tmp_path):
-    from agents.lab import EmulatedFabric
+    from orchestrl.agents.lab import EmulatedFabric
 
     with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test") as lab:
         lab.start_switches()
@@ -151,7 +151,7 @@ def test_emulate_on_a_port_in_use_is_refused_in_one_line(capsys):
 
 
 def test_serve_on_a_port_in_use_is_refused_in_one_line(tmp_path):
-    from agents.lab import EmulatedFabric
+    from orchestrl.agents.lab import EmulatedFabric
 
     with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test") as lab, socket.socket() as taken:
         lab.start_switches()

@@ -15,7 +15,7 @@ EXAMPLES = REPO / "examples"
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agents.cli", *args], cwd=REPO, input=stdin, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", *args], cwd=REPO, input=stdin, text=True,
                           capture_output=True, timeout=240)
 
 

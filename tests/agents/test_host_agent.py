@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from agents.host_agent import HostAgent
+from orchestrl.agents.host_agent import HostAgent
 from tests.agents.conftest import Api, intent
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from agents.service.memo import IdentityMemo, IntentMemo, PlanMemo
-from fabric.controller import MaterializeResult
-from fabric.errors import ConfigError
-from fabric.topology import FabricSpec, Topology
+from orchestrl.agents.service.memo import IdentityMemo, IntentMemo, PlanMemo
+from orchestrl.fabric.controller import MaterializeResult
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import FabricSpec, Topology
 
 
 def _topology() -> Topology:

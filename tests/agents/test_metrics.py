@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.service.metrics import MetricsRegistry
+from orchestrl.agents.service.metrics import MetricsRegistry
 
 
 def test_samples_are_keyed_by_their_labels_and_rendered_per_label_set():

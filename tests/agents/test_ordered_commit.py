@@ -4,8 +4,8 @@ from collections import Counter
 
 from hypothesis import given, settings
 
-from agents.service.ordered_commit import plan_change
-from fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
+from orchestrl.agents.service.ordered_commit import plan_change
+from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
 from tests.fabric.test_safe_window import plan_pairs
 
 
@@ -44,7 +44,7 @@ def test_every_state_inside_a_commit_keeps_the_pairs_the_order_keeps(case):
 
 
 def test_a_remove_step_and_the_add_step_after_it_are_one_commit():
-    from fabric.reconfig_order import LinkCircuit as L
+    from orchestrl.fabric.reconfig_order import LinkCircuit as L
     old = [L("d", 1, 2, "t1", "t2"), L("d", 5, 6, "t1", "t3")]
     new = [L("d", 1, 3, "t1", "t2"), L("d", 5, 7, "t1", "t3"), L("d", 8, 9, "t1", "t2")]
     change = plan_change(_plan(old), _plan(new))

@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agents.phase import PhaseRuntime, PhaseServer  # noqa: E402
-from fabric.errors import ConfigError  # noqa: E402
+from orchestrl.agents.phase import PhaseRuntime, PhaseServer  # noqa: E402
+from orchestrl.fabric.errors import ConfigError  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,7 +21,7 @@ JOB = textwrap.dedent("""
     sys.path.insert(0, {repo!r})
     t_start = time.perf_counter()
     import torch
-    from agents.phase import PhaseRuntime, cold_load
+    from orchestrl.agents.phase import PhaseRuntime, cold_load
     job, url, iterations, behaviour, out, ckpt = sys.argv[1:7]
     t0 = time.perf_counter()
     state = cold_load(ckpt)                       # cold: from disk, page cache dropped
@@ -130,9 +130,9 @@ def test_phase_names_and_unknown_jobs_are_refused():
 
 
 def test_orchestrl_groups_serve_hands_out_permits_to_a_client():
-    from agents.phase import PhaseClient
+    from orchestrl.agents.phase import PhaseClient
 
-    proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "groups", "serve", "--job", "a:0", "--job", "b:0"],
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrl.agents.cli", "groups", "serve", "--job", "a:0", "--job", "b:0"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -185,7 +185,7 @@ def test_warm_start_is_timed_until_the_copies_land_not_until_they_are_queued(mon
     must include waiting for them, so the clock is read only after the device is synchronised."""
     import time
 
-    import agents.phase as phase
+    import orchestrl.agents.phase as phase
 
     log = []
     real = time.perf_counter

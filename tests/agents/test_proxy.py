@@ -137,7 +137,7 @@ def test_a_failed_port_is_masked_and_the_plan_reallocated(lab, operator):
 
 
 def test_serve_refuses_a_bad_listen_address():
-    out = subprocess.run([sys.executable, "-m", "agents.cli", "proxy", "serve", "--topology", str(TOPOLOGY_64),
+    out = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "proxy", "serve", "--topology", str(TOPOLOGY_64),
                           "--devices", "nowhere.yaml", "--listen", "localhost"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and "--listen" in out.stderr and "Traceback" not in out.stderr
@@ -150,7 +150,7 @@ def test_the_proxy_serves_https_with_uvicorns_tls_options(tmp_path):
     import httpx
     import pytest
 
-    from agents.lab import EmulatedFabric
+    from orchestrl.agents.lab import EmulatedFabric
 
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
@@ -166,7 +166,7 @@ def test_the_proxy_serves_https_with_uvicorns_tls_options(tmp_path):
         assert r.status_code == 200 and r.json()["status"] == "ok"
         with pytest.raises(httpx.HTTPError):  # plain HTTP on the TLS port gets no answer
             httpx.get(proxy.url.replace("https://", "http://") + "/healthz", timeout=5)
-    out = subprocess.run([sys.executable, "-m", "agents.cli", "proxy", "serve", "--topology", str(TOPOLOGY_64),
+    out = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "proxy", "serve", "--topology", str(TOPOLOGY_64),
                           "--devices", "d.yaml", "--tls-cert", str(cert)], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and "--tls-key" in out.stderr and "Traceback" not in out.stderr

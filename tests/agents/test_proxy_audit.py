@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from agents.lab import EmulatedFabric
-from fabric.ocs.errors import OcsTimeout
+from orchestrl.agents.lab import EmulatedFabric
+from orchestrl.fabric.ocs.errors import OcsTimeout
 from tests.agents.conftest import TOPOLOGY_64, Api, intent, wanted_tables, warm_up
 
 PERIOD_S = 0.2

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agents.lab import EmulatedFabric
-from fabric.runtime.store import FabricStore
+from orchestrl.agents.lab import EmulatedFabric
+from orchestrl.fabric.runtime.store import FabricStore
 from tests.agents.conftest import TOPOLOGY_64, Api, intent, wait_settled, wanted_tables, warm_up
 
 SLOW_MS = 2000  # each device's bulk command (its switching, then its reply) takes this long

@@ -14,12 +14,12 @@ import uuid
 
 import pytest
 
-from agents.lab import EmulatedFabric
-from agents.service.checks import StorageUnavailable
-from agents.service.core import ControlService, scope_of
-from agents.service.jobs import JobRegistry
-from fabric.runtime.store import FabricStore
-from fabric.topology import load_topology
+from orchestrl.agents.lab import EmulatedFabric
+from orchestrl.agents.service.checks import StorageUnavailable
+from orchestrl.agents.service.core import ControlService, scope_of
+from orchestrl.agents.service.jobs import JobRegistry
+from orchestrl.fabric.runtime.store import FabricStore
+from orchestrl.fabric.topology import load_topology
 from tests.agents.conftest import TOPOLOGY_64, Api, intent, wanted_tables, warm_up
 from tests.fabric.fakes import FakeOcsDevice, expected_tables, tables
 

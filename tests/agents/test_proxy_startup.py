@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from agents.lab import EmulatedFabric
+from orchestrl.agents.lab import EmulatedFabric
 from tests.agents.conftest import REPO, TOPOLOGY_64, Api, intent, warm_up
 
 
@@ -91,7 +91,7 @@ def test_an_online_backup_taken_while_serving_restores_the_fabric_exactly(tmp_pa
     with EmulatedFabric(TOPOLOGY_64, tmp_path / "lab", profile="test") as lab:
         api, held = _fabric_with_circuits(lab)
         plan = api.call("GET", "/v1/plan")[1]["jobs"]["rl"]["plan"]
-        out = subprocess.run([sys.executable, "-m", "agents.cli", "proxy", "backup", "--state", str(lab.state_path),
+        out = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "proxy", "backup", "--state", str(lab.state_path),
                               str(tmp_path / "backup.db")], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and "committed records" in out.stdout, out.stderr
         lab.proxy.kill()
@@ -101,7 +101,7 @@ def test_an_online_backup_taken_while_serving_restores_the_fabric_exactly(tmp_pa
         api = Api(lab.proxy.url, api.token)  # the job and its token are in the backup too
         assert api.call("GET", "/v1/plan")[1]["jobs"]["rl"]["plan"]["circuits"] == plan["circuits"]
         assert lab.tables() == held
-        again = subprocess.run([sys.executable, "-m", "agents.cli", "proxy", "backup", "--state", str(lab.state_path),
+        again = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "proxy", "backup", "--state", str(lab.state_path),
                                 str(tmp_path / "backup.db")], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from agents.service.jobs import JobRegistry
-from agents.service.core import ControlService, scope_of
-from fabric.plan import CrossConnect
-from fabric.reconfig_order import order_plan_change
-from fabric.runtime.store import FabricStore
-from fabric.topology import FabricSpec, Topology, load_topology
+from orchestrl.agents.service.jobs import JobRegistry
+from orchestrl.agents.service.core import ControlService, scope_of
+from orchestrl.fabric.plan import CrossConnect
+from orchestrl.fabric.reconfig_order import order_plan_change
+from orchestrl.fabric.runtime.store import FabricStore
+from orchestrl.fabric.topology import FabricSpec, Topology, load_topology
 from tests.agents.conftest import TOPOLOGY_64
 from tests.fabric.fakes import FakeOcsDevice, expected_tables
 
@@ -112,8 +112,8 @@ def test_a_window_must_cover_the_slowest_device_of_each_step_not_the_sum_of_all_
 
 
 def test_switching_time_is_per_add_step_the_slowest_device_of_that_step():
-    from agents.service.ordered_commit import plan_change
-    from fabric.plan import Circuit, CircuitPlan
+    from orchestrl.agents.service.ordered_commit import plan_change
+    from orchestrl.fabric.plan import Circuit, CircuitPlan
 
     def plan(*xcs):
         return CircuitPlan("f", "train", "s", 1e9, tuple(Circuit("agg", 0, a, b, CrossConnect(d, p, q))
@@ -151,13 +151,13 @@ def test_a_failed_commit_of_one_job_leaves_the_other_jobs_circuits_in_place():
 
 
 def expected_tables_for(xc: CrossConnect, devices: dict[str, FakeOcsDevice]) -> dict[int, int]:
-    from fabric.ocs.model import duplex_to_cross_connects
+    from orchestrl.fabric.ocs.model import duplex_to_cross_connects
 
     return dict(duplex_to_cross_connects(xc.a_port, xc.b_port, devices[xc.device].ports))
 
 
 def test_bad_events_refuse_the_whole_batch_and_out_of_order_events_are_listed():
-    from agents.service.checks import Unprocessable
+    from orchestrl.agents.service.checks import Unprocessable
 
     service, _ = _service(load_topology(TOPOLOGY_64))
     service.register_job("rl", "0-31")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from agents.lab import EmulatedFabric
-from agents.service.core import ControlService
-from agents.service.fairness import max_min_fair
-from agents.service.jobs import JobRegistry
-from fabric.runtime.store import FabricStore
-from fabric.topology import load_topology
+from orchestrl.agents.lab import EmulatedFabric
+from orchestrl.agents.service.core import ControlService
+from orchestrl.agents.service.fairness import max_min_fair
+from orchestrl.agents.service.jobs import JobRegistry
+from orchestrl.fabric.runtime.store import FabricStore
+from orchestrl.fabric.topology import load_topology
 from tests.agents.conftest import TOPOLOGY_64, Api, intent, wanted_tables, warm_up
 from tests.fabric.fakes import FakeOcsDevice, expected_tables, tables
 

@@ -11,7 +11,7 @@ def emulated_cluster():
 
     Skips the test (with the reason) where namespaces cannot be built: not root, no iproute2.
     """
-    from collectives.emulation.netns import EmulatedCluster, remove_stale, unavailable_reason
+    from orchestrl.collectives.emulation.netns import EmulatedCluster, remove_stale, unavailable_reason
 
     reason = unavailable_reason()
     if reason:

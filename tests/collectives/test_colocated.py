@@ -8,11 +8,11 @@ torch = pytest.importorskip("torch", reason="the collectives runtime needs torch
 
 import torch.distributed as dist
 
-from collectives.emulation.model import synthetic_model
-from collectives.emulation.runner import run_sync
-from collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
-from collectives.plan import plan_weight_sync
-from collectives.transport.colocated import ColocatedTransport, TransportClosed
+from orchestrl.collectives.emulation.model import synthetic_model
+from orchestrl.collectives.emulation.runner import run_sync
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
+from orchestrl.collectives.plan import plan_weight_sync
+from orchestrl.collectives.transport.colocated import ColocatedTransport, TransportClosed
 
 
 def _schedule(trainers: int = 2, generators: int = 2, tp: int = 1):
@@ -32,8 +32,13 @@ def test_weight_sync_over_shared_memory_resharding_and_in_place():
     assert run.ok and run.verified, run.errors()
 
 
+def _store():
+    from orchestrl.collectives.emulation.runner import free_port
+    return dist.TCPStore("127.0.0.1", free_port(), 1, True, wait_for_workers=False)
+
+
 def test_a_silent_peer_fails_the_transfer_within_its_timeout():
-    store = dist.HashStore()
+    store = _store()
     t = ColocatedTransport(store, 0, 2, timeout_s=0.3)
     t.prepare({1: 1})
     buf = torch.zeros(16, dtype=torch.uint8)
@@ -48,7 +53,7 @@ def test_a_silent_peer_fails_the_transfer_within_its_timeout():
 def test_reset_ends_a_pending_wait_at_once():
     import threading
     import time
-    store = dist.HashStore()
+    store = _store()
     t = ColocatedTransport(store, 0, 2, timeout_s=30)
     t.prepare({1: 1})
     pending = t.isend(torch.ones(8, dtype=torch.uint8), 1, 3)

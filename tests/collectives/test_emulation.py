@@ -8,12 +8,12 @@ pytest.importorskip("torch", reason="the collectives runtime needs torch (the co
 
 import subprocess
 
-from collectives.baseline import plan_flat
-from collectives.emulation.model import synthetic_model
-from collectives.emulation.netns import ClusterSpec
-from collectives.emulation.runner import measure_goodput, run_sync
-from collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
-from collectives.plan import plan_weight_sync
+from orchestrl.collectives.baseline import plan_flat
+from orchestrl.collectives.emulation.model import synthetic_model
+from orchestrl.collectives.emulation.netns import ClusterSpec
+from orchestrl.collectives.emulation.runner import measure_goodput, run_sync
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
+from orchestrl.collectives.plan import plan_weight_sync
 
 CROSS_BPS = 100e6
 NIC_BPS = 1e9
@@ -48,7 +48,7 @@ def test_both_schedules_run_across_the_emulated_clusters(emulated_cluster):
 
 
 def test_without_root_the_harness_says_why(monkeypatch):
-    from collectives.emulation import netns
+    from orchestrl.collectives.emulation import netns
 
     monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
     assert "root" in netns.unavailable_reason()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from collectives.emulation.model import synthetic_model
-from collectives.fabric_demand import links_from_topology, schedule_demand, schedule_transfers, weight_sync_intent
-from collectives.layout import GeneratorLayout, TrainerLayout
-from collectives.plan import plan_weight_sync
-from fabric.errors import ConfigError
-from fabric.templates.stages import WEIGHT_SYNC
-from fabric.topology import FabricSpec, Topology
-from fabric.traffic import pod_flows_by_primitive
+from orchestrl.collectives.emulation.model import synthetic_model
+from orchestrl.collectives.fabric_demand import links_from_topology, schedule_demand, schedule_transfers, weight_sync_intent
+from orchestrl.collectives.layout import GeneratorLayout, TrainerLayout
+from orchestrl.collectives.plan import plan_weight_sync
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.templates.stages import WEIGHT_SYNC
+from orchestrl.fabric.topology import FabricSpec, Topology
+from orchestrl.fabric.traffic import pod_flows_by_primitive
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
-from collectives.emulation.runner import exchange  # noqa: E402
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout  # noqa: E402
-from collectives.plan import plan_weight_sync  # noqa: E402
-from collectives.sharding import Sharding  # noqa: E402
-from collectives.specs import ModelShape, state_dict_specs, vllm_layout  # noqa: E402
+from orchestrl.collectives.emulation.runner import exchange  # noqa: E402
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout  # noqa: E402
+from orchestrl.collectives.plan import plan_weight_sync  # noqa: E402
+from orchestrl.collectives.sharding import Sharding  # noqa: E402
+from orchestrl.collectives.specs import ModelShape, state_dict_specs, vllm_layout  # noqa: E402
 
 LINKS = FabricLinks(nic_bps=1e9)
 BF16 = torch.bfloat16

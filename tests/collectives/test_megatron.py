@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 ps = pytest.importorskip("megatron.core.parallel_state", reason="megatron-core is not installed (comms extra)")
 
-from collectives.layout import GeneratorLayout, GeneratorRank, TrainerLayout  # noqa: E402
-from fabric.layout import ParallelLayout, parallel_groups  # noqa: E402
+from orchestrl.collectives.layout import GeneratorLayout, GeneratorRank, TrainerLayout  # noqa: E402
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups  # noqa: E402
 
 HIDDEN, HEADS, GROUPS, FFN, VOCAB, LAYERS = 64, 8, 2, 96, 250, 2
 PADDED_VOCAB = 256  # Megatron pads 250 to a multiple of 128 x TP 2
@@ -88,16 +88,16 @@ def _truth(model) -> dict:
 
 
 def _rank(rank: int, dist_port: int, sync_port: int, generator_json) -> dict:
-    from collectives.emulation.runner import _exchange_rank
+    from orchestrl.collectives.emulation.runner import _exchange_rank
 
     if rank >= 2:
         return _exchange_rank(None, rank, sync_port, {}, 60.0, None, False)
     import torch.distributed as dist
 
-    from collectives.layout import FabricLinks
-    from collectives.plan import plan_weight_sync
-    from collectives.specs import ModelShape, megatron_specs
-    from collectives.weight_sync import WeightSync
+    from orchestrl.collectives.layout import FabricLinks
+    from orchestrl.collectives.plan import plan_weight_sync
+    from orchestrl.collectives.specs import ModelShape, megatron_specs
+    from orchestrl.collectives.weight_sync import WeightSync
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{dist_port}", rank=rank, world_size=2)
@@ -114,8 +114,8 @@ def _rank(rank: int, dist_port: int, sync_port: int, generator_json) -> dict:
 
 
 def test_a_megatron_core_tp2_model_arrives_in_vllm_tp1_and_tp4_engines():
-    from collectives.emulation.launch import RankGroup
-    from collectives.emulation.runner import free_port
+    from orchestrl.collectives.emulation.launch import RankGroup
+    from orchestrl.collectives.emulation.runner import free_port
 
     gen = GeneratorLayout((GeneratorRank(1),) + tuple(GeneratorRank(2, 4, j) for j in range(4)))
     dist_port, sync_port = free_port(), free_port()
@@ -189,7 +189,7 @@ def _moe_specs(port: int) -> list[dict]:
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from collectives.specs import ModelShape, megatron_specs
+    from orchestrl.collectives.specs import ModelShape, megatron_specs
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     ps.initialize_model_parallel(1, 1)
@@ -206,10 +206,10 @@ def _moe_specs(port: int) -> list[dict]:
 
 
 def test_megatron_core_moe_experts_become_vllm_stacked_expert_specs():
-    from collectives.emulation.launch import RankGroup
-    from collectives.emulation.runner import free_port
-    from collectives.layout import ParamSpec
-    from collectives.sharding import Sharding
+    from orchestrl.collectives.emulation.launch import RankGroup
+    from orchestrl.collectives.emulation.runner import free_port
+    from orchestrl.collectives.layout import ParamSpec
+    from orchestrl.collectives.sharding import Sharding
 
     with RankGroup(_moe_specs, [(free_port(),)], env=[{"GLOO_SOCKET_IFNAME": "lo"}]) as g:
         (result,) = g.join(240)

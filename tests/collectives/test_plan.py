@@ -9,13 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collectives.baseline import plan_flat
-from collectives.emulation.model import synthetic_model
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
-from collectives.plan import plan_weight_sync
-from collectives.schedule import Schedule
-from collectives.slicing import trainer_runs
-from fabric.errors import ConfigError, InfeasiblePlanError
+from orchestrl.collectives.baseline import plan_flat
+from orchestrl.collectives.emulation.model import synthetic_model
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
+from orchestrl.collectives.plan import plan_weight_sync
+from orchestrl.collectives.schedule import Schedule
+from orchestrl.collectives.slicing import trainer_runs
+from orchestrl.fabric.errors import ConfigError, InfeasiblePlanError
 
 
 def _inter_pod(s: Schedule):

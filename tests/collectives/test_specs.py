@@ -6,10 +6,10 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
-from collectives.sharding import Sharding  # noqa: E402
-from collectives.specs import (MEGATRON_TO_VLLM, ModelShape, hf_layout, merge_specs, rename,  # noqa: E402
+from orchestrl.collectives.sharding import Sharding  # noqa: E402
+from orchestrl.collectives.specs import (MEGATRON_TO_VLLM, ModelShape, hf_layout, merge_specs, rename,  # noqa: E402
                                state_dict_specs)
-from fabric.errors import ConfigError  # noqa: E402
+from orchestrl.fabric.errors import ConfigError  # noqa: E402
 
 SHAPE = ModelShape(num_attention_heads=8, num_key_value_heads=2, head_dim=4, vocab_size=250)
 

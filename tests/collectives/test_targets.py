@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout  # noqa: E402
-from collectives.plan import plan_weight_sync  # noqa: E402
-from collectives.sharding import Sharding  # noqa: E402
-from collectives.targets import check_tensor, resolve_targets  # noqa: E402
-from fabric.errors import ConfigError  # noqa: E402
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout  # noqa: E402
+from orchestrl.collectives.plan import plan_weight_sync  # noqa: E402
+from orchestrl.collectives.sharding import Sharding  # noqa: E402
+from orchestrl.collectives.targets import check_tensor, resolve_targets  # noqa: E402
+from orchestrl.fabric.errors import ConfigError  # noqa: E402
 
 CPU = torch.device("cpu")
 

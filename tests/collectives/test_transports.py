@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
-from collectives.emulation.model import synthetic_model
-from collectives.emulation.runner import run_sync
-from collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
-from collectives.plan import plan_weight_sync
-from collectives.transport.ucx import ucx_unavailable
+from orchestrl.collectives.emulation.model import synthetic_model
+from orchestrl.collectives.emulation.runner import run_sync
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
+from orchestrl.collectives.plan import plan_weight_sync
+from orchestrl.collectives.transport.ucx import ucx_unavailable
 
 
 def _small_schedule(trainers: int = 2, generators: int = 2):

@@ -8,11 +8,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout  # noqa: E402
-from collectives.plan import plan_weight_sync  # noqa: E402
-from collectives.sharding import Sharding  # noqa: E402
-from collectives.vllm_ext import engine_targets, vllm_unavailable  # noqa: E402
-from fabric.errors import ConfigError  # noqa: E402
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout  # noqa: E402
+from orchestrl.collectives.plan import plan_weight_sync  # noqa: E402
+from orchestrl.collectives.sharding import Sharding  # noqa: E402
+from orchestrl.collectives.vllm_ext import engine_targets, vllm_unavailable  # noqa: E402
+from orchestrl.fabric.errors import ConfigError  # noqa: E402
 
 needs_vllm = pytest.mark.skipif(vllm_unavailable() is not None, reason=f"vLLM extension {vllm_unavailable()}")
 
@@ -58,9 +58,9 @@ _TINY_LLAMA = {
 
 
 def _trainer(schedule_json, port):
-    from collectives.emulation.model import synthetic_region
-    from collectives.schedule import Schedule
-    from collectives.weight_sync import WeightSync
+    from orchestrl.collectives.emulation.model import synthetic_region
+    from orchestrl.collectives.schedule import Schedule
+    from orchestrl.collectives.weight_sync import WeightSync
 
     sch = Schedule.from_json(schedule_json)
     sync = WeightSync.connect(sch, "127.0.0.1", port, 0, timeout_s=120)
@@ -72,15 +72,15 @@ def test_receive_into_a_running_vllm_engine(tmp_path):
     import torch
     from vllm import LLM
 
-    from collectives.emulation.launch import RankGroup
-    from collectives.emulation.runner import free_port
-    from collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
-    from collectives.plan import plan_weight_sync
+    from orchestrl.collectives.emulation.launch import RankGroup
+    from orchestrl.collectives.emulation.runner import free_port
+    from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
+    from orchestrl.collectives.plan import plan_weight_sync
 
     (tmp_path / "config.json").write_text(json.dumps(_TINY_LLAMA))
     llm = LLM(model=str(tmp_path), load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
               gpu_memory_utilization=0.2, max_model_len=128,
-              worker_extension_cls="collectives.vllm_ext.WeightSyncWorkerExtension")
+              worker_extension_cls="orchestrl.collectives.vllm_ext.WeightSyncWorkerExtension")
     (specs,) = llm.collective_rpc("orchestrl_param_specs")
     params = [ParamSpec(name, tuple(shape), dtype) for name, shape, dtype in specs]
     sch = plan_weight_sync(params, TrainerLayout(), GeneratorLayout.uniform(pods=(1,), ranks_per_pod=1),
@@ -93,7 +93,7 @@ def test_receive_into_a_running_vllm_engine(tmp_path):
     assert sent.ok and sent.value, sent.error
     assert report["verified"] and report["params_loaded"] == len(params)
     (digests,) = llm.collective_rpc("orchestrl_weight_digest")
-    from collectives.emulation.model import synthetic_region
+    from orchestrl.collectives.emulation.model import synthetic_region
     for i, p in enumerate(params):
         want = synthetic_region(p, i, 0, p.split_extent)
         assert digests[p.name] == int(want.reshape(-1).view(torch.uint8).to(torch.int64).sum())

@@ -17,13 +17,13 @@ import pytest
 
 pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
-from collectives.baseline import plan_flat
-from collectives.emulation.launch import RankGroup
-from collectives.emulation.model import synthetic_model
-from collectives.emulation.runner import free_port, run_sync
-from collectives.emulation.worker import RankJob, run_rank
-from collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
-from collectives.plan import plan_weight_sync
+from orchestrl.collectives.baseline import plan_flat
+from orchestrl.collectives.emulation.launch import RankGroup
+from orchestrl.collectives.emulation.model import synthetic_model
+from orchestrl.collectives.emulation.runner import free_port, run_sync
+from orchestrl.collectives.emulation.worker import RankJob, run_rank
+from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, GeneratorRank, ParamSpec, TrainerLayout
+from orchestrl.collectives.plan import plan_weight_sync
 
 TIMEOUT_S = 4.0  # liveness timeout the failure tests hold every survivor to
 SLACK_S = 3.0  # polling, process scheduling on a loaded 2-core machine
@@ -127,7 +127,7 @@ def test_no_rank_aborts_at_exit_after_a_failed_round(tmp_path):
         path = tmp_path / f"job{r}.pickle"
         path.write_bytes(pickle.dumps(RankJob(sch, r, "127.0.0.1", port, timeout_s=TIMEOUT_S, distribute=True,
                                               raise_after_params=3 if r == sch.generator_rank(1) else -1)))
-        procs.append(subprocess.Popen([sys.executable, "-m", "collectives.emulation.worker", str(path)],
+        procs.append(subprocess.Popen([sys.executable, "-m", "orchestrl.collectives.emulation.worker", str(path)],
                                       env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"}, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs = [p.communicate(timeout=120)[0] for p in procs]

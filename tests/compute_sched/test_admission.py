@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from compute_sched.admission import (AsyncBound, CompleteGroupHandoff, FrontierAdmission, RedundantRollout,
+from orchestrl.compute_sched.admission import (AsyncBound, CompleteGroupHandoff, FrontierAdmission, RedundantRollout,
                                      SerialHandoff)
-from compute_sched.engine import GenerationRequest
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.rollout_pipe import run_pipeline
-from compute_sched.traces import heavy_tailed_trace
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.engine import GenerationRequest
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.rollout_pipe import run_pipeline
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.fabric.errors import ConfigError
 
 
 def _group(g, k=2):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from compute_sched.balancer import BalancerConfig, load_index
-from compute_sched.costs import CostModel
-from compute_sched.engine import GenerationRequest, WorkerState
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.scheduler import GenerationScheduler, SchedulerConfig
-from compute_sched.sim_engine import SimEngine
-from compute_sched.workload import RequestState
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.balancer import BalancerConfig, load_index
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import GenerationRequest, WorkerState
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.scheduler import GenerationScheduler, SchedulerConfig
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.workload import RequestState
+from orchestrl.fabric.errors import ConfigError
 
 PM = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
 TP2 = InstanceConfig("tp", tp=2)
@@ -67,8 +67,8 @@ def test_unknown_rate_basis_is_refused():
 def test_a_request_placed_recently_is_not_moved_again():
     """With recompute-only migration each move re-prefills the whole context: the hysteresis keeps a running
     request where it was placed for ``moved_cooldown_s``; waiting requests (no KV) may still move."""
-    from compute_sched.balancer import plan_migrations
-    from compute_sched.engine import ClusterSnapshot
+    from orchestrl.compute_sched.balancer import plan_migrations
+    from orchestrl.compute_sched.engine import ClusterSnapshot
 
     hot = _worker(0, 96, 96 * 1000, 2000.0)
     cold = _worker(1, 8, 8 * 1000, 2000.0)
@@ -85,8 +85,8 @@ def test_a_request_placed_recently_is_not_moved_again():
 def test_a_request_the_planner_just_re_homed_stays_in_the_queue_it_was_sent_to():
     """The planner re-homes requests by migration, so they wait on their new instance; the balancer must not
     move them on before the cooldown (it did, waiting requests being free to move, and undid the plan)."""
-    from compute_sched.balancer import plan_migrations
-    from compute_sched.engine import ClusterSnapshot
+    from orchestrl.compute_sched.balancer import plan_migrations
+    from orchestrl.compute_sched.engine import ClusterSnapshot
 
     sent = tuple(RequestState(f"p{k}", 1000, 0, 8192) for k in range(48))  # placed by the planner at t = 90 s
     hot = WorkerState(0, TP2, tuple(RequestState(f"w0-{k}", 1000, 0, 8192) for k in range(48)), sent, 48 * 1000,

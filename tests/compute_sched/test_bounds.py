@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute_sched.bounds import makespan_lower_bound, solo_decode_s
-from compute_sched.calibration import perf_model
-from compute_sched.clairvoyant import clairvoyant_schedule, mixed_layout, place_by_true_length
-from compute_sched.layout import InstanceConfig
-from compute_sched.replay import replay
-from compute_sched.traces import heavy_tailed_trace
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.bounds import makespan_lower_bound, solo_decode_s
+from orchestrl.compute_sched.calibration import perf_model
+from orchestrl.compute_sched.clairvoyant import clairvoyant_schedule, mixed_layout, place_by_true_length
+from orchestrl.compute_sched.layout import InstanceConfig
+from orchestrl.compute_sched.replay import replay
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.fabric.errors import ConfigError
 
 PM = perf_model("Qwen2.5-14B", "H800")
 TPS = (1, 2, 4, 8)

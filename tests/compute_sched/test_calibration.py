@@ -7,11 +7,11 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from compute_sched.calibration import (FitParameter, bundled_calibration, calibration_setup, fit_case_study,
+from orchestrl.compute_sched.calibration import (FitParameter, bundled_calibration, calibration_setup, fit_case_study,
                                        leave_one_out, load_calibration, orderings_ok, perf_model)
-from compute_sched.case_study import PAPER_POINTS, CaseStudySetup, PaperPoint, case_study_times
-from compute_sched.perf import Calibration
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.case_study import PAPER_POINTS, CaseStudySetup, PaperPoint, case_study_times
+from orchestrl.compute_sched.perf import Calibration
+from orchestrl.fabric.errors import ConfigError
 
 TOLERANCE = 0.15  # relative error allowed per measured point
 
@@ -92,7 +92,7 @@ def test_calibration_file_names_its_assumptions():
 
 def test_own_run_snapshot_cuts_each_layouts_whole_step_where_a_quarter_is_left():
     """Each TP's early + tail is its own whole-step makespan, and the cut sits where 25% are left."""
-    from compute_sched.replay import replay
+    from orchestrl.compute_sched.replay import replay
 
     pm = perf_model("Qwen2.5-14B", "H800")
     setup = CaseStudySetup(snapshot="own-run", tail_fraction=0.25, prompts=16, seeds=(5,))
@@ -135,7 +135,7 @@ def test_perf_model_picks_the_gpus_file_or_the_roofline():
 
 
 def test_per_draw_spread_reports_where_the_papers_ratios_fall_among_single_draws():
-    from compute_sched.calibration_h800 import per_draw_spread
+    from orchestrl.compute_sched.calibration_h800 import per_draw_spread
 
     pm = perf_model("Qwen2.5-14B", "H800")
     setup = CaseStudySetup(prompts=16, seeds=(0,))

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "agents.cli", "sched", *args], cwd=REPO, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sched", *args], cwd=REPO, text=True,
                           capture_output=True, timeout=240)
 
 

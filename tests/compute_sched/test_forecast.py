@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compute_sched.forecast import DEFAULT_METHOD, METHODS, _arima_one_step, select_mean_steps
-from compute_sched.traces import REGIMES, step_sequence
-from compute_sched.workload import LengthForecaster, LengthHistogram, forecast_errors
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.forecast import DEFAULT_METHOD, METHODS, _arima_one_step, select_mean_steps
+from orchestrl.compute_sched.traces import REGIMES, step_sequence
+from orchestrl.compute_sched.workload import LengthForecaster, LengthHistogram, forecast_errors
+from orchestrl.fabric.errors import ConfigError
 
 CAP = 15360
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "compute_sched.md"
@@ -152,9 +152,9 @@ class _Captured(Exception):
 
 def _forecast_replay_plans_with(monkeypatch, trace, **kw) -> np.ndarray:
     """The histogram ``replay`` hands the scheduler (the step itself is not run)."""
-    import compute_sched.replay as rp
-    from compute_sched.hardware import load_gpu, load_model
-    from compute_sched.perf import PerfModel
+    import orchestrl.compute_sched.replay as rp
+    from orchestrl.compute_sched.hardware import load_gpu, load_model
+    from orchestrl.compute_sched.perf import PerfModel
 
     seen = []
 
@@ -172,7 +172,7 @@ def _forecast_replay_plans_with(monkeypatch, trace, **kw) -> np.ndarray:
 def test_replay_without_history_never_reads_the_traces_lengths(monkeypatch):
     from dataclasses import replace
 
-    from compute_sched.traces import heavy_tailed_trace
+    from orchestrl.compute_sched.traces import heavy_tailed_trace
 
     trace = heavy_tailed_trace(12, 8, 8192, seed=1)
     lengths = [q.output_tokens for q in trace.requests]
@@ -187,10 +187,10 @@ def test_replay_without_history_never_reads_the_traces_lengths(monkeypatch):
 
 
 def test_replay_labels_its_forecast_and_rejects_unknown_ones():
-    from compute_sched.hardware import load_gpu, load_model
-    from compute_sched.perf import PerfModel
-    from compute_sched.replay import replay
-    from compute_sched.traces import heavy_tailed_trace
+    from orchestrl.compute_sched.hardware import load_gpu, load_model
+    from orchestrl.compute_sched.perf import PerfModel
+    from orchestrl.compute_sched.replay import replay
+    from orchestrl.compute_sched.traces import heavy_tailed_trace
 
     pm = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
     trace = heavy_tailed_trace(8, 8, 4096, seed=2)

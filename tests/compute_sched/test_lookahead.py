@@ -5,19 +5,19 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import EngineCapabilities, GenerationRequest
-from compute_sched.estimate import build_classes, instance_time_s, step_profile_s
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.lookahead import best_continuation
-from compute_sched.perf import PerfModel
-from compute_sched.planner import PlannerConfig, plan_layout
-from compute_sched.replay import ReplayOptions, replay
-from compute_sched.scheduler import SchedulerConfig
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import heavy_tailed_trace
-from compute_sched.workload import LengthHistogram, RequestState, StepWorkload
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import EngineCapabilities, GenerationRequest
+from orchestrl.compute_sched.estimate import build_classes, instance_time_s, step_profile_s
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.lookahead import best_continuation
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.planner import PlannerConfig, plan_layout
+from orchestrl.compute_sched.replay import ReplayOptions, replay
+from orchestrl.compute_sched.scheduler import SchedulerConfig
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.compute_sched.workload import LengthHistogram, RequestState, StepWorkload
 
 PM = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
 TP = {k: InstanceConfig("tp", tp=k) for k in (1, 2, 4, 8)}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import EngineCapabilities
-from compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
-from compute_sched.layout import InstanceConfig, Layout, Instance, aligned, candidate_configs, homogeneous, parse_config
-from compute_sched.perf import MeasuredStep, PerfModel, calibrate
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import EngineCapabilities
+from orchestrl.compute_sched.hardware import bundled_gpus, bundled_models, load_gpu, load_model
+from orchestrl.compute_sched.layout import InstanceConfig, Layout, Instance, aligned, candidate_configs, homogeneous, parse_config
+from orchestrl.compute_sched.perf import MeasuredStep, PerfModel, calibrate
+from orchestrl.fabric.errors import ConfigError
 
 TP = {k: InstanceConfig("tp", tp=k) for k in (1, 2, 4, 8)}
 

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import EngineCapabilities, GenerationRequest
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.layout import Instance, Layout, homogeneous, parse_config
-from compute_sched.netseam import NetworkSeam, Transfer, crosses_nodes
-from compute_sched.perf import PerfModel
-from compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import EngineCapabilities, GenerationRequest
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import Instance, Layout, homogeneous, parse_config
+from orchestrl.compute_sched.netseam import NetworkSeam, Transfer, crosses_nodes
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.sim_engine import SimEngine
 
 CONFIGS = [parse_config(c) for c in ("tp1", "tp8", "tp16", "ep8-tp1", "ep16-tp1", "ep16-tp8", "afd12:4-tp1",
                                        "afd24:16-tp8")]

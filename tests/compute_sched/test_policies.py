@@ -4,20 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from compute_sched.balancer import BalancerConfig, load_index, plan_migrations
-from compute_sched.costs import CostModel
-from compute_sched.engine import ClusterSnapshot, GenerationRequest, WorkerState
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.intents import ControllerSink, RecordingSink, generation_intent
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.planner import PlannerConfig, plan_layout
-from compute_sched.replay import ReplayOptions, replay
-from compute_sched.scheduler import SchedulerConfig
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import heavy_tailed_trace
-from compute_sched.workload import LengthHistogram, RequestState, StepWorkload
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.balancer import BalancerConfig, load_index, plan_migrations
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import ClusterSnapshot, GenerationRequest, WorkerState
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.intents import ControllerSink, RecordingSink, generation_intent
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.planner import PlannerConfig, plan_layout
+from orchestrl.compute_sched.replay import ReplayOptions, replay
+from orchestrl.compute_sched.scheduler import SchedulerConfig
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.compute_sched.workload import LengthHistogram, RequestState, StepWorkload
+from orchestrl.fabric.errors import ConfigError
 
 PM = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
 TP2, TP8 = InstanceConfig("tp", tp=2), InstanceConfig("tp", tp=8)
@@ -105,12 +105,12 @@ def test_replay_baselines_and_orchestrl_finish_the_step():
 
 
 def test_generation_intent_is_accepted_by_the_fabric_controller():
-    from fabric.controller import FabricController
-    from fabric.topology import load_topology
+    from orchestrl.fabric.controller import FabricController
+    from orchestrl.fabric.topology import load_topology
 
     topo = load_topology("examples/topology-64gpu-h800.yaml")
     moe = PerfModel(load_model("Qwen2-57B-A14B"), load_gpu("H800"))
-    from compute_sched.layout import Instance, Layout
+    from orchestrl.compute_sched.layout import Instance, Layout
     layout = Layout((Instance(InstanceConfig("afd", attn_gpus=12, ffn_gpus=4), tuple(range(16))),
                      Instance(InstanceConfig("ep", ep=8), tuple(range(16, 24))),
                      Instance(TP8, tuple(range(24, 32)))), 32)
@@ -128,7 +128,7 @@ def test_generation_intent_is_accepted_by_the_fabric_controller():
 def test_planner_never_screens_out_a_lone_straggler():
     """One long request among many short ones: spread evenly, its 1/n share falls under tail_mass, yet some
     instance must run it to the end; the homogeneous score must still carry its time."""
-    from compute_sched.estimate import build_classes, instance_time_s, lone_times_s
+    from orchestrl.compute_sched.estimate import build_classes, instance_time_s, lone_times_s
 
     reqs = [RequestState(f"s{i}", 300, 100, 15360) for i in range(63)] + [RequestState("long", 300, 9000, 15360)]
     w = StepWorkload(LengthHistogram.from_lengths([1500] * 600 + [14000] * 6, 15360))
@@ -136,7 +136,7 @@ def test_planner_never_screens_out_a_lone_straggler():
     even = instance_time_s(PM, TP2, table, table.counts / 8)
     lone = lone_times_s(PM, TP2, table)[table.class_of()["long"]]
     assert lone > 2 * even  # the old even-share score dropped the straggler: it looked like a short step
-    from compute_sched.lookahead import best_continuation
+    from orchestrl.compute_sched.lookahead import best_continuation
 
     cont = best_continuation(PM, CostModel(PM), table, TP2, [TP8], 16)
     assert cont.one_phase_s >= lone  # the layout's score carries the straggler (it was `even` before)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from compute_sched.engine import Engine, EngineCapabilities, GenerationRequest, Migration
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import heavy_tailed_trace
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.engine import Engine, EngineCapabilities, GenerationRequest, Migration
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.fabric.errors import ConfigError
 
 PM = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
 
@@ -126,8 +126,8 @@ def test_what_if_transfer_engine_ships_large_caches_and_is_labelled():
 
 
 def test_engine_and_cost_model_must_agree_on_capabilities():
-    from compute_sched.costs import CostModel
-    from compute_sched.scheduler import GenerationScheduler
+    from orchestrl.compute_sched.costs import CostModel
+    from orchestrl.compute_sched.scheduler import GenerationScheduler
 
     what_if = EngineCapabilities.assume_kv_transfer()
     layout = homogeneous(InstanceConfig("tp", tp=2), 4)

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from compute_sched.costs import CostModel
-from compute_sched.engine import Engine, EngineCapabilities, GenerationRequest, Migration
-from compute_sched.hardware import load_gpu, load_model
-from compute_sched.layout import InstanceConfig, homogeneous
-from compute_sched.perf import PerfModel
-from compute_sched.vllm_engine import EngineFailure, VllmEngine
+from orchestrl.compute_sched.costs import CostModel
+from orchestrl.compute_sched.engine import Engine, EngineCapabilities, GenerationRequest, Migration
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.vllm_engine import EngineFailure, VllmEngine
 
 
 class _LLMEngineSurface:
@@ -143,7 +143,7 @@ def _advance_until_running(eng, counts, timeout_s=10.0):
 
 
 def test_adapter_reports_each_engines_batch_limit_so_the_balancer_keeps_full_batches_full():
-    from compute_sched.balancer import plan_migrations
+    from orchestrl.compute_sched.balancer import plan_migrations
 
     def v1(max_num_seqs):  # later v1: the scheduler config sits under vllm_config
         eng = _LLMEngineSurface()

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from compute_sched.traces import heavy_tailed_trace, load_trace, save_trace
-from compute_sched.workload import LengthForecaster, LengthHistogram, StepWorkload
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.traces import heavy_tailed_trace, load_trace, save_trace
+from orchestrl.compute_sched.workload import LengthForecaster, LengthHistogram, StepWorkload
+from orchestrl.fabric.errors import ConfigError
 
 
 def test_histogram_bins_use_their_upper_bound():

@@ -13,11 +13,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from fabric.ocs.errors import OcsConnectionError
-from fabric.ocs.model import (NOT_EXECUTED, BulkResult, PortState, PortStatus, SwitchState, XcStatus,
+from orchestrl.fabric.ocs.errors import OcsConnectionError
+from orchestrl.fabric.ocs.model import (NOT_EXECUTED, BulkResult, PortState, PortStatus, SwitchState, XcStatus,
                               duplex_to_cross_connects)
-from fabric.plan import CircuitPlan
-from fabric.runtime.store import FabricStore
+from orchestrl.fabric.plan import CircuitPlan
+from orchestrl.fabric.runtime.store import FabricStore
 
 
 class SimulatedCrash(BaseException):

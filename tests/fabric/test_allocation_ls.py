@@ -7,7 +7,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric.allocator import (AllocationProblem, allocate, allocate_greedy, allocate_greedy_ls, allocate_optimal,
+from orchestrl.fabric.allocator import (AllocationProblem, allocate, allocate_greedy, allocate_greedy_ls, allocate_optimal,
                               allocation_to_json, problem_from_json)
 
 GB = 1e9

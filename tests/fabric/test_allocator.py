@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric.allocator import (
+from orchestrl.fabric.allocator import (
     METHODS,
     Allocation,
     AllocationProblem,
@@ -27,8 +27,8 @@ from fabric.allocator import (
     pair_time_s,
     problem_from_json,
 )
-from fabric.allocator_exact import exact_min_max_time_s
-from fabric.errors import ConfigError
+from orchestrl.fabric.allocator_exact import exact_min_max_time_s
+from orchestrl.fabric.errors import ConfigError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 GB = 1e9

@@ -4,11 +4,11 @@ import shutil
 
 import pytest
 
-from fabric.runtime.commit import CommitError, apply_plan_diff, apply_plan_steps
-from fabric.ocs.driver import Tl1Driver
-from fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
-from fabric.runtime.reconcile import reconcile
-from fabric.runtime.store import FabricStore
+from orchestrl.fabric.runtime.commit import CommitError, apply_plan_diff, apply_plan_steps
+from orchestrl.fabric.ocs.driver import Tl1Driver
+from orchestrl.fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
+from orchestrl.fabric.runtime.reconcile import reconcile
+from orchestrl.fabric.runtime.store import FabricStore
 from tests.fabric.ocs.tuning import port_tuning
 from tests.fabric.fakes import Crasher, CrashingStore, SimulatedCrash, expected_tables, tables
 from tests.fabric.test_reconcile import NEW, OLD, _devices, _plan

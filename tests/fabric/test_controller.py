@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-import fabric.controller as controller_mod
-from fabric.controller import FabricController, FabricState, materialize
-from fabric.intent import load_intent
-from fabric.plan import Circuit, CrossConnect, validate_plan
-from fabric.templates import TemplateCache
-from fabric.topology import PortRef, load_topology
+import orchestrl.fabric.controller as controller_mod
+from orchestrl.fabric.controller import FabricController, FabricState, materialize
+from orchestrl.fabric.intent import load_intent
+from orchestrl.fabric.plan import Circuit, CrossConnect, validate_plan
+from orchestrl.fabric.templates import TemplateCache
+from orchestrl.fabric.topology import PortRef, load_topology
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PERIODS = ("train-fwd-bwd", "train-grad-sync", "weight-sync", "gen")
@@ -119,8 +119,8 @@ def test_core_circuits_beyond_the_bottleneck_are_cut_so_lift_drop_does_not_starv
     """Algorithm 3 spends spare Core ports on pairs far faster than the bottleneck; each such circuit would take
     a lift/drop circuit from ToR-to-ToR traffic in both PoDs, so the controller keeps only what the bottleneck
     needs (found in RLSim: a tiny cross-PoD pipeline transfer beside an all-to-all halved the all-to-all)."""
-    from fabric.allocator import AllocationProblem, allocate
-    from fabric.controller import _trim_core_to_bottleneck
+    from orchestrl.fabric.allocator import AllocationProblem, allocate
+    from orchestrl.fabric.controller import _trim_core_to_bottleneck
 
     # PoD 0-1 carry a large transfer but pod0 has 4 boundary ports; 2-3 a tiny one with 8 ports each
     problem = AllocationProblem(200e9, {"p0": 4, "p1": 8, "p2": 8, "p3": 8},

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fabric.cost import (
+from orchestrl.fabric.cost import (
     DESIGNS,
     PAPER_RELATIVE,
     PRICES_USD,
@@ -19,8 +19,8 @@ from fabric.cost import (
     format_cost_table,
     network_cost,
 )
-from fabric.errors import ConfigError
-from fabric.topology import Topology, spec_from_mapping
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import Topology, spec_from_mapping
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.errors import ConfigError
-from fabric.intent import (PRIMITIVES, Collective, Intent, intent_from_mapping, load_intent,
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import (PRIMITIVES, Collective, Intent, intent_from_mapping, load_intent,
                            parse_gpu_set)
-from fabric.topology import load_topology
+from orchestrl.fabric.topology import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -233,9 +233,9 @@ def test_signature_is_invariant_under_relabelling_gpus_and_scaling_bytes(perm, s
 def test_an_empty_or_huge_job_name_and_astronomical_bytes_are_refused_naming_the_field():
     import pytest as _pytest
 
-    from fabric.errors import ConfigError
-    from fabric.intent import intent_from_mapping
-    from fabric.topology import load_topology
+    from orchestrl.fabric.errors import ConfigError
+    from orchestrl.fabric.intent import intent_from_mapping
+    from orchestrl.fabric.topology import load_topology
     from pathlib import Path
 
     topo = load_topology(Path(__file__).resolve().parents[2] / "examples" / "topology-64gpu-h800.yaml")

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.errors import ConfigError
-from fabric.layout import GROUP_NAMES, ParallelLayout, masked_orthogonal_rank_groups, parallel_groups
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.layout import GROUP_NAMES, ParallelLayout, masked_orthogonal_rank_groups, parallel_groups
 
 
 def test_dense_groups_match_hand_derived_megatron_groups():

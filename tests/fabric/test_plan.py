@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fabric.plan import (Circuit, CircuitPlan, CrossConnect, diff_plans, place_agg, place_core, plan_from_json,
+from orchestrl.fabric.plan import (Circuit, CircuitPlan, CrossConnect, diff_plans, place_agg, place_core, plan_from_json,
                          plan_to_json, validate_plan)
-from fabric.templates import TEMPLATES, pod_endpoint
-from fabric.topology import Topology, load_topology, spec_from_mapping, uplink_endpoint
+from orchestrl.fabric.templates import TEMPLATES, pod_endpoint
+from orchestrl.fabric.topology import Topology, load_topology, spec_from_mapping, uplink_endpoint
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -14,18 +14,20 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PLANNING_CORE = ("fabric.topology", "fabric.intent", "fabric.traffic", "fabric.allocator", "fabric.plan",
-                 "fabric.controller", "fabric.safe_window", "fabric.reconfig_order", "fabric.cost", "fabric.templates")
+PLANNING_CORE = tuple(f"orchestrl.fabric.{m}" for m in (
+    "topology", "intent", "traffic", "allocator", "plan", "controller", "safe_window", "reconfig_order", "cost",
+    "templates"))
 # Modules of the effectful runtime (ours) and the stdlib modules that open files as databases or sockets.
-EFFECTFUL_OURS = ("fabric.runtime", "fabric.ocs", "agents")
+EFFECTFUL_OURS = ("orchestrl.fabric.runtime", "orchestrl.fabric.ocs", "orchestrl.agents")
 EFFECTFUL_STDLIB = ("sqlite3", "socket", "ssl", "http", "urllib.request", "asyncio", "selectors", "socketserver")
 
 
 def _project_closure() -> dict[str, set[str]]:
     """Planning-core module -> every module (project and stdlib) its project-internal import closure names."""
-    def path_of(mod: str) -> Path:
-        p = REPO / (mod.replace(".", "/") + ".py")
-        return p if p.exists() else REPO / mod.replace(".", "/") / "__init__.py"
+    def path_of(mod: str) -> Path:  # orchestrl.fabric.x lives in the folder fabric/ at the root
+        rel = mod.removeprefix("orchestrl.").replace(".", "/")
+        p = REPO / (rel + ".py")
+        return p if p.exists() else REPO / rel / "__init__.py"
 
     def imports(mod: str) -> set[str]:
         out = set()
@@ -45,7 +47,7 @@ def _project_closure() -> dict[str, set[str]]:
             if mod in seen:
                 continue
             seen.add(mod)
-            if mod.split(".")[0] == "fabric" and path_of(mod).exists():
+            if mod.startswith("orchestrl.fabric.") and path_of(mod).exists():
                 todo += sorted(imports(mod))
         closure[root] = seen
     return closure

@@ -5,14 +5,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fabric.controller import FabricController
-from fabric.intent import load_intent
-from fabric.ocs.model import PortState
-from fabric.plan import Circuit, CircuitPlan, CrossConnect, validate_plan
-from fabric.runtime.commit import CommitError, CommitInFlightError, JournaledCommitter, apply_plan_diff
-from fabric.runtime.reconcile import device_changes, reconcile, replan_after_failures, restore_controller
-from fabric.runtime.store import FabricStore
-from fabric.topology import load_topology
+from orchestrl.fabric.controller import FabricController
+from orchestrl.fabric.intent import load_intent
+from orchestrl.fabric.ocs.model import PortState
+from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect, validate_plan
+from orchestrl.fabric.runtime.commit import CommitError, CommitInFlightError, JournaledCommitter, apply_plan_diff
+from orchestrl.fabric.runtime.reconcile import device_changes, reconcile, replan_after_failures, restore_controller
+from orchestrl.fabric.runtime.store import FabricStore
+from orchestrl.fabric.topology import load_topology
 from tests.fabric.fakes import (Crasher, CrashingStore, FakeOcsDevice, SimulatedCrash, SplitFakeOcsDevice,
                                 expected_tables, tables)
 

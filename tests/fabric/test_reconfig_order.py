@@ -2,8 +2,8 @@
 
 from hypothesis import given, settings
 
-from fabric.reconfig_check import check_connectivity_preserved
-from fabric.reconfig_order import LinkCircuit as L, order_reconfiguration
+from orchestrl.fabric.reconfig_check import check_connectivity_preserved
+from orchestrl.fabric.reconfig_order import LinkCircuit as L, order_reconfiguration
 from tests.fabric.test_safe_window import plan_pairs
 
 
@@ -37,8 +37,8 @@ def test_every_add_step_but_the_last_makes_a_circuit_of_a_protected_pair(case):
 def test_a_kept_cross_connect_relabelled_to_another_far_pod_is_not_torn_down():
     """An Agg lift/drop circuit's label names the PoD its Core circuit reaches: when only that changes, the
     physical cross-connect stays up (it used to raise ValueError and crash a 2,048-GPU plan change)."""
-    from fabric.plan import Circuit, CircuitPlan, CrossConnect
-    from fabric.reconfig_order import order_plan_change
+    from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect
+    from orchestrl.fabric.reconfig_order import order_plan_change
 
     xc = CrossConnect("agg-pod0", 3, 40)
     keep = Circuit("agg", 0, "pod0/tor1", "pod0/up:pod1", xc)

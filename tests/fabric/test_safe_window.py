@@ -5,10 +5,10 @@ from collections import Counter, deque
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
-from fabric.reconfig_check import check_connectivity_preserved
-from fabric.reconfig_order import LinkCircuit, ReconfigStep, order_plan_change, order_reconfiguration
-from fabric.safe_window import (CollectiveEvent, CommitDecision, EventOrderError, GateConfig, SafeWindowGate,
+from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect, diff_plans
+from orchestrl.fabric.reconfig_check import check_connectivity_preserved
+from orchestrl.fabric.reconfig_order import LinkCircuit, ReconfigStep, order_plan_change, order_reconfiguration
+from orchestrl.fabric.safe_window import (CollectiveEvent, CommitDecision, EventOrderError, GateConfig, SafeWindowGate,
                                 format_duration)
 
 MS = 1e-3

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fabric.plan import Circuit, CircuitPlan, CrossConnect
-from fabric.runtime.store import (SCHEMA_VERSION, FabricStore, StoreCorruptError, StoreError, StoreVersionError,
+from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect
+from orchestrl.fabric.runtime.store import (SCHEMA_VERSION, FabricStore, StoreCorruptError, StoreError, StoreVersionError,
                           default_store_path)
-from fabric.runtime.store_checkpoint import SAFETY_FRAMES
-from fabric.templates.cache import TemplateCache
+from orchestrl.fabric.runtime.store_checkpoint import SAFETY_FRAMES
+from orchestrl.fabric.templates.cache import TemplateCache
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_commit_retention_keeps_last_committed_and_unfinished():
 
 
 def test_a_chain_of_steps_closes_one_and_opens_the_next_in_one_write(tmp_path):
-    from fabric.runtime.store import DeviceStep
+    from orchestrl.fabric.runtime.store import DeviceStep
 
     first, second, third = _plan(("agg0", 1, 2)), _plan(("agg0", 1, 2), ("agg0", 3, 4)), _plan(("agg0", 3, 4))
     add = DeviceStep("agg0", "add", ((3, 12), (4, 11)), ((3, 12), (4, 11)), "ok")
@@ -197,7 +197,7 @@ def test_plans_are_journalled_compressed_and_a_schema_1_file_is_read_and_upgrade
     import json
     import zlib
 
-    from fabric.plan import plan_to_json
+    from orchestrl.fabric.plan import plan_to_json
 
     path, plan = tmp_path / "fabric.db", _plan(("agg0", 1, 2), ("agg0", 3, 4))
     with FabricStore(path) as store:
@@ -245,8 +245,8 @@ def test_unwritable_location_is_a_store_error(tmp_path):
 
 _WRITER = textwrap.dedent("""
     import os, sys, threading
-    from fabric.plan import Circuit, CircuitPlan, CrossConnect
-    from fabric.runtime.store import FabricStore
+    from orchestrl.fabric.plan import Circuit, CircuitPlan, CrossConnect
+    from orchestrl.fabric.runtime.store import FabricStore
 
     path, mode = sys.argv[1], sys.argv[2]
     store = FabricStore(path, commit_retention=10**6)  # keep every record, so each can be checked

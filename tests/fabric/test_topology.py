@@ -6,8 +6,8 @@ import networkx as nx
 import pytest
 import yaml
 
-from fabric.errors import ConfigError
-from fabric.topology import OCS_TECHNOLOGIES, Topology, load_topology, spec_from_mapping
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import OCS_TECHNOLOGIES, Topology, load_topology, spec_from_mapping
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.intent import GROUPED_PRIMITIVES, Collective, Intent, load_intent
-from fabric.topology import load_topology, uplink_endpoint
-from fabric.traffic import (aggregate_demand, aggregate_intent, demand_of_intent, pod_flows_by_primitive,
+from orchestrl.fabric.intent import GROUPED_PRIMITIVES, Collective, Intent, load_intent
+from orchestrl.fabric.topology import load_topology, uplink_endpoint
+from orchestrl.fabric.traffic import (aggregate_demand, aggregate_intent, demand_of_intent, pod_flows_by_primitive,
                             rank_pair_bytes, transfer_pair_bytes, weight_sync_transfers)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

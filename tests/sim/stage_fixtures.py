@@ -15,15 +15,15 @@ Use them only in tests (``stages_factory=fixture_stages``); ``orchestrl sim run`
 
 from __future__ import annotations
 
-from compute_sched.perf import PerfModel
-from compute_sched.replay import replay
-from compute_sched.traces import Trace
-from fabric.intent import Collective
-from fabric.layout import ParallelLayout, parallel_groups
-from sim.loop import Stages
-from sim.network.netsim import NetworkSim
-from sim.run import Simulation, weight_sync_stage
-from sim.stages.base import StageResult
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.replay import replay
+from orchestrl.compute_sched.traces import Trace
+from orchestrl.fabric.intent import Collective
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.sim.loop import Stages
+from orchestrl.sim.network.netsim import NetworkSim
+from orchestrl.sim.run import Simulation, weight_sync_stage
+from orchestrl.sim.stages.base import StageResult
 
 __all__ = ["FixtureTrainingStage", "FixtureGenerationStage", "fixture_stages"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import main
+from orchestrl.agents.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 FLOWS = REPO / "examples" / "sim" / "flows-shift-64.json"
@@ -68,13 +68,13 @@ def test_bad_command_line_values_are_refused_without_a_traceback(capsys):
 def test_runs_past_the_progress_threshold_report_their_phases_on_stderr():
     # The threshold is 1 s; lowering it to 0 makes any run "long" without making the test slow.
     env = {**os.environ, "ORCHESTRL_PROGRESS_AFTER_S": "0"}
-    proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "net", "--fabric", "rfabric", "--gpus", "64",
+    proc = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sim", "net", "--fabric", "rfabric", "--gpus", "64",
                            "--flows", str(FLOWS)], cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.strip().splitlines()) == 1  # stdout keeps the one-line summary
     phases = [line for line in proc.stderr.splitlines() if line.startswith("[sim")]
     assert any("routing and planning done" in p for p in phases) and any("running flows" in p for p in phases)
-    quiet = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "net", "--fabric", "ft", "--gpus", "64",
+    quiet = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sim", "net", "--fabric", "ft", "--gpus", "64",
                             "--flows", str(FLOWS)], cwd=REPO, capture_output=True, text=True, timeout=240)
     assert "[sim" not in quiet.stderr  # a sub-second run stays silent
 
@@ -102,7 +102,7 @@ def test_invalid_json_and_unknown_fabric_through_the_package_entry_point(tmp_pat
     bad.write_text('{"flows": [')
     for argv, needle in ((["--fabric", "ft", "--flows", str(bad)], "is not valid JSON"),
                          (["--fabric", "fat-tree", "--flows", str(FLOWS)], "invalid choice: 'fat-tree'")):
-        proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "net", "--gpus", "64", *argv], cwd=REPO,
+        proc = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sim", "net", "--gpus", "64", *argv], cwd=REPO,
                               capture_output=True, text=True, timeout=240)
         assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
         assert proc.stdout == ""
@@ -110,7 +110,7 @@ def test_invalid_json_and_unknown_fabric_through_the_package_entry_point(tmp_pat
 
 def test_figure_reports_progress_per_configuration():
     env = {**os.environ, "ORCHESTRL_PROGRESS_AFTER_S": "0"}
-    proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "figure", "fig23", "--quick", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sim", "figure", "fig23", "--quick", "--json"],
                           cwd=REPO, capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["figure"] == "fig23"

@@ -28,13 +28,15 @@ from pathlib import Path
 
 import pytest
 
-import sim.run
-from agents.cli import main
-from agents.cli.cmd_sim import _FIGURES
-from fabric.errors import ConfigError
-from sim.experiments import fig13, fig18
-from sim.experiments.rowsplot import figure_main as rows_figure_main
-from sim.sweep import check_ray_address
+import orchestrl.sim.run
+
+from orchestrl import sim
+from orchestrl.agents.cli import main
+from orchestrl.agents.cli.cmd_sim import _FIGURES
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.experiments import fig13, fig18
+from orchestrl.sim.experiments.rowsplot import figure_main as rows_figure_main
+from orchestrl.sim.sweep import check_ray_address
 from tests.sim.stage_fixtures import fixture_stages
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,7 +63,7 @@ def _free_loopback_port() -> int:
 
 def _cli(*argv: str, timeout: float = 90) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "agents.cli", *argv], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", *argv], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -196,7 +198,7 @@ def test_ray_address_with_nothing_listening_is_refused_at_once(figure):
 def test_run_sweep_probes_its_ray_address_before_ray_init():
     pytest.importorskip("ray")
     address = f"127.0.0.1:{_free_loopback_port()}"
-    code = ("from sim.sweep import run_sweep\nfrom fabric.errors import ConfigError\n"
+    code = ("from orchestrl.sim.sweep import run_sweep\nfrom orchestrl.fabric.errors import ConfigError\n"
             f"try:\n    run_sweep(abs, [-1], backend='ray', ray_address={address!r})\n"
             "except ConfigError as exc:\n    print(exc)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,

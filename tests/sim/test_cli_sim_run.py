@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import sim.run
-from agents.cli import main
+import orchestrl.sim.run
+
+from orchestrl import sim
+from orchestrl.agents.cli import main
 from tests.sim.stage_fixtures import fixture_stages
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,20 +89,20 @@ def test_fields_lists_every_setting_with_its_help(capsys):
 def test_bad_input_is_refused_with_the_field_never_a_traceback(tmp_path, text, says):
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "run", str(bad)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sim", "run", str(bad)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"orchestrl: error: {bad}: {says}" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "run", str(DEMO), "--iterations", "0"],
+    proc = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sim", "run", str(DEMO), "--iterations", "0"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "field '--iterations'" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sim.stages.training") is None
-                    or importlib.util.find_spec("sim.stages.generation") is None,
+@pytest.mark.skipif(importlib.util.find_spec("orchestrl.sim.stages.training") is None
+                    or importlib.util.find_spec("orchestrl.sim.stages.generation") is None,
                     reason="needs the training and generation stage models (issue 16, parts A and B)")
 def test_the_bundled_demo_runs_end_to_end_in_a_subprocess():
-    proc = subprocess.run([sys.executable, "-m", "agents.cli", "sim", "run", str(DEMO), "--iterations", "2",
+    proc = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "sim", "run", str(DEMO), "--iterations", "2",
                            "--json"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fabric.errors import ConfigError
-from sim.config import RunConfig, config_from_mapping, config_reference, load_run_config
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.config import RunConfig, config_from_mapping, config_reference, load_run_config
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "sim").glob("*.yaml"))
@@ -111,7 +111,7 @@ def test_switching_fabric_keeps_the_run_and_revalidates():
 
 def test_static_afd_generation_is_expressible_in_a_run_file(tmp_path):
     """§7.3.2's AFD shape as a run file's static policy: every generation GPU in 24+16-GPU AFD instances."""
-    from sim.run import build
+    from orchestrl.sim.run import build
 
     doc = {"model": "Qwen2-57B-A14B", "cluster": {"gpus": 256, "train_gpus": 128},
            "fabric": {"kind": "rfabric"}, "train": {"tp": 4, "ep": 16},

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-import sim.run
-from agents.cli import main
-from compute_sched.hardware import SPECS_DIR
-from fabric.errors import ConfigError
-from fabric.cost import network_cost
-from sim.config import config_from_mapping, load_run_config
-from sim.run import balanced_split, build
+import orchestrl.sim.run
+
+from orchestrl import sim
+from orchestrl.agents.cli import main
+from orchestrl.compute_sched.hardware import SPECS_DIR
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.cost import network_cost
+from orchestrl.sim.config import config_from_mapping, load_run_config
+from orchestrl.sim.run import balanced_split, build
 from tests.sim.stage_fixtures import fixture_stages
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +66,7 @@ def test_the_default_rfabric_below_one_pod_is_two_pods_and_is_what_is_priced():
 
 def test_the_default_rfabric_of_full_pods_is_the_cost_models():
     """At and above one full PoD (256 GPUs) the default is the cost model's, PoDs of 32 servers."""
-    from fabric.cost import default_rfabric_spec
+    from orchestrl.fabric.cost import default_rfabric_spec
 
     for gpus in (256, 2048):
         cfg = config_from_mapping({"cluster": {"gpus": gpus, "train_gpus": gpus // 2}}, "x.yaml")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric.errors import ConfigError
-from sim.network.build import build_fabric
-from sim.network.config import SimConfig
-from sim.network.events import FlowSet, simulate
-from sim.network.netsim import NetworkSim
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.config import SimConfig
+from orchestrl.sim.network.events import FlowSet, simulate
+from orchestrl.sim.network.netsim import NetworkSim
 
 B = 200e9
 LAT = 2 * SimConfig().hop_latency_s() + SimConfig().switch_latency_s  # two GPUs under one leaf

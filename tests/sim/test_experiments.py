@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from agents.cli import main
-from sim.experiments.fig21 import PAPER, run as run_fig21
-from sim.experiments.fig23 import CONFIGS
+from orchestrl.agents.cli import main
+from orchestrl.sim.experiments.fig21 import PAPER, run as run_fig21
+from orchestrl.sim.experiments.fig23 import CONFIGS
 
 
 def test_fig23_prints_paper_ours_and_ratio_as_json(capsys):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric.errors import ConfigError
-from sim.network.build import build_fabric
-from sim.network.config import FABRICS, SimConfig
-from sim.network.events import FlowSet, simulate
-from sim.network.fabrics import Failures, mixnet_circuits, totient_strides
-from sim.network.netsim import NetworkSim
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.config import FABRICS, SimConfig
+from orchestrl.sim.network.events import FlowSet, simulate
+from orchestrl.sim.network.fabrics import Failures, mixnet_circuits, totient_strides
+from orchestrl.sim.network.netsim import NetworkSim
 
 B = 200e9
 CFG = SimConfig()
@@ -164,6 +164,6 @@ def test_failures_a_fabric_does_not_have_are_refused():
         build_fabric("topoopt", 64).state(Failures(links=(("a", "b"),)))
     with pytest.raises(ConfigError, match="no switch links"):
         build_fabric("rfabric", 64).with_circuits((), Failures(links=(("a", "b"),)))
-    from fabric.topology import PortRef
+    from orchestrl.fabric.topology import PortRef
     with pytest.raises(ConfigError, match="OCS ports"):
         build_fabric("ft", 64).state(Failures(ports=frozenset({PortRef("x", 1)})))

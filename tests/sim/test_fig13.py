@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import main
-from sim.plot import matplotlib_available
-from sim.network.config import FABRICS
+from orchestrl.agents.cli import main
+from orchestrl.sim.plot import matplotlib_available
+from orchestrl.sim.network.config import FABRICS
 
 
 @pytest.fixture(scope="module")

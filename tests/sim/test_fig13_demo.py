@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.demo import EXAMPLES_DIR, SIM_FABRICS, sim_comparison
+from orchestrl.agents.demo import EXAMPLES_DIR, SIM_FABRICS, sim_comparison
 
 
 def test_demo_table_has_each_fabric_its_ratio_to_ft_and_per_dollar():

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from agents.cli import main
-from sim.network.config import FABRICS
-from sim.plot import matplotlib_available
+from orchestrl.agents.cli import main
+from orchestrl.sim.network.config import FABRICS
+from orchestrl.sim.plot import matplotlib_available
 
 
 @pytest.fixture(scope="module")

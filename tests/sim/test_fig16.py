@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from agents.cli import main
-from sim.plot import matplotlib_available, pareto_frontier
+from orchestrl.agents.cli import main
+from orchestrl.sim.plot import matplotlib_available, pareto_frontier
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from sim.experiments import fig17, fig18, fig22
+from orchestrl.sim.experiments import fig17, fig18, fig22
 
 
 def _doc(module, tmp_path, capsys, *extra):
@@ -26,7 +26,7 @@ def fig17_doc(tmp_path_factory):
     out = tmp_path_factory.mktemp("fig17")
     results = fig17.sweep(quick=True, workers=2)
     rows = fig17.rows_of(results)
-    from sim.experiments.rowsplot import write_rows
+    from orchestrl.sim.experiments.rowsplot import write_rows
 
     csv_path, _, _ = write_rows("fig17", rows, out, title="t", ylabel="y")
     return rows, results, csv_path
@@ -107,6 +107,6 @@ def test_fig22_each_stage_responds_to_the_ocs_delay_as_its_slack_allows(tmp_path
 
 
 def test_the_new_figures_are_commands():
-    from agents.cli.cmd_sim import _FIGURES
+    from orchestrl.agents.cli.cmd_sim import _FIGURES
 
     assert {"fig17", "fig18", "fig22"} <= set(_FIGURES)

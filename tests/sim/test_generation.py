@@ -6,17 +6,17 @@ import math
 
 import pytest
 
-from compute_sched.engine import GenerationRequest
-from compute_sched.hardware import DTYPE_BYTES, load_gpu, load_model
-from compute_sched.layout import homogeneous, parse_config
-from compute_sched.netseam import Transfer
-from compute_sched.perf import PerfModel
-from compute_sched.sim_engine import SimEngine
-from compute_sched.traces import heavy_tailed_trace
-from fabric.errors import ConfigError
-from sim.network import NetworkSim, RFabricDriver, SimConfig
-from sim.stages.gen_network import FabricSeam
-from sim.stages.generation import GenerationStage
+from orchestrl.compute_sched.engine import GenerationRequest
+from orchestrl.compute_sched.hardware import DTYPE_BYTES, load_gpu, load_model
+from orchestrl.compute_sched.layout import homogeneous, parse_config
+from orchestrl.compute_sched.netseam import Transfer
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.network import NetworkSim, RFabricDriver, SimConfig
+from orchestrl.sim.stages.gen_network import FabricSeam
+from orchestrl.sim.stages.generation import GenerationStage
 
 H800 = load_gpu("H800")
 MOE57 = load_model("Qwen2-57B-A14B")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from fabric.cost import network_cost
-from fabric.topology import load_topology
-from sim.config import config_from_mapping
-from sim.loop import throughput
-from sim.pricing import GPU_USD_PER_HOUR, HOURS_PER_YEAR
-from sim.run import balanced_split, build, simulate
+from orchestrl.fabric.cost import network_cost
+from orchestrl.fabric.topology import load_topology
+from orchestrl.sim.config import config_from_mapping
+from orchestrl.sim.loop import throughput
+from orchestrl.sim.pricing import GPU_USD_PER_HOUR, HOURS_PER_YEAR
+from orchestrl.sim.run import balanced_split, build, simulate
 from tests.sim.stage_fixtures import fixture_stages
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from compute_sched.traces import heavy_tailed_trace
-from sim.loop import StageNeverFinishes, Stages, run_iterations
-from sim.stages.base import StageResult
+from orchestrl.compute_sched.traces import heavy_tailed_trace
+from orchestrl.sim.loop import StageNeverFinishes, Stages, run_iterations
+from orchestrl.sim.stages.base import StageResult
 
 
 class _Fixed:

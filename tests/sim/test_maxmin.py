@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.network.maxmin import MaxMinProblem, check_max_min, incidence_matrix, reference_max_min
+from orchestrl.sim.network.maxmin import MaxMinProblem, check_max_min, incidence_matrix, reference_max_min
 
 
 @st.composite

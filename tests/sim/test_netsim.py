@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric.intent import Collective
-from sim.network.collectives import bus_factor, collective_steps, groups_of
-from sim.network.config import SimConfig
-from sim.network.events import FlowSet
-from sim.network.fabrics import Failures
-from sim.network.netsim import NetworkSim
+from orchestrl.fabric.intent import Collective
+from orchestrl.sim.network.collectives import bus_factor, collective_steps, groups_of
+from orchestrl.sim.network.config import SimConfig
+from orchestrl.sim.network.events import FlowSet
+from orchestrl.sim.network.fabrics import Failures
+from orchestrl.sim.network.netsim import NetworkSim
 
 B = 200e9
 
@@ -78,10 +78,10 @@ def test_link_speed_scales_the_time():
 
 
 def test_a_weight_sync_schedule_replays_as_dependent_flows_and_agrees_with_its_planner():
-    from collectives.emulation.model import synthetic_model
-    from collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
-    from collectives.plan import plan_weight_sync
-    from sim.network.collectives import schedule_completion_s, schedule_flows
+    from orchestrl.collectives.emulation.model import synthetic_model
+    from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
+    from orchestrl.collectives.plan import plan_weight_sync
+    from orchestrl.sim.network.collectives import schedule_completion_s, schedule_flows
 
     params = synthetic_model(2_000_000_000, hidden=1024)
     trainer = TrainerLayout(tp=8, dp=2, pods=(0,) * 16)

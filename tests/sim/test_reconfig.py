@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric.intent import Collective, Intent
-from fabric.safe_window import CollectiveEvent, GateConfig
-from sim.network.build import build_fabric
-from sim.network.events import FlowSet, simulate
-from fabric.reconfig_order import order_plan_change
-from sim.network.reconfig import RFabricDriver
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.safe_window import CollectiveEvent, GateConfig
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.events import FlowSet, simulate
+from orchestrl.fabric.reconfig_order import order_plan_change
+from orchestrl.sim.network.reconfig import RFabricDriver
 
 B = 200e9
 PIEZO_S = 25e-3  # Table 2; the default RFabric's OCS technology

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.network.build import build_fabric
-from sim.network.config import SimConfig
-from sim.network.ecmp import HOP_COST, EcmpGraph, Sink
-from sim.network.maxmin import check_max_min, incidence_matrix
+from orchestrl.sim.network.build import build_fabric
+from orchestrl.sim.network.config import SimConfig
+from orchestrl.sim.network.ecmp import HOP_COST, EcmpGraph, Sink
+from orchestrl.sim.network.maxmin import check_max_min, incidence_matrix
 
 
 def _graph(edges):

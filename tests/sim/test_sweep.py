@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.errors import ConfigError
-from sim.sweep import NetCase, ray_available, run_net_case, run_sweep
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.sweep import NetCase, ray_available, run_net_case, run_sweep
 
 CASES = [NetCase("ft", 64, 200, "all-to-all", 16, 1e8), NetCase("ft-os", 384, 100, "all-reduce", 8, 1e8, stride=48),
          NetCase("rfabric", 128, 400, "all-to-all", 32, 1e8)]

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fabric.errors import ConfigError
-from sim.train.dispatch import distinct_holders, token_copies
-from sim.train.mfu import FREE_PARAMS, SETUP, SETUPS, IdealNetwork, calibrate, load_points, POINTS_FILE
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.train.dispatch import distinct_holders, token_copies
+from orchestrl.sim.train.mfu import FREE_PARAMS, SETUP, SETUPS, IdealNetwork, calibrate, load_points, POINTS_FILE
 
 # (experts, topk, holders): Qwen3-235B over EP32 GPUs and over 4 nodes, DeepSeek-V3 over 8 nodes,
 # Kimi K2 over EP32, GPT-OSS-120B over 8 nodes, Qwen3-30B on one 8-GPU node

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from compute_sched.hardware import load_gpu, load_model
-from fabric.errors import ConfigError
-from fabric.intent import Collective, Intent
-from fabric.layout import ParallelLayout, parallel_groups
-from sim.network import NetworkSim, RFabricDriver, SimConfig, build_fabric
-from sim.stages.training import TrainBatch, TrainingOptions, TrainingStage, UnservedTraffic
-from sim.train.flops import ArchSpec
-from sim.train.layouts import train_layout
-from sim.train.mfu import IdealNetwork, constant_baseline, default_calibration, load_points
-from sim.train.schedule import one_f_one_b
-from sim.train.step import Efficiency, LayerComm, TrainLayout, grad_traffic, microbatch_times
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import Collective, Intent
+from orchestrl.fabric.layout import ParallelLayout, parallel_groups
+from orchestrl.sim.network import NetworkSim, RFabricDriver, SimConfig, build_fabric
+from orchestrl.sim.stages.training import TrainBatch, TrainingOptions, TrainingStage, UnservedTraffic
+from orchestrl.sim.train.flops import ArchSpec
+from orchestrl.sim.train.layouts import train_layout
+from orchestrl.sim.train.mfu import IdealNetwork, constant_baseline, default_calibration, load_points
+from orchestrl.sim.train.schedule import one_f_one_b
+from orchestrl.sim.train.step import Efficiency, LayerComm, TrainLayout, grad_traffic, microbatch_times
 
 H800 = load_gpu("H800")
 MOE57 = load_model("Qwen2-57B-A14B")
@@ -272,7 +272,7 @@ def test_announcing_the_next_step_ahead_takes_the_switch_off_the_critical_path()
 
 
 def test_the_stage_uses_the_calibrated_model():
-    from sim.train.mfu import default_params
+    from orchestrl.sim.train.mfu import default_params
     assert default_params() == default_calibration().params
 
 
@@ -294,7 +294,7 @@ def test_plans_that_move_a_boundary_fibre_to_another_pod_switch_make_before_brea
     # cross-connects (commit e16f730); before, it raised and the stage fell back to tearing every
     # circuit down and re-adding it in one step. A user sees the ordered switch: its add steps are
     # paid on the critical path, the relabelled lift circuits stay up, nothing goes dark.
-    from fabric.reconfig_order import order_plan_change
+    from orchestrl.fabric.reconfig_order import order_plan_change
 
     fab = build_fabric("rfabric", 2048)
     name = "Qwen2.5-72B"

@@ -6,16 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from compute_sched.hardware import load_model
-from fabric.errors import ConfigError
-from fabric.fabric_spec import spec_from_mapping
-from fabric.layout import ParallelLayout
-from fabric.topology import Topology, load_topology
-from sim.model_params import model_params, params_bytes
-from sim.network.config import FABRICS
-from sim.network.netsim import NetworkSim
-from sim.network.reconfig import RFabricDriver
-from sim.stages.weight_sync import WeightSyncStage, clear_plan_cache, plan_schedule
+from orchestrl.compute_sched.hardware import load_model
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.fabric_spec import spec_from_mapping
+from orchestrl.fabric.layout import ParallelLayout
+from orchestrl.fabric.topology import Topology, load_topology
+from orchestrl.sim.model_params import model_params, params_bytes
+from orchestrl.sim.network.config import FABRICS
+from orchestrl.sim.network.netsim import NetworkSim
+from orchestrl.sim.network.reconfig import RFabricDriver
+from orchestrl.sim.stages.weight_sync import WeightSyncStage, clear_plan_cache, plan_schedule
 
 REPO = Path(__file__).resolve().parents[2]
 TOPO64 = load_topology(REPO / "examples" / "topology-64gpu-h800.yaml")

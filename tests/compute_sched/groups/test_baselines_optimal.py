@@ -4,16 +4,16 @@ import itertools
 
 import pytest
 
-from compute_sched.groups.baselines import (GavelPolicy, GreedyPolicy, RandomPolicy, gavel_min_shares, idle_share,
+from orchestrl.compute_sched.groups.baselines import (GavelPolicy, GreedyPolicy, RandomPolicy, gavel_min_shares, idle_share,
                                           make_policy)
-from compute_sched.groups.cluster import Cluster
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.inter import RollMuxScheduler
-from compute_sched.groups.intra import GroupJob, group_jobs, round_robin, worst_case_iteration_s
-from compute_sched.groups.model import JobSpec
-from compute_sched.groups.optimal import MAX_OPTIMAL_JOBS, optimal_groups
-from compute_sched.groups.workload import synthesize_jobs
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.cluster import Cluster
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.inter import RollMuxScheduler
+from orchestrl.compute_sched.groups.intra import GroupJob, group_jobs, round_robin, worst_case_iteration_s
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.compute_sched.groups.optimal import MAX_OPTIMAL_JOBS, optimal_groups
+from orchestrl.compute_sched.groups.workload import synthesize_jobs
+from orchestrl.fabric.errors import ConfigError
 
 CFG = GroupConfig()
 

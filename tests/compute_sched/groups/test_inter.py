@@ -3,15 +3,15 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from compute_sched.groups.cluster import Cluster
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.inter import RollMuxScheduler
-from compute_sched.groups.intra import group_jobs, worst_case_iteration_s
-from compute_sched.groups.model import JobSpec
-from compute_sched.groups.nodes import NodeAllocator
-from compute_sched.groups.slo import RealisedSloCheck
-from fabric.errors import ConfigError
-from fabric.topology import FabricSpec, Topology
+from orchestrl.compute_sched.groups.cluster import Cluster
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.inter import RollMuxScheduler
+from orchestrl.compute_sched.groups.intra import group_jobs, worst_case_iteration_s
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.compute_sched.groups.nodes import NodeAllocator
+from orchestrl.compute_sched.groups.slo import RealisedSloCheck
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.topology import FabricSpec, Topology
 
 CFG = GroupConfig()
 
@@ -97,7 +97,7 @@ def test_fabric_awareness_keeps_a_jobs_rollout_nodes_in_one_pod_and_reports_traf
 
 
 def test_a_bounded_rollout_cluster_refuses_what_it_cannot_hold():
-    from compute_sched.groups.nodes import CapacityError
+    from orchestrl.compute_sched.groups.nodes import CapacityError
 
     cfg = CFG
     cluster = Cluster(cfg, _two_pod_allocator(cfg, servers=1))

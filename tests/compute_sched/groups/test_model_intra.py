@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.intra import GroupJob, round_robin, worst_case_iteration_s
-from compute_sched.groups.model import Group, JobSpec, Node
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.intra import GroupJob, round_robin, worst_case_iteration_s
+from orchestrl.compute_sched.groups.model import Group, JobSpec, Node
+from orchestrl.fabric.errors import ConfigError
 
 NO_WARM = GroupConfig(warm_start_s=0.0)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from compute_sched.groups.permits import PermitRevoked, PermitTable
+from orchestrl.compute_sched.groups.permits import PermitRevoked, PermitTable
 
 
 def _table(order="abc", nodes=None, **kw):

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from compute_sched.groups.baselines import make_policy
-from compute_sched.groups.cluster import Cluster
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.inter import RollMuxScheduler
-from compute_sched.groups.intra import GroupJob
-from compute_sched.groups.model import JobSpec
-from compute_sched.groups.perf import draws_for
-from compute_sched.groups.replay import MISS_OVER_PLAN, MISS_UNEVEN, replay
-from compute_sched.groups.scenario import ReplaySetup, run_replay
-from compute_sched.groups.slo import RealisedSloCheck
-from compute_sched.groups.workload import ResponseModel
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.baselines import make_policy
+from orchestrl.compute_sched.groups.cluster import Cluster
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.inter import RollMuxScheduler
+from orchestrl.compute_sched.groups.intra import GroupJob
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.compute_sched.groups.perf import draws_for
+from orchestrl.compute_sched.groups.replay import MISS_OVER_PLAN, MISS_UNEVEN, replay
+from orchestrl.compute_sched.groups.scenario import ReplaySetup, run_replay
+from orchestrl.compute_sched.groups.slo import RealisedSloCheck
+from orchestrl.compute_sched.groups.workload import ResponseModel
+from orchestrl.fabric.errors import ConfigError
 
 CFG = GroupConfig()
 REPO = Path(__file__).resolve().parents[3]
@@ -123,7 +123,7 @@ def test_screened_search_decides_as_scoring_every_placement(spec):
 
 
 def _cli(*args):
-    out = subprocess.run([sys.executable, "-m", "agents.cli", "groups", "replay", *args], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "groups", "replay", *args], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout

@@ -10,15 +10,15 @@ import json
 import numpy as np
 import pytest
 
-from compute_sched.groups.baselines import make_policy
-from compute_sched.groups.config import GroupConfig
-from compute_sched.groups.intra import GroupJob, worst_case_iteration_s
-from compute_sched.groups.model import JobSpec
-from compute_sched.groups.optimal import OptimalPolicy
-from compute_sched.groups.replay import replay
-from compute_sched.groups.scenario import ReplaySetup, run_replay
-from compute_sched.groups.workload import TABLE6, ResponseModel, TraceStats, synthesize_jobs
-from fabric.errors import ConfigError
+from orchestrl.compute_sched.groups.baselines import make_policy
+from orchestrl.compute_sched.groups.config import GroupConfig
+from orchestrl.compute_sched.groups.intra import GroupJob, worst_case_iteration_s
+from orchestrl.compute_sched.groups.model import JobSpec
+from orchestrl.compute_sched.groups.optimal import OptimalPolicy
+from orchestrl.compute_sched.groups.replay import replay
+from orchestrl.compute_sched.groups.scenario import ReplaySetup, run_replay
+from orchestrl.compute_sched.groups.workload import TABLE6, ResponseModel, TraceStats, synthesize_jobs
+from orchestrl.fabric.errors import ConfigError
 
 CFG = GroupConfig()
 REPO = Path(__file__).resolve().parents[3]
@@ -94,7 +94,7 @@ def test_replay_on_a_fabric_reports_pods_and_rejects_what_does_not_fit():
 
 
 def test_cli_replay_prints_json_and_a_gantt_chart():
-    out = subprocess.run([sys.executable, "-m", "agents.cli", "groups", "replay", "--workload", "mixed", "--jobs", "15",
+    out = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "groups", "replay", "--workload", "mixed", "--jobs", "15",
                           "--seed", "2", "--policy", "greedy", "--json", "--gantt"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -102,7 +102,7 @@ def test_cli_replay_prints_json_and_a_gantt_chart():
     for key in ("cost_usd_per_h", "slo_attainment", "rollout_bubble", "train_bubble", "peak_gpus_rollout"):
         assert key in doc
     assert doc["policy"] == "greedy" and "rollout" in doc["gantt"]
-    bad = subprocess.run([sys.executable, "-m", "agents.cli", "groups", "replay", "--policy", "optimal", "--jobs",
+    bad = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "groups", "replay", "--policy", "optimal", "--jobs",
                           "40", "--arrival-scale", "0.01"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--jobs" in bad.stderr and "Traceback" not in bad.stderr
     assert math.isfinite(doc["cost_usd_total"])
@@ -111,14 +111,14 @@ def test_cli_replay_prints_json_and_a_gantt_chart():
 def test_cli_phases_flag_selects_the_phase_model():
     docs = {}
     for phases in ("stochastic", "deterministic"):
-        out = subprocess.run([sys.executable, "-m", "agents.cli", "groups", "replay", "--jobs", "12", "--seed", "1",
+        out = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "groups", "replay", "--jobs", "12", "--seed", "1",
                               "--policy", "greedy", "--phases", phases, "--json"], cwd=REPO, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         docs[phases] = json.loads(out.stdout)
     # every phase at its worst-case Table 6 time lasts longer than the realised heavy-tailed phases
     assert docs["deterministic"]["cost_usd_total"] > docs["stochastic"]["cost_usd_total"]
-    bad = subprocess.run([sys.executable, "-m", "agents.cli", "groups", "replay", "--phases", "fixed"], cwd=REPO,
+    bad = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", "groups", "replay", "--phases", "fixed"], cwd=REPO,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--phases" in bad.stderr
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.ocs.driver import Tl1Driver
-from fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
+from orchestrl.fabric.ocs.driver import Tl1Driver
+from orchestrl.fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
 
 N = 16  # ports per side of the shared emulator: ingress 1..16, egress 17..32
 

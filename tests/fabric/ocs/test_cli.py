@@ -6,7 +6,7 @@ import json
 
 import yaml
 
-from agents.cli import main
+from orchestrl.agents.cli import main
 
 from .conftest import N
 

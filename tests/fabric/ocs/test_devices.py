@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fabric.errors import ConfigError
-from fabric.ocs.devices import devices_from_mapping, load_devices, open_device
-from fabric.topology import load_topology
+from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.ocs.devices import devices_from_mapping, load_devices, open_device
+from orchestrl.fabric.topology import load_topology
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 GOOD = {"host": "127.0.0.1", "port": 3082, "ports": 320, "profile": "mems-3d"}

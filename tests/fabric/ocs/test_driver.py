@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from fabric.ocs.driver import Tl1Driver
-from fabric.ocs.emulator_control import start_emulator_process, stop_emulator_process
-from fabric.ocs.errors import (
+from orchestrl.fabric.ocs.driver import Tl1Driver
+from orchestrl.fabric.ocs.emulator_control import start_emulator_process, stop_emulator_process
+from orchestrl.fabric.ocs.errors import (
     OcsAuthError, OcsCommandError, OcsConnectionError, OcsInvalidPort, OcsPortBlocked, OcsPortBusy, OcsPortFailed,
     OcsPortInUse, OcsRequestError, OcsTimeout, denied_from_code,
 )
-from fabric.ocs.model import PortState
-from fabric.ocs.tl1 import Autonomous, Response, Tl1Splitter, format_response, parse_command, parse_response
+from orchestrl.fabric.ocs.model import PortState
+from orchestrl.fabric.ocs.tl1 import Autonomous, Response, Tl1Splitter, format_response, parse_command, parse_response
 
 from .conftest import N
 from .tuning import port_tuning

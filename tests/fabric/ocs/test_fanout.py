@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from fabric.ocs.fanout import SendCollect, each_device
+from orchestrl.fabric.ocs.fanout import SendCollect, each_device
 
 
 def test_jobs_of_different_devices_run_at_the_same_time():

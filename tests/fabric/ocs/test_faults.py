@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from fabric.ocs.driver import Tl1Driver
-from fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
-from fabric.ocs.errors import OcsAborted, OcsPortFailed, OcsTimeout
-from fabric.ocs.model import PortState
+from orchestrl.fabric.ocs.driver import Tl1Driver
+from orchestrl.fabric.ocs.emulator_control import EmulatorControl, start_emulator_process, stop_emulator_process
+from orchestrl.fabric.ocs.errors import OcsAborted, OcsPortFailed, OcsTimeout
+from orchestrl.fabric.ocs.model import PortState
 
 from .conftest import N
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.ocs.driver import Tl1Driver
-from fabric.ocs.errors import OcsRequestError
-from fabric.ocs.model import (
+from orchestrl.fabric.ocs.driver import Tl1Driver
+from orchestrl.fabric.ocs.errors import OcsRequestError
+from orchestrl.fabric.ocs.model import (
     NOT_EXECUTED, OcsDeviceClient, PortState, SwitchState, cross_connects_to_duplex, duplex_to_cross_connects,
 )
 

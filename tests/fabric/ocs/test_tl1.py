@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.ocs.errors import OcsProtocolError
-from fabric.ocs.tl1 import (
+from orchestrl.fabric.ocs.errors import OcsProtocolError
+from orchestrl.fabric.ocs.tl1 import (
     Autonomous, Command, Response, Tl1Splitter, format_command, format_keywords, format_pair_lists, format_response,
     parse_command, parse_keywords, parse_pair_lists, parse_ports, parse_response, quote, unquote,
 )

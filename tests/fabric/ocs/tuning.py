@@ -7,9 +7,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from fabric.ocs.driver import Tl1Driver
-from fabric.ocs.emulator_control import EmulatorControl
-from fabric.ocs.model import BulkResult, PortState
+from orchestrl.fabric.ocs.driver import Tl1Driver
+from orchestrl.fabric.ocs.emulator_control import EmulatorControl
+from orchestrl.fabric.ocs.model import BulkResult, PortState
 
 
 @contextmanager
