@@ -44,7 +44,7 @@ def owner_buckets(params: Sequence[ParamSpec], trainer: TrainerLayout, bucket_by
     ...  owner_buckets([ParamSpec("w", (4, 2), "float32", tp_dim=0)], TrainerLayout(tp=2))]
     [(0, [(0, 2)]), (1, [(2, 4)])]
     """
-    check_names(params)
+    check_names(params, trainer)
     whole = GeneratorLayout((GeneratorRank(0),))  # one TP=1 engine: every generator needs everything
     infos = split_pieces(params, trainer, whole)
     mine = [(i, prefer) for i in infos if prefer in i.holders]

@@ -281,6 +281,15 @@ class TrainerLayout:
         """Tensor-parallel rank of trainer ``rank`` inside expert layers."""
         return self._coords[rank][3]
 
+    def coords(self, rank: int) -> dict[str, int]:
+        """Trainer ``rank``'s place as a framework states it (the ``coords`` of :meth:`WeightSync.send`).
+
+        >>> TrainerLayout(tp=2, pp=2).coords(3)
+        {'tp': 1, 'pp': 1, 'ep': 0, 'expert_tp': 0}
+        """
+        tp, pp, ep, etp = self._coords[rank]
+        return {"tp": tp, "pp": pp, "ep": ep, "expert_tp": etp}
+
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "pods": list(self.pods),
                                   "gpus": list(self.gpus), "order": self.order}

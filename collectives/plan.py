@@ -129,7 +129,7 @@ def plan_weight_sync(params: Sequence[ParamSpec], trainer: TrainerLayout, genera
 def make_blocks(params: Sequence[ParamSpec], trainer: TrainerLayout, generator: GeneratorLayout,
                 max_block_bytes: int = 0) -> list[Block]:
     """Return the blocks (origin, pieces, receivers as schedule ranks) for the layouts."""
-    check_names(params)
+    check_names(params, trainer)
     infos = split_pieces(params, trainer, generator)
     groups = group_blocks(assign_origins(infos, [p.row_bytes for p in params]), max_block_bytes)
     t = trainer.world_size
@@ -137,11 +137,25 @@ def make_blocks(params: Sequence[ParamSpec], trainer: TrainerLayout, generator: 
             for i, (o, needers, pcs) in enumerate(groups)]
 
 
-def check_names(params: Sequence[ParamSpec]) -> None:
-    """Raise ConfigError unless the engine names (aliases included) and trainer names are unique."""
+def check_names(params: Sequence[ParamSpec], trainer: TrainerLayout | None = None) -> None:
+    """Raise ConfigError unless engine names (aliases included) are unique, and trainer names are unique
+    on each trainer rank that holds them.
+
+    A trainer name is looked up on the ranks that hold the parameter, so the same local name may
+    stand for different tensors on different pipeline stages (Megatron numbers layers from 0 on
+    each) and on different expert ranks (local experts from 0 on each).
+    """
     if not params:
         raise ConfigError("plan_weight_sync", "params", "is empty", "a non-empty list of parameters")
-    for what, names in (("name", [n for p in params for n in p.names]), ("source", [p.source_name for p in params])):
+    ep = trainer.ep if trainer is not None else 1
+
+    def holder(p: ParamSpec) -> tuple[int, int]:
+        owner = -1 if p.expert is None else p.expert // max(1, (p.num_experts or ep) // ep)
+        return p.pp_stage, owner
+
+    sources = [f"{p.source_name} (stage {holder(p)[0]}{'' if holder(p)[1] < 0 else f', expert rank {holder(p)[1]}'})"
+               for p in params]
+    for what, names in (("name", [n for p in params for n in p.names]), ("source", sources)):
         dup = [n for n, c in Counter(names).items() if c > 1]
         if dup:
             raise ConfigError("plan_weight_sync", f"params[].{what}", f"duplicate names {dup[:3]}",

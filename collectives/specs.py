@@ -39,7 +39,7 @@ from orchestrl.collectives.layout import DTYPE_BYTES, ParamSpec
 from orchestrl.collectives.sharding import Sharding
 
 __all__ = ["ModelShape", "MEGATRON_TO_VLLM", "rename", "vllm_layout", "hf_layout", "megatron_specs",
-           "state_dict_specs", "merge_specs"]
+           "megatron_named_parameters", "state_dict_specs", "merge_specs"]
 
 #: Megatron-core GPT parameter names -> vLLM's (Llama, Qwen2, Mixtral, Qwen2-MoE families).
 #: ``{layer}`` and ``{expert}`` are filled with the *global* layer and expert numbers.
@@ -187,17 +187,75 @@ def _dtype(t) -> str:
     return name
 
 
-def megatron_specs(named_params: Iterable[tuple[str, object]], shape: ModelShape, *, tp_size: int,
+def megatron_named_parameters(model) -> list[tuple[str, object]]:
+    """This rank's parameters under the names :func:`megatron_specs` gives them as sources.
+
+    ``model`` is a Megatron-core model or the list of its virtual-pipeline chunks. One chunk keeps
+    ``named_parameters()``'s names; with several, chunk ``i``'s names get the prefix ``vp<i>.`` (each
+    chunk numbers its layers from 0, so plain names would collide). Pass the result to
+    :meth:`WeightSync.send`.
+    """
+    chunks = list(model) if isinstance(model, (list, tuple)) else [model]
+    if len(chunks) == 1:
+        return list(chunks[0].named_parameters())
+    return [(f"vp{i}.{n}", p) for i, chunk in enumerate(chunks) for n, p in chunk.named_parameters()]
+
+
+_LAYER_MODULE = re.compile(r"^(?:.*\.)?layers\.(\d+)$")
+_LOCAL_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
+
+
+def _global_names(model) -> tuple[list[tuple[str, str, object]], bool]:
+    """(source name, name with global layer and expert numbers, parameter) per parameter, and whether the
+    model ties its output layer to the embedding.
+
+    Megatron numbers layers from 0 on every pipeline stage and virtual chunk and local experts from 0
+    on every expert rank; the global numbers come from the modules themselves: a ``TransformerLayer``'s
+    ``layer_number`` (1-based, offset included) and an ``MoELayer``'s ``local_expert_indices``.
+    """
+    chunks = list(model) if isinstance(model, (list, tuple)) else [model]
+    sources = {id(p): n for n, p in megatron_named_parameters(chunks)}
+    out, tied = [], False
+    for chunk in chunks:
+        tied = tied or bool(getattr(chunk, "share_embeddings_and_output_weights", False))
+        layers: dict[str, int] = {}
+        experts: dict[str, list[int]] = {}
+        for prefix, module in chunk.named_modules():
+            if _LAYER_MODULE.match(prefix) and isinstance(getattr(module, "layer_number", None), int):
+                layers[prefix + "."] = module.layer_number - 1
+            indices = getattr(module, "local_expert_indices", None)
+            if indices is not None:
+                experts[prefix + "."] = [int(i) for i in indices]
+        for name, param in chunk.named_parameters():
+            glob = name
+            for prefix, layer in layers.items():
+                if name.startswith(prefix):
+                    glob = re.sub(r"layers\.\d+\.", f"layers.{layer}.", prefix, count=1) + name[len(prefix):]
+                    break
+            for prefix, indices in experts.items():
+                m = _LOCAL_EXPERT.search(name) if name.startswith(prefix) else None
+                if m and int(m.group(1)) < len(indices):
+                    glob = _LOCAL_EXPERT.sub(f".local_experts.{indices[int(m.group(1))]}.", glob, count=1)
+            out.append((sources[id(param)], glob, param))
+    return out, tied
+
+
+def megatron_specs(named_params, shape: ModelShape, *, tp_size: int,
                    dtype: str = "bfloat16", name_map=MEGATRON_TO_VLLM, engine: Layout = vllm_layout,
-                   pp_stage: int = 0, layer_offset: int = 0, ep_size: int = 1, ep_rank: int = 0,
+                   pp_stage: int | None = None, layer_offset: int = 0, ep_size: int = 1, ep_rank: int = 0,
                    expert_tp_size: int | None = None, make_vocab_size_divisible_by: int = 128,
                    gated_linear_unit: bool = True) -> list[ParamSpec]:
     """Return specs for one Megatron-core rank's parameters (its pipeline stage, its experts).
 
     Parameters
     ----------
-    named_params : iterable of (name, parameter)
-        ``model.named_parameters()`` of a Megatron-core model on this rank.
+    named_params : Megatron-core model, list of virtual-pipeline chunks, or iterable of (name, parameter)
+        Give the model (or its chunks): global layer and expert numbers then come from the model's
+        own modules and the pipeline stage from megatron-core's parallel state, so pipeline, virtual
+        pipeline and expert parallelism need no renaming, and a tied output layer on the last stage
+        becomes the embedding (sent once). The sources are :func:`megatron_named_parameters`'s names.
+        An iterable of ``model.named_parameters()`` (the older form) relies on ``pp_stage``,
+        ``layer_offset``, ``ep_size`` and ``ep_rank`` instead.
     shape : ModelShape
         Heads, KV heads, head size, true vocabulary (``ModelShape.from_megatron``).
     tp_size : int
@@ -206,11 +264,12 @@ def megatron_specs(named_params: Iterable[tuple[str, object]], shape: ModelShape
         The engine's dtype; parameters held in another dtype are cast while sending.
     name_map, engine
         Trainer-to-engine name rules and the engine's layout by name.
-    pp_stage, layer_offset : int
-        This rank's pipeline stage and the global number of its first layer.
-    ep_size, ep_rank : int
-        Expert parallelism of the trainer: this rank's local experts are global experts
-        ``ep_rank * local + i``.
+    pp_stage : int, optional
+        This rank's pipeline stage (default: megatron-core's parallel state when it is initialised,
+        else 0).
+    layer_offset, ep_size, ep_rank : int
+        Only with (name, parameter) pairs: the global number of this stage's first layer, and the
+        trainer's expert parallelism (this rank's local experts are global experts ``ep_rank * local + i``).
     make_vocab_size_divisible_by : int
         Megatron's vocabulary padding rule (padded to a multiple of this times ``tp_size``).
     gated_linear_unit : bool
@@ -224,18 +283,29 @@ def megatron_specs(named_params: Iterable[tuple[str, object]], shape: ModelShape
 
     Notes
     -----
-    O(N) for N parameters. With pipeline parallelism, build the list on one rank of each stage and
+    O(N) for N parameters. With pipeline or expert parallelism, build the list on every rank and
     combine them with :func:`merge_specs` (e.g. after ``torch.distributed.all_gather_object``).
     """
     out: list[ParamSpec] = []
     etp = expert_tp_size or tp_size
-    for mname, param in named_params:
+    if hasattr(named_params, "named_parameters") or (
+            isinstance(named_params, (list, tuple)) and named_params and hasattr(named_params[0], "named_parameters")):
+        entries, tied = _global_names(named_params)
+        layer_offset, ep_size, ep_rank = 0, 1, 0  # the names are global already
+        if pp_stage is None:
+            pp_stage = _megatron_pp_rank()
+    else:
+        entries, tied = [(n, n, p) for n, p in named_params], False
+    pp_stage = pp_stage or 0
+    for mname, gname, param in entries:
         local = tuple(int(s) for s in param.shape)  # type: ignore[attr-defined]
-        expert_match = _EXPERT_NAME.search(mname)
+        if tied and gname == "output_layer.weight":  # the last stage's copy of the tied embedding
+            gname = "embedding.word_embeddings.weight"
+        expert_match = _EXPERT_NAME.search(gname)
         local_expert = int(expert_match.group(1)) if expert_match and expert_match.group(1) else None
         n_local = max(1, shape.num_experts // ep_size) if shape.num_experts else 0
         expert = None if local_expert is None else ep_rank * n_local + local_expert
-        name = rename(mname, name_map, layer_offset=layer_offset, expert_offset=ep_rank * n_local)
+        name = rename(gname, name_map, layer_offset=layer_offset, expert_offset=ep_rank * n_local)
         if name is None:
             raise ConfigError("megatron_specs", mname, "matches no name_map rule", "a rule mapping it to the engine's name")
         if not getattr(param, "tensor_model_parallel", False):
@@ -249,7 +319,7 @@ def megatron_specs(named_params: Iterable[tuple[str, object]], shape: ModelShape
         rows = full[dim]
         stride = int(getattr(param, "partition_stride", 1))
         trainer = Sharding()
-        if re.search(r"word_embeddings\.weight$|^output_layer\.weight$", mname):
+        if re.search(r"word_embeddings\.weight$|^output_layer\.weight$", gname):
             trainer = Sharding.padded(make_vocab_size_divisible_by, per_tp=True)
             if trainer.padded_extent(shape.vocab_size, tp) != rows:
                 raise ConfigError("megatron_specs", mname, f"{rows} padded rows, but a vocabulary of {shape.vocab_size} "
@@ -257,13 +327,13 @@ def megatron_specs(named_params: Iterable[tuple[str, object]], shape: ModelShape
                                   f"{trainer.padded_extent(shape.vocab_size, tp)}",
                                   "the true vocab_size in ModelShape and Megatron's make_vocab_size_divisible_by")
             rows = full[dim] = shape.vocab_size
-        elif re.search(r"linear_qkv\.(weight|bias)$", mname):
+        elif re.search(r"linear_qkv\.(weight|bias)$", gname):
             if sum(shape.qkv_parts) != rows:
                 raise ConfigError("megatron_specs", mname, f"{rows} rows, but heads {shape.num_attention_heads} / "
                                   f"KV {shape.num_key_value_heads} x {shape.head_dim} give {sum(shape.qkv_parts)}",
                                   "the model's num_attention_heads, num_query_groups and kv_channels")
             trainer = Sharding.interleaved(*shape.qkv_parts, groups=shape.num_key_value_heads)
-        elif stride > 1 or (gated_linear_unit and re.search(r"linear_fc1\.weight$", mname)):
+        elif stride > 1 or (gated_linear_unit and re.search(r"linear_fc1\.weight$", gname)):
             parts = stride if stride > 1 else 2
             trainer = Sharding.fused(*([rows // parts] * parts))
         tp_dim, engine_sharding = engine(name, rows, shape)
@@ -274,6 +344,15 @@ def megatron_specs(named_params: Iterable[tuple[str, object]], shape: ModelShape
                              source_dtype=_source(param, dtype), expert=expert,
                              num_experts=shape.num_experts if expert is not None else 0))
     return out
+
+
+def _megatron_pp_rank() -> int:
+    """This rank's pipeline stage from megatron-core's parallel state (0 when it is not initialised)."""
+    try:
+        from megatron.core import parallel_state as ps
+    except ImportError:
+        return 0
+    return ps.get_pipeline_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
 
 
 def _source(param, dtype: str) -> str:

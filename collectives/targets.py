@@ -72,7 +72,9 @@ def resolve_targets(schedule: Schedule, rank: int, named: Mapping[str, torch.Ten
     device : torch.device
         Where the transport delivers data; every target must live there.
     first_expert : mapping base name -> int, optional
-        For stacked expert tensors: global expert index of slice 0 on this rank (default 0).
+        For stacked expert tensors: global expert index of slice 0 on this rank (default: the lowest
+        expert of that tensor the schedule gives this rank, which is what an engine with expert
+        parallelism stacks first).
     required : bool
         Raise if some parameter this rank needs has no target.
 
@@ -82,13 +84,14 @@ def resolve_targets(schedule: Schedule, rank: int, named: Mapping[str, torch.Ten
         If a target has the wrong dtype, shape, device or layout, or a required one is missing.
     """
     out: dict[int, list[torch.Tensor]] = {}
+    first = {**_first_experts(schedule, rank), **(first_expert or {})}
     for i, spec in enumerate(schedule.params):
         shape = schedule.local_shape(rank, i)
         if shape is None:
             continue
         found: list[torch.Tensor] = []
         for name in spec.names:
-            tensor = _lookup(named, name, first_expert or {})
+            tensor = _lookup(named, name, first)
             if tensor is None:
                 continue
             tensor = check_tensor(tensor, where=where, name=name, shape=shape, dtype=spec.dtype, device=device)
@@ -100,6 +103,23 @@ def resolve_targets(schedule: Schedule, rank: int, named: Mapping[str, torch.Ten
             raise ConfigError(where, spec.name, f"has no destination tensor (shard {shape}, {spec.dtype})",
                               "a tensor under the parameter's name or one of its aliases " + str(list(spec.names)))
     return out
+
+
+def _first_experts(schedule: Schedule, rank: int) -> dict[str, int]:
+    """Base name -> the lowest global expert this rank holds of it: slice 0 of its stacked tensor.
+
+    An engine with expert parallelism stacks only its own experts (vLLM's ``FusedMoE`` on EP rank
+    ``r`` of ``n`` holds experts ``r * E/n ...``), so ``w13_weight[e]`` is slice ``e - first`` there.
+    """
+    first: dict[str, int] = {}
+    for i, spec in enumerate(schedule.params):
+        if spec.expert is None or schedule.local_shape(rank, i) is None:
+            continue
+        for name in spec.names:
+            m = _INDEXED.match(name)
+            if m:
+                first[m["base"]] = min(first.get(m["base"], int(m["index"])), int(m["index"]))
+    return first
 
 
 def _lookup(named: Mapping[str, torch.Tensor], name: str, first_expert: Mapping[str, int]) -> torch.Tensor | None:

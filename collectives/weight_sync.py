@@ -208,26 +208,36 @@ class WeightSync:
         return _fetch(dist.PrefixStore(f"{group_name}/ctl/", store), "this process", f"{host}:{port}", timeout_s)
 
     # -- public API ----------------------------------------------------------------------------
-    def send(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> SyncReport:
+    def send(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], *,
+             coords: Mapping[str, int] | None = None) -> SyncReport:
         """Trainer side: send this rank's shards (its TP slice of its PP stage's parameters).
 
         ``named_params`` is what ``model.named_parameters()`` yields, under the trainer's names
         (:attr:`ParamSpec.source_name`) and dtypes; only parameters this rank holds are looked up,
         each is checked for shape, dtype and device, and nothing is copied unless a piece is not
         contiguous or has to be cast.
+
+        ``coords`` is this process's place in the training job as its framework knows it
+        (``{"tp": .., "pp": .., "ep": .., "expert_tp": ..}``); by default it is read from
+        megatron-core's parallel state when that is initialised. Before any byte moves it is checked
+        against the place the schedule's :class:`TrainerLayout` gives this rank: shards of the same
+        shape on swapped ranks would otherwise arrive "verified" and wrong. A layout with TP, PP and
+        EP all 1 has nothing to prove; any other needs one of the two.
         """
         self._wait_pending()
-        return self._run(self._trainer_buffers(named_params), None, snapshot=False)
+        return self._run(self._trainer_buffers(named_params, coords), None, snapshot=False)
 
-    def send_async(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor]) -> SyncHandle:
+    def send_async(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], *,
+                   coords: Mapping[str, int] | None = None) -> SyncHandle:
         """Trainer side: snapshot this rank's shards now and send them in the background.
 
         Returns as soon as the bytes this rank sends (its shard, cast to the engine's dtype) are
         copied, so the optimizer may update the weights while the sync runs (one-step-async RL).
-        A previous handle is waited for first (its error, if any, is raised here).
+        A previous handle is waited for first (its error, if any, is raised here). ``coords`` as
+        for :meth:`send`.
         """
         self._wait_pending()
-        buffers = self._trainer_buffers(named_params)
+        buffers = self._trainer_buffers(named_params, coords)
         codec = self._codec(0)  # the round number is set when the round starts
         snapshots = codec.snapshot(buffers)
         box: dict = {}
@@ -277,7 +287,43 @@ class WeightSync:
         self.transport.close()
 
     # -- buffers -------------------------------------------------------------------------------
-    def _trainer_buffers(self, named_params) -> dict[int, ParamBuffer]:
+    def _check_coords(self, coords: Mapping[str, int] | None) -> None:
+        """Raise ConfigError unless this process holds the shards the schedule expects of its rank."""
+        sch, rank, lay = self.schedule, self.rank, self.schedule.trainer
+        where = f"{sch.rank_name(rank)}: send()"
+        axes = {"tp": (lay.tp, lay.tp_rank), "pp": (lay.pp, lay.pp_rank), "ep": (lay.ep, lay.ep_rank),
+                "expert_tp": (lay.expert_tp_size, lay.expert_tp_rank)}
+        needed = [a for a, (size, _) in axes.items() if size > 1
+                  and (a != "expert_tp" or lay.ep > 1 or lay.expert_tp is not None)]  # dense: expert TP is TP
+        have = dict(coords) if coords is not None else megatron_coords()
+        if not needed:
+            return
+        if have is None:
+            raise ConfigError(where, "coords", "are unknown, so nothing proves this process holds the shards of "
+                              f"its schedule rank ({', '.join(f'{a} {axes[a][0]}' for a in needed)} ranks "
+                              "hold different shards of the same shape)",
+                              "send(..., coords={'tp': tp_rank, 'pp': pp_rank, ...}) from the training framework, "
+                              "or initialise megatron-core's parallel state")
+        unknown = sorted(set(have) - set(axes))
+        if unknown:
+            raise ConfigError(where, "coords", f"has unknown keys {unknown}", "tp, pp, ep, expert_tp")
+        missing = [a for a in needed if a not in have]
+        if missing:
+            raise ConfigError(where, "coords", f"lacks {missing}, which this layout splits over",
+                              "every axis of size > 1: " + ", ".join(needed))
+        mine = {a: axes[a][1](rank) for a in needed}
+        claimed = {a: int(have[a]) for a in needed}
+        if claimed != mine:
+            owners = [r for r in range(lay.world_size) if all(axes[a][1](r) == claimed[a] for a in needed)]
+            who = (f"which the schedule gives to {', '.join(sch.rank_name(r) for r in owners[:3])}"
+                   + (f" and {len(owners) - 3} more" if len(owners) > 3 else "") if owners
+                   else "which no rank of the schedule has")
+            raise ConfigError(where, "coords", f"this process is {_coords_text(claimed)} in its framework, {who}; the "
+                              f"schedule expects {sch.rank_name(rank)} to be {_coords_text(mine)}",
+                              f"a TrainerLayout whose rank order matches the framework's (order={lay.order!r} now), "
+                              "or schedule ranks assigned from the framework's own ranks")
+
+    def _trainer_buffers(self, named_params, coords: Mapping[str, int] | None = None) -> dict[int, ParamBuffer]:
         sch, rank = self.schedule, self.rank
         if not sch.is_trainer(rank):
             raise ValueError(f"{sch.rank_name(rank)} receives; call receive()")
@@ -285,6 +331,7 @@ class WeightSync:
         local = dict(items)
         out: dict[int, ParamBuffer] = {}
         try:
+            self._check_coords(coords)
             for i, spec in enumerate(sch.params):
                 runs, init = sch.runs(rank, i), sch.initial_runs(rank, i)
                 if runs is None:
@@ -437,6 +484,22 @@ class WeightSync:
         prep = "to" if op.kind == "send" else "from"
         return (f"phase {op.phase}: {verb} block {op.block} chunk {op.chunk + 1}/{sch.chunks(op.block)} "
                 f"{prep} {sch.rank_name(op.peer)} (step {step})")
+
+
+def megatron_coords() -> dict[str, int] | None:
+    """This process's TP/PP/EP/expert-TP ranks from megatron-core's parallel state, or None if it is not set up."""
+    try:
+        from megatron.core import parallel_state as ps
+    except ImportError:
+        return None
+    if not ps.model_parallel_is_initialized():
+        return None
+    return {"tp": ps.get_tensor_model_parallel_rank(), "pp": ps.get_pipeline_model_parallel_rank(),
+            "ep": ps.get_expert_model_parallel_rank(), "expert_tp": ps.get_expert_tensor_parallel_rank()}
+
+
+def _coords_text(coords: Mapping[str, int]) -> str:
+    return ", ".join(f"{a} rank {v}" for a, v in coords.items())
 
 
 def _short(exc: BaseException) -> str:

@@ -108,12 +108,13 @@ def _exchange_rank(schedule, rank: int, port: int, source: dict, timeout_s: floa
     KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
     sch = sync.schedule
     if sch.is_trainer(rank):
+        coords = sch.trainer.coords(rank)  # what the training framework would state
         if send_async:
-            handle = sync.send_async(source)
+            handle = sync.send_async(source, coords=coords)
             for t in source.values():  # the optimizer steps while the sync runs
                 t.view(torch.uint8).fill_(0x5A)
             return {"report": asdict(handle.wait())}
-        return {"report": asdict(sync.send(source))}
+        return {"report": asdict(sync.send(source, coords=coords))}
     received: dict = {}
     into = None
     if into_dtype is not None:

@@ -56,6 +56,7 @@ class RankJob:
     into: bool = False  # generators receive in place into pre-allocated tensors
     into_dtype: str = ""  # ... of this dtype instead of the parameter's (to check it is refused)
     rounds: int = 1  # sync rounds to run; a failed round is reported and the next one attempted
+    coords_of: int = -1  # >= 0: this trainer's framework says it is that trainer rank (a swapped rank mapping)
     rejoin: bool = False  # this process replaces a rank that died (WeightSync.connect(rejoin=True))
     torch_threads: int = 1
     extra_env: dict = field(default_factory=dict)
@@ -122,12 +123,14 @@ def _one_round(job: RankJob, sync, sch: Schedule):
             if runs is not None:
                 local[spec.source_name] = synthetic_local(spec, i, runs, device=device, seed=job.seed,
                                                           dtype=spec.trainer_dtype)
+        # what the training framework would state: this process's own TP/PP/EP ranks
+        coords = sch.trainer.coords(job.coords_of if job.coords_of >= 0 else job.rank)
         if job.send_async:
-            handle = sync.send_async(local)
+            handle = sync.send_async(local, coords=coords)
             for t in local.values():  # the optimizer steps while the sync runs
                 t.view(torch.uint8).fill_(0xA5)
             return handle.wait(), mismatches
-        return sync.send(local), mismatches
+        return sync.send(local, coords=coords), mismatches
     got: list[tuple[int, torch.Tensor]] = []
     into = None
     if job.into:

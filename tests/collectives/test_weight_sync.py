@@ -235,3 +235,36 @@ def test_a_rank_that_never_joins_is_named_after_join_timeout_not_liveness_timeou
     for r in results:
         assert not r.ok and f"{sch.rank_name(missing)} never joined the sync within 10 s" in r.error, r.error
         assert r.finished_at - start < 10 + SLACK_S + 5  # the 60 s liveness timeout plays no part
+
+
+def test_trainer_ranks_holding_each_others_shards_are_refused_naming_both():
+    """Ranks 1 and 2 of a TP4 trainer hold each other's slices (same shapes): refused before any byte moves."""
+    sch = plan_weight_sync(synthetic_model(1 << 20, hidden=64), TrainerLayout(tp=4),
+                           GeneratorLayout.uniform(pods=(1,), ranks_per_pod=2, tp=2), FabricLinks(nic_bps=1e9),
+                           chunk_bytes=128 << 10)
+    run = run_sync(sch, timeout_s=20, per_rank={1: {"coords_of": 2}, 2: {"coords_of": 1}})
+    assert not run.ok
+    errors = " | ".join(run.errors())
+    assert "is tp rank 2 in its framework, which the schedule gives to trainer 2 (rank 2" in errors, errors
+    assert "expects trainer 1 (rank 1, pod 0) to be tp rank 1" in errors, errors
+    # every rank fails the round, and no generator loaded anything
+    assert all(not r.ok for r in run.results), run.errors()
+
+
+def test_a_split_layout_without_framework_coordinates_is_refused_with_the_fix():
+    from types import SimpleNamespace
+
+    from orchestrl.collectives.weight_sync import WeightSync
+    from orchestrl.fabric.errors import ConfigError
+
+    sch = plan_weight_sync(synthetic_model(1 << 16, hidden=16), TrainerLayout(tp=2),
+                           GeneratorLayout.uniform(pods=(1,), ranks_per_pod=1), FabricLinks(nic_bps=1e9))
+    me = SimpleNamespace(schedule=sch, rank=1)
+    with pytest.raises(ConfigError, match=r"coords.*are unknown.*send\(\.\.\., coords="):
+        WeightSync._check_coords(me, None)
+    with pytest.raises(ConfigError, match=r"lacks \['tp'\]"):
+        WeightSync._check_coords(me, {"pp": 0})
+    WeightSync._check_coords(me, {"tp": 1, "pp": 0})  # the right place: accepted
+    flat = plan_weight_sync(synthetic_model(1 << 16, hidden=16), TrainerLayout(dp=2),
+                            GeneratorLayout.uniform(pods=(1,), ranks_per_pod=1), FabricLinks(nic_bps=1e9))
+    WeightSync._check_coords(SimpleNamespace(schedule=flat, rank=1), None)  # replicas: nothing to prove
