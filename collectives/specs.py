@@ -30,6 +30,7 @@ dtype on the trainer, rank by rank, while sending.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -348,11 +349,8 @@ def megatron_specs(named_params, shape: ModelShape, *, tp_size: int,
 
 def _megatron_pp_rank() -> int:
     """This rank's pipeline stage from megatron-core's parallel state (0 when it is not initialised)."""
-    try:
-        from megatron.core import parallel_state as ps
-    except ImportError:
-        return 0
-    return ps.get_pipeline_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
+    ps = sys.modules.get("megatron.core.parallel_state")  # a model built by megatron-core imported it already
+    return ps.get_pipeline_model_parallel_rank() if ps is not None and ps.model_parallel_is_initialized() else 0
 
 
 def _source(param, dtype: str) -> str:

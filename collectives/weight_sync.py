@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import re
+import sys
 import threading
 import time
 import weakref
@@ -295,9 +296,9 @@ class WeightSync:
                 "expert_tp": (lay.expert_tp_size, lay.expert_tp_rank)}
         needed = [a for a, (size, _) in axes.items() if size > 1
                   and (a != "expert_tp" or lay.ep > 1 or lay.expert_tp is not None)]  # dense: expert TP is TP
-        have = dict(coords) if coords is not None else megatron_coords()
         if not needed:
             return
+        have = dict(coords) if coords is not None else megatron_coords()
         if have is None:
             raise ConfigError(where, "coords", "are unknown, so nothing proves this process holds the shards of "
                               f"its schedule rank ({', '.join(f'{a} {axes[a][0]}' for a in needed)} ranks "
@@ -487,12 +488,12 @@ class WeightSync:
 
 
 def megatron_coords() -> dict[str, int] | None:
-    """This process's TP/PP/EP/expert-TP ranks from megatron-core's parallel state, or None if it is not set up."""
-    try:
-        from megatron.core import parallel_state as ps
-    except ImportError:
-        return None
-    if not ps.model_parallel_is_initialized():
+    """This process's TP/PP/EP/expert-TP ranks from megatron-core's parallel state, or None if it is not set up.
+
+    Only a process that imported megatron-core already can have set it up, so nothing is imported here.
+    """
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None or not ps.model_parallel_is_initialized():
         return None
     return {"tp": ps.get_tensor_model_parallel_rank(), "pp": ps.get_pipeline_model_parallel_rank(),
             "ep": ps.get_expert_model_parallel_rank(), "expert_tp": ps.get_expert_tensor_parallel_rank()}
