@@ -37,6 +37,28 @@ __all__ = ["Liveness"]
 _NO_ABORT = "-"
 
 
+#: Longest a failure record may wait for the store (seconds); below the liveness timeout when that is short.
+FAIL_RECORD_S = 5.0
+
+
+def _bounded(store, timeout_s: float):
+    """A client of ``store`` of its own whose calls give up after ``timeout_s`` (the store itself if it has no clone)."""
+    if not hasattr(store, "clone"):
+        return store
+    out = store.clone()
+    out.set_timeout(timedelta(seconds=timeout_s))
+    return out
+
+
+def _quietly(fn: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):  # the caller reads what fn stored; a failure means "no answer"
+        fn()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+
+
 def _ranks_text(ranks: Iterable[int]) -> str:
     rs = sorted(ranks)
     return ", ".join(map(str, rs[:8])) + (f" and {len(rs) - 8} more" if len(rs) > 8 else "")
@@ -84,8 +106,13 @@ class Liveness:
         self.poll_s = poll_s if poll_s is not None else min(0.25, self.timeout_s / 8)
         self.phase = "joining"
         self.generations: dict[int, int] = {}
-        self._store = store  # this thread's (waits, failure records)
-        self._bg_store = store.clone() if hasattr(store, "clone") else store
+        # Every store call is bounded: a rank cut off from the store (a partition, or the death of the rank
+        # that hosts it) must not block in a call for the store's own, long, connect timeout. Each thread
+        # has its own client; the failure record has one of its own with a shorter bound.
+        self.fail_s = min(self.timeout_s, FAIL_RECORD_S)
+        self._store = _bounded(store, self.timeout_s)  # this thread's (joins, barriers)
+        self._bg_store = _bounded(store, self.timeout_s)  # the heartbeat thread's
+        self._fail_store = _bounded(store, self.fail_s)
         self._state = "joining"
         self._beat = 0
         self._watch_all = True
@@ -93,7 +120,10 @@ class Liveness:
         self._error: WeightSyncError | None = None
         self._callback: tuple[str, float] | None = None
         self._stop = threading.Event()
+        self._fail_lock = threading.Lock()
         self._started = time.monotonic()
+        self._answered = self._started  # last time the store answered a heartbeat
+        self._lost = False  # the store stopped answering
         self._thread = threading.Thread(target=self._heartbeat, name=f"weight-sync-beat-{rank}", daemon=True)
 
     # -- store helpers --------------------------------------------------------------------------
@@ -142,8 +172,16 @@ class Liveness:
         self._state = "running"
 
     def poll(self, phase: str) -> None:
-        """Record what this rank is doing; raise if any rank failed (cheap: no store traffic)."""
+        """Record what this rank is doing; raise if any rank failed (cheap: no store traffic).
+
+        Also raises when the store has not answered the heartbeat for ``timeout_s``: a store client's
+        own timeout is not a wall-clock bound (a call to an unreachable host retries), so the clock
+        that decides is this one.
+        """
         self.phase = phase
+        if self._error is None and self._thread.is_alive() and time.monotonic() - self._answered > self.timeout_s:
+            self._store_lost("no answer to the heartbeat for "
+                             f"{time.monotonic() - self._answered:.1f} s")
         if self._error is not None:
             raise self._error
 
@@ -174,7 +212,9 @@ class Liveness:
         """Stop the heartbeat thread (idempotent); call when the round is over, however it ended."""
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=10 * self.poll_s + 5)
+            # a heartbeat stuck in a call to a store that stopped answering ends when that call gives up; it
+            # is a daemon thread that touches nothing of the round, so the caller does not wait for it
+            self._thread.join(timeout=0.5 if self._lost else 10 * self.poll_s + 5)
 
     def fail(self, peer: int, reason: str, kind: str = "failure") -> WeightSyncError:
         """Record a failure (unless another rank already did) and return the error to raise.
@@ -183,17 +223,31 @@ class Liveness:
         ``kind="integrity"`` makes it an :class:`IntegrityError` on every rank.
         """
         record = json.dumps({"reporter": self.rank, "peer": peer, "phase": self.phase, "reason": reason, "kind": kind})
-        store = self._bg_store if threading.current_thread() is self._thread else self._store
-        try:
-            store.compare_set("abort", "", _NO_ABORT)  # a rank may fail before it joined
-            current = store.compare_set("abort", _NO_ABORT, record).decode()
-            if current in ("", _NO_ABORT):  # the round's keys were never set up: nobody else can have failed
-                current = record
-            store.set(f"r{self.rank}", self._value("failed"))
-            for key in ("go", "release"):
-                store.compare_set(key, "", "abort")
-        except Exception:  # store gone too: report what this rank saw
-            current = record
+        if self._error is not None:  # already failed (e.g. the heartbeat found the store gone): one cause
+            return self._error
+        box: dict[str, str] = {}
+        value = self._value("failed")
+
+        def write() -> None:  # on a thread of its own, so a store that does not answer costs fail_s, no more
+            with self._fail_lock:
+                store = self._fail_store
+                store.compare_set("abort", "", _NO_ABORT)  # a rank may fail before it joined
+                current = store.compare_set("abort", _NO_ABORT, record).decode()
+                box["current"] = record if current in ("", _NO_ABORT) else current  # keys never set up: ours
+                store.set(f"r{self.rank}", value)
+                for key in ("go", "release"):
+                    store.compare_set(key, "", "abort")
+
+        writer = threading.Thread(target=_quietly, args=(write,), name=f"weight-sync-fail-{self.rank}", daemon=True)
+        writer.start()
+        writer.join(self.fail_s + 0.5)
+        current = box.get("current")
+        if current is None:  # the store did not answer: report what this rank saw, and that
+            current = json.dumps({"reporter": self.rank, "peer": 0 if peer in (-1, self.rank) else peer,
+                                  "phase": self.phase, "kind": kind,
+                                  "reason": f"{reason}; and the coordination store (hosted by {self.rank_name(0)}) did "
+                                            f"not answer within {self.fail_s:.0f} s: {self.rank_name(0)} has died, or "
+                                            "this rank is cut off from the network"})
         self._state = "failed"
         self._error = self._error_from(current)
         return self._error
@@ -250,8 +304,11 @@ class Liveness:
                 abort = store.get("abort").decode()
             except WeightSyncError:
                 continue  # recorded by fail(); the calling thread raises it at its next poll or wait
-            except Exception:  # store gone: the waits in the calling thread report it with the phase
+            except Exception as exc:  # the store's host died or this rank is cut off
+                if not self._stop.is_set():
+                    self._store_lost(_first_line(exc))
                 return
+            self._answered = time.monotonic()
             if self._error is not None:
                 continue
             if abort not in ("", _NO_ABORT):
@@ -286,6 +343,15 @@ class Liveness:
             if now - last[1] > self.timeout_s:
                 raise self.fail(q, f"{self.rank_name(q)} stopped responding (no heartbeat for {now - last[1]:.1f} s) "
                                    f"while {phase or 'joining'}")
+
+    def _store_lost(self, why: str) -> None:
+        self._lost = True
+        if self._error is None:
+            self._state = "failed"
+            self._error = WeightSyncError(
+                f"weight sync failed: the coordination store (hosted by {self.rank_name(0)}) stopped answering while "
+                f"{self.phase} ({why}): {self.rank_name(0)} has died, or this rank is cut off from the network "
+                f"(detected by {self.rank_name(self.rank)})", peer=0, phase=self.phase, reporter=self.rank)
 
     def _error_from(self, record: str) -> WeightSyncError:
         doc = json.loads(record)

@@ -426,6 +426,7 @@ class WeightSync:
              snapshot: tuple[ChunkCodec, dict] | bool = False,
              targets: dict[int, list[torch.Tensor]] | None = None) -> SyncReport:
         sch, rank = self.schedule, self.rank
+        self._settle()
         n = self._next_round()
         self._round = n
         self.transport.store.set("latest-round", str(n))
@@ -436,11 +437,7 @@ class WeightSync:
         loader = Loader(load_weights, live, sch, targets or {}, self.schedule.is_trainer(rank))
         try:
             live.join()
-            live.phase = "connecting to peers"
-            try:
-                self.transport.prepare(live.generations)
-            except Exception as exc:
-                raise live.fail(-1, f"{sch.rank_name(rank)} could not connect to its peers: {_short(exc)}") from exc
+            self._connect(live)
             started = time.time()
             codec, snaps = snapshot if isinstance(snapshot, tuple) else (self._codec(n), None)
             codec.round_id = n
@@ -468,6 +465,46 @@ class WeightSync:
                           time.time(), executor.sent, executor.received, executor.verified, loader.loaded, True,
                           tuple(sorted(executor.step_times)), n)
 
+    def _settle(self) -> None:
+        """Before a new round: let the transfers a failed round left pending end (at most their timeout)."""
+        executor = self._executor
+        if executor is not None and not executor.idle():
+            executor.stop()
+            if not executor.join(self.transport_timeout_s):
+                raise WeightSyncError(f"{self.schedule.rank_name(self.rank)}: transfers of the failed round "
+                                      f"{self._round} are still pending after {self.transport_timeout_s:.0f} s; "
+                                      "discard this WeightSync and connect a new one", peer=self.rank)
+
+    @property
+    def transport_timeout_s(self) -> float:
+        """Longest one transfer may block in the transport."""
+        return float(getattr(self.transport, "timeout_s", 2 * self.timeout_s))
+
+    def _connect(self, live: Liveness) -> None:
+        """Connect to this rank's peers, raising as soon as liveness names a peer that died or was cut off.
+
+        Building a connection blocks in the transport (gloo's rendezvous) up to its own timeout; it runs
+        on a thread of its own so that the heartbeats, which see a silent peer after ``timeout_s``, decide
+        when this rank gives up and whom it names.
+        """
+        box: dict[str, BaseException] = {}
+
+        def work() -> None:
+            try:
+                self.transport.prepare(live.generations)
+            except BaseException as exc:  # handed to the calling thread below
+                box["exc"] = exc
+
+        thread = threading.Thread(target=work, name=f"weight-sync-connect-{self.rank}", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.05)
+            live.poll("connecting to peers")
+        if "exc" in box:
+            exc = box["exc"]
+            raise live.fail(-1, f"{self.schedule.rank_name(self.rank)} could not connect to its peers: "
+                                f"{_short(exc)}") from exc
+
     def _after_failure(self) -> None:
         """End this rank's pending transfers and let its stream threads return before the error surfaces."""
         executor = self._executor
@@ -477,7 +514,10 @@ class WeightSync:
         with contextlib.suppress(Exception):
             self.transport.reset()
         if executor is not None:
-            executor.join(2 * self.timeout_s)
+            # Most pending transfers end at once on the reset; one whose peer vanished without a word (a pulled
+            # cable) may only end at the transport's own timeout. The error is not held back for it: the next
+            # round waits for it before it starts (_settle), and so does the process at exit (_quiesce).
+            executor.join(SETTLE_S)
 
     def _label(self, op: Op, step: int) -> str:
         sch = self.schedule
@@ -485,6 +525,10 @@ class WeightSync:
         prep = "to" if op.kind == "send" else "from"
         return (f"phase {op.phase}: {verb} block {op.block} chunk {op.chunk + 1}/{sch.chunks(op.block)} "
                 f"{prep} {sch.rank_name(op.peer)} (step {step})")
+
+
+#: After a failure, how long the error waits for this rank's transfer threads to end (seconds).
+SETTLE_S = 1.0
 
 
 def megatron_coords() -> dict[str, int] | None:
@@ -544,3 +588,4 @@ def _quiesce() -> None:
         executor = sync._executor
         if executor is not None and not executor.idle():
             sync._after_failure()
+            executor.join(sync.transport_timeout_s)  # a transfer to a vanished peer ends at its own timeout

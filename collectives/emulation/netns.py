@@ -95,6 +95,10 @@ class EmulatedCluster:
     def generators(self) -> list[Host]:
         return [h for h in self.hosts if h.role == "generator"]
 
+    def unplug_command(self, host: Host) -> list[str]:
+        """The command that pulls ``host``'s cable: its link goes down on the fabric side, packets vanish silently."""
+        return ["ip", "-n", self.fabric_ns, "link", "set", f"h{self.hosts.index(host)}", "down"]
+
     def gen_pod_ids(self) -> list[int]:
         return [self.spec.train_pod + 1 + p for p in range(self.spec.gen_pods)]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -57,6 +58,10 @@ class RankJob:
     into_dtype: str = ""  # ... of this dtype instead of the parameter's (to check it is refused)
     rounds: int = 1  # sync rounds to run; a failed round is reported and the next one attempted
     coords_of: int = -1  # >= 0: this trainer's framework says it is that trainer rank (a swapped rank mapping)
+    partition_after_params: int = -1  # >= 0: run partition_cmd (cut this rank off the network) after that many
+    partition_cmd: tuple = ()  # e.g. ("ip", "-n", FABRIC_NS, "link", "set", "h3", "down"): its cable, pulled
+    kill_rank0_after_params: int = -1  # >= 0: SIGKILL schedule rank 0 (the store's host) after loading that many
+    pid_file: str = ""  # rank 0 writes its process id here (for kill_rank0_after_params)
     rejoin: bool = False  # this process replaces a rank that died (WeightSync.connect(rejoin=True))
     torch_threads: int = 1
     extra_env: dict = field(default_factory=dict)
@@ -67,6 +72,9 @@ def run_rank(job: RankJob) -> dict:
     from orchestrl.collectives.weight_sync import WeightSync
 
     torch.set_num_threads(job.torch_threads)
+    if job.rank == 0 and job.pid_file:
+        with open(job.pid_file, "w") as f:
+            f.write(str(os.getpid()))
     sync = _connect(job, WeightSync)
     KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
     sch = sync.schedule
@@ -149,10 +157,16 @@ def _one_round(job: RankJob, sync, sch: Schedule):
             raise RuntimeError("the engine refused the weights")
         for limit, sig in ((job.die_after_params, signal.SIGKILL), (job.stop_after_params, signal.SIGSTOP)):
             if len(got) == limit:
-                if job.death_note:
-                    with open(job.death_note, "w") as f:
-                        f.write(repr(time.time()))
+                _note(job)
                 os.kill(os.getpid(), sig)
+        if len(got) == job.partition_after_params:
+            subprocess.run(list(job.partition_cmd), check=True)
+            _note(job)
+        if len(got) == job.kill_rank0_after_params:
+            with open(job.pid_file) as f:
+                pid = int(f.read())
+            _note(job)
+            os.kill(pid, signal.SIGKILL)
 
     report = sync.receive(load_weights, into=into)
     for i, tensor in got if job.check else ():
@@ -162,6 +176,13 @@ def _one_round(job: RankJob, sync, sch: Schedule):
     if job.check and len(got) != sum(sch.runs(job.rank, i) is not None for i in range(len(sch.params))):
         mismatches.append(f"loaded {len(got)} parameters")
     return report, mismatches
+
+
+def _note(job: RankJob) -> None:
+    """Write the wall-clock time of the fault this rank injects to ``job.death_note``."""
+    if job.death_note:
+        with open(job.death_note, "w") as f:
+            f.write(repr(time.time()))
 
 
 class _CorruptingTransport:

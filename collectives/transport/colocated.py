@@ -112,7 +112,15 @@ class ColocatedTransport:
         self._seq: dict[tuple[str, int, int], int] = {}
         self._segments: dict[str, shared_memory.SharedMemory] = {}  # ours (send pool) and peers' (attached)
         self._free: dict[tuple[int, int], list[shared_memory.SharedMemory]] = {}
-        self.generation = int(self.store.add(f"generation/{self.rank}", 1))
+        self._generation: int | None = None
+        self.generation  # noqa: B018 -- drawn now, so a bad store fails the constructor
+
+    @property
+    def generation(self) -> int:
+        """This process's generation, drawn from the store when first needed after a reset."""
+        if self._generation is None:
+            self._generation = int(self.store.add(f"generation/{self.rank}", 1))
+        return self._generation
 
     # -- connections -------------------------------------------------------------------------------
     def prepare(self, generations: dict[int, int]) -> None:
@@ -227,7 +235,7 @@ class ColocatedTransport:
         self.close()
         with self._lock:
             self._seq.clear()
-        self.generation = int(self.store.add(f"generation/{self.rank}", 1))
+        self._generation = None  # drawn at the next round: a reset never waits on the store
 
     def close(self) -> None:
         """End every pending wait and release the shared-memory segments; prepare() reopens."""

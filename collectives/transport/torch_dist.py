@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 from datetime import timedelta
 
 import torch
@@ -93,7 +94,9 @@ class TorchTransport:
         self._gloo_port = 0
         self._groups: dict[int, tuple[tuple[int, int], object]] = {}  # peer -> ((gen lo, gen hi), group)
         self._sockets: dict[int, list[int]] = {}  # peer -> file descriptors of its gloo connection
-        self.generation = self._next_generation()
+        self._generation: int | None = None
+        self._prepare_lock = threading.Lock()
+        self.generation  # noqa: B018 -- drawn now, so a bad store fails the constructor, not the first round
 
     @classmethod
     def connect(cls, host: str, port: int, rank: int, world_size: int, *, backend: str = "gloo",
@@ -103,8 +106,14 @@ class TorchTransport:
                               wait_for_workers=False)
         return cls(store, rank, world_size, backend=backend, timeout_s=timeout_s, group_name=group_name)
 
-    def _next_generation(self) -> int:
-        return int(self.store.add(f"generation/{self.rank}", 1))
+    @property
+    def generation(self) -> int:
+        """This process's connection generation, drawn from the store when first needed after a reset."""
+        if self._generation is None:
+            self._generation = int(self.store.add(f"generation/{self.rank}", 1))
+            if self._gloo_device is not None:
+                self._publish_port()
+        return self._generation
 
     # -- groups ----------------------------------------------------------------------------------
     def prepare(self, generations: dict[int, int]) -> None:
@@ -112,7 +121,12 @@ class TorchTransport:
 
         Groups whose pair of generations changed are rebuilt, in increasing order of the pair, so
         that every rank builds shared groups in the same order. Blocks until each peer does its part.
+        One prepare at a time: one left behind by a failed round ends at its own timeout first.
         """
+        with self._prepare_lock:
+            self._prepare(generations)
+
+    def _prepare(self, generations: dict[int, int]) -> None:
         for peer in sorted(generations, key=lambda p: (min(p, self.rank), max(p, self.rank))):
             lo, hi = sorted((self.rank, peer))
             gens = (self.generation, generations[peer]) if self.rank == lo else (generations[peer], self.generation)
@@ -187,12 +201,11 @@ class TorchTransport:
         """Abort every group (pending transfers fail at once) and draw a new generation.
 
         Called after a failed round: the next round rebuilds the connections with every peer, so no
-        transfer of the failed round can be matched with one of the next.
+        transfer of the failed round can be matched with one of the next. Touches no store, so it is
+        as quick on a rank cut off from the network as on any other.
         """
         self.close()
-        self.generation = self._next_generation()
-        if self._gloo_device is not None:
-            self._publish_port()
+        self._generation = None  # drawn at the next round: a reset never waits on the store (it may be gone)
 
     def close(self) -> None:
         """Abort every group and end its pending transfers; a closed transport is reopened by prepare()."""

@@ -268,3 +268,39 @@ def test_a_split_layout_without_framework_coordinates_is_refused_with_the_fix():
     flat = plan_weight_sync(synthetic_model(1 << 16, hidden=16), TrainerLayout(dp=2),
                             GeneratorLayout.uniform(pods=(1,), ranks_per_pod=1), FabricLinks(nic_bps=1e9))
     WeightSync._check_coords(SimpleNamespace(schedule=flat, rank=1), None)  # replicas: nothing to prove
+
+
+def test_when_the_store_host_dies_every_survivor_names_it_within_the_timeout(tmp_path):
+    """Schedule rank 0 hosts the coordination store; when it dies, nobody blames a live peer or hangs."""
+    sch = _mixed_tp_schedule()
+    killer = sch.generator_rank(2)
+    note = tmp_path / "killed_at"
+    run = run_sync(sch, timeout_s=TIMEOUT_S, per_rank={killer: {"kill_rank0_after_params": 2}},
+                   pid_file=str(tmp_path / "rank0.pid"), death_note=str(note), wait_s=60)
+    assert note.exists(), "rank 0 was not killed mid-transfer"
+    killed_at = float(note.read_text())
+    for r in run.results[1:]:
+        assert not r.ok and r.error_type == "WeightSyncError", (r.rank, r.error)
+        assert sch.rank_name(0) in r.error and "store" in r.error, (r.rank, r.error)
+        assert r.finished_at - killed_at <= TIMEOUT_S + SLACK_S, (r.rank, r.finished_at - killed_at, r.error)
+
+
+def test_a_partitioned_rank_returns_within_its_timeout_and_the_others_name_it(tmp_path, emulated_cluster):
+    """A generator whose cable is pulled mid-transfer raises by itself, bounded, and the others name it."""
+    from orchestrl.collectives.emulation.netns import ClusterSpec
+
+    cluster = emulated_cluster(ClusterSpec(trainers=2, gen_pods=1, gens_per_pod=3, nic_bps=2e9, cross_bps=1e9))
+    gen = GeneratorLayout.uniform(pods=tuple(cluster.gen_pod_ids()), ranks_per_pod=3)
+    sch = plan_weight_sync(synthetic_model(4 << 20, hidden=64), TrainerLayout(tp=2, pods=(0, 0)), gen,
+                           FabricLinks(nic_bps=2e9, cross_bps=1e9), chunk_bytes=128 << 10)
+    cut = sch.generator_rank(1)
+    note = tmp_path / "cut_at"
+    unplug = tuple(cluster.unplug_command(cluster.hosts[cut]))
+    run = run_sync(sch, hosts=cluster.hosts, timeout_s=TIMEOUT_S,
+                   per_rank={cut: {"partition_after_params": 2, "partition_cmd": unplug}}, death_note=str(note), wait_s=90)
+    assert note.exists(), "the generator was not cut off mid-transfer"
+    cut_at = float(note.read_text())
+    me = run.results[cut]
+    assert not me.ok and "cut off" in me.error, me.error
+    assert me.finished_at - cut_at <= TIMEOUT_S + SLACK_S, (me.finished_at - cut_at, me.error)
+    _assert_all_survivors_blame(run, cut, sch.rank_name(cut), cut_at, r"stopped responding|while")
