@@ -270,7 +270,10 @@ class Liveness:
 
     def _hellos(self, store) -> dict[int, tuple[str, int, int]]:
         """Rank -> (digest, world size, generation) of every rank that joined this round so far."""
-        raw = store.get("hellos").decode() if store is self._bg_store else self._io(lambda: store.get("hellos")).decode()  # type: ignore[union-attr]
+        if store is self._bg_store:  # the heartbeat never blocks on a key: before anyone joined there are none
+            raw = store.get("hellos").decode() if store.check(["hellos"]) else ""
+        else:
+            raw = self._io(lambda: store.get("hellos")).decode()  # type: ignore[union-attr]
         out: dict[int, tuple[str, int, int]] = {}
         for item in filter(None, raw.split(";")):
             q, digest, world, gen = item.split("|")

@@ -452,18 +452,42 @@ class WeightSync:
                                       f"(first: {missing[0]!r}); the schedule does not cover its layout")
             data_done = time.time()
             live.finish()
-        except WeightSyncError:
+        except WeightSyncError as err:
             self._after_failure()
-            raise
+            raise self._with_targets(err, buffers, targets)
         except Exception as exc:  # a failing load_weights or an internal error: end the round everywhere
             err = live.fail(rank, f"{sch.rank_name(rank)} raised {type(exc).__name__}: {exc}")
             self._after_failure()
-            raise err from exc
+            raise self._with_targets(err, buffers, targets) from exc
         finally:
             live.close()
         return SyncReport(rank, "trainer" if sch.is_trainer(rank) else "generator", started, data_done,
                           time.time(), executor.sent, executor.received, executor.verified, loader.loaded, True,
                           tuple(sorted(executor.step_times)), n)
+
+    def _with_targets(self, err: WeightSyncError, buffers: dict[int, ParamBuffer],
+                      targets: dict[int, list[torch.Tensor]] | None) -> WeightSyncError:
+        """Say in ``err`` what a failed round left in the caller's ``into=`` tensors (written in place as chunks came).
+
+        A failed round is not rolled back (that would need a second copy of the model): each target holds this
+        round's weights, still the previous ones, or a mix. ``err.targets`` maps each state to the names.
+        """
+        if not targets:
+            return err
+        sch = self.schedule
+        state: dict[str, list[str]] = {"complete": [], "untouched": [], "partial": []}
+        for i in targets:
+            buf = buffers[i]
+            total = sum(hi - lo for lo, hi in buf.runs[0]) * buf.spec.row_bytes
+            kind = "complete" if buf.missing_bytes == 0 else "untouched" if buf.missing_bytes >= total else "partial"
+            state[kind].append(sch.params[i].name)
+        err.targets = state  # type: ignore[attr-defined]
+        mixed = state["partial"]
+        err.args = (f"{err.args[0]}; in-place targets of {sch.rank_name(self.rank)}: {len(state['complete'])} hold this "
+                    f"round's weights, {len(state['untouched'])} the previous ones, {len(mixed)} a mix of both"
+                    + (f" (first: {mixed[0]!r})" if mixed else "")
+                    + ": serve from none of them until a round succeeds; retrying the round rewrites every target",)
+        return err
 
     def _settle(self) -> None:
         """Before a new round: let the transfers a failed round left pending end (at most their timeout)."""

@@ -46,7 +46,7 @@ class RankJob:
     check: bool = True  # compare every received slice with the synthetic model, bit for bit
     die_after_params: int = -1  # >= 0: SIGKILL this rank after loading that many parameters
     stop_after_params: int = -1  # >= 0: SIGSTOP this rank (a stalled peer) after that many
-    raise_after_params: int = -1  # >= 0: load_weights raises after that many (an engine that refuses)
+    raise_after_params: int = -1  # >= 0: load_weights raises after that many in the first round (an engine that refuses)
     load_delay_s: float = 0.0  # each load_weights call sleeps this long (a slow engine loader)
     seed: int = 0
     trace: bool = False  # record per-step timings
@@ -79,9 +79,9 @@ def run_rank(job: RankJob) -> dict:
     KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
     sch = sync.schedule
     out: dict = {"pid": os.getpid(), "rounds": [], "report": None, "mismatches": [], "at": 0.0}
-    for _ in range(job.rounds):
+    for n in range(job.rounds):
         try:
-            report, mismatches = _one_round(job, sync, sch)
+            report, mismatches = _one_round(job, sync, sch, first=n == 0)
             out["rounds"].append({"report": asdict(report), "mismatches": mismatches})
             out["report"], out["mismatches"] = asdict(report), mismatches
         except Exception as exc:  # noqa: BLE001 -- reported per round; the last one is re-raised
@@ -120,7 +120,7 @@ def _connect(job: RankJob, cls):
     return sync
 
 
-def _one_round(job: RankJob, sync, sch: Schedule):
+def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
     device = sync.transport.device
     index = {p.name: i for i, p in enumerate(sch.params)}
     mismatches: list[str] = []
@@ -141,11 +141,11 @@ def _one_round(job: RankJob, sync, sch: Schedule):
         return sync.send(local, coords=coords), mismatches
     got: list[tuple[int, torch.Tensor]] = []
     into = None
-    if job.into:
-        into = {}
+    if job.into:  # the engine's own tensors, the same ones every round (as a real engine's parameters)
+        into = _INTO.setdefault(job.rank, {})
         for i, spec in enumerate(sch.params):
             shape = sch.local_shape(job.rank, i)
-            if shape is not None:
+            if shape is not None and spec.name not in into:
                 into[spec.name] = torch.zeros(shape, dtype=TORCH_DTYPES[job.into_dtype or spec.dtype], device=device)
 
     def load_weights(batch: list[tuple[str, torch.Tensor]]) -> None:
@@ -153,7 +153,7 @@ def _one_round(job: RankJob, sync, sch: Schedule):
         got.append((index[name], tensor))  # checked after the timed round
         if job.load_delay_s:
             time.sleep(job.load_delay_s)
-        if len(got) == job.raise_after_params:
+        if first and len(got) == job.raise_after_params:
             raise RuntimeError("the engine refused the weights")
         for limit, sig in ((job.die_after_params, signal.SIGKILL), (job.stop_after_params, signal.SIGSTOP)):
             if len(got) == limit:
@@ -176,6 +176,9 @@ def _one_round(job: RankJob, sync, sch: Schedule):
     if job.check and len(got) != sum(sch.runs(job.rank, i) is not None for i in range(len(sch.params))):
         mismatches.append(f"loaded {len(got)} parameters")
     return report, mismatches
+
+
+_INTO: dict[int, dict[str, torch.Tensor]] = {}  # rank -> its in-place targets, kept across rounds
 
 
 def _note(job: RankJob) -> None:

@@ -304,3 +304,21 @@ def test_a_partitioned_rank_returns_within_its_timeout_and_the_others_name_it(tm
     assert not me.ok and "cut off" in me.error, me.error
     assert me.finished_at - cut_at <= TIMEOUT_S + SLACK_S, (me.finished_at - cut_at, me.error)
     _assert_all_survivors_blame(run, cut, sch.rank_name(cut), cut_at, r"stopped responding|while")
+
+
+def test_a_failed_round_says_what_it_left_in_the_engines_tensors_and_a_retry_rewrites_them():
+    """Receiving in place is not rolled back: the error says which targets are new, old or mixed; the retry fixes all."""
+    sch = _mixed_tp_schedule()
+    refuser = sch.generator_rank(3)
+    run = run_sync(sch, timeout_s=TIMEOUT_S, into=True, rounds=2, per_rank={refuser: {"raise_after_params": 4}},
+                   wait_s=90)
+    assert run.ok and run.verified, run.errors()  # the second round rewrote every target, bit for bit
+    for r in run.results[sch.trainer.world_size:]:
+        first = r.value["rounds"][0]
+        assert "error" in first, (r.rank, first)
+        m = re.search(r"in-place targets of .*?: (\d+) hold this round's weights, (\d+) the previous ones, "
+                      r"(\d+) a mix of both", first["error"])
+        assert m, first["error"]
+        held = sum(sch.local_shape(r.rank, i) is not None for i in range(len(sch.params)))
+        assert sum(map(int, m.groups())) == held, (m.groups(), held)
+        assert "retrying the round rewrites every target" in first["error"]
