@@ -1,11 +1,23 @@
 """Chunk encoding: pack a block's pieces from local tensors, verify and unpack them on arrival.
 
-A chunk message is a ``uint8`` tensor: a 64-byte header (schedule digest, round, block, chunk,
-payload length, checksum, checksum algorithm) followed by the payload, a byte range of the block's
-pieces laid end to end (each piece in row-major order of its own shape, in the engine's dtype). A
-piece that is contiguous in the local tensor (rows of the first non-unit dimension, in the engine's
-dtype) is read or written in place; any other piece -- a column range, or a trainer tensor held in
-another dtype (fp32 master weights) -- goes through one piece-sized staging tensor, cast there.
+A chunk travels as two transfers under one tag: a 64-byte header (schedule digest, round, block,
+chunk, payload length, checksum, checksum algorithm) and the payload, a byte range of the block's
+pieces laid end to end (each piece in row-major order of its own shape, in the engine's dtype).
+
+Design note: bytes are touched as few times as the layout allows, because on a fast network the
+per-byte work of the hosts is what a sync costs (on loopback it is all of it).
+
+* Sending: a chunk that lies in one piece that is contiguous in the local tensor (rows of the first
+  non-unit dimension, in the engine's dtype) is sent from the tensor itself; anything else -- a
+  column range, a chunk spanning pieces, fp32 master weights cast to bf16 -- is packed once into a
+  pooled buffer. The checksum is computed once per chunk and its header reused for every peer the
+  rank sends that chunk to.
+* Receiving: a chunk that lands in one contiguous place is received straight into it; any other
+  into a pooled buffer, then written to where its rows really are (a column range by up to three
+  strided copies, no piece-sized staging). Forwarding sends the received bytes on as they are.
+* Buffers come from a pool and go back to it when every transfer that uses them is done, so a
+  rank's extra memory is the chunks it has in flight, not the model.
+
 Where a piece sits in a local tensor comes from the rank's runs (:mod:`collectives.sharding`), so
 fused, interleaved and padded layouts are read and written row by row where they really are.
 """
@@ -13,6 +25,7 @@ fused, interleaved and padded layouts are read and written row by row where they
 from __future__ import annotations
 
 import bisect
+import threading
 from dataclasses import dataclass, field
 from math import prod
 
@@ -24,7 +37,7 @@ from orchestrl.collectives.layout import ParamSpec
 from orchestrl.collectives.schedule import Schedule
 from orchestrl.collectives.sharding import Runs
 
-__all__ = ["HEADER_BYTES", "TORCH_DTYPES", "ParamBuffer", "ChunkCodec"]
+__all__ = ["HEADER_BYTES", "TORCH_DTYPES", "ParamBuffer", "ChunkCodec", "Chunk", "BufferPool"]
 
 HEADER_BYTES = 64
 
@@ -80,8 +93,43 @@ class ParamBuffer:
         return self.tensor.narrow(self.spec.split_dim, self.local_row(start, stop), stop - start)
 
 
+class BufferPool:
+    """Reusable ``uint8`` buffers by size, so steady-state chunk traffic allocates nothing."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._free: dict[int, list[torch.Tensor]] = {}
+        self._lock = threading.Lock()
+        self.allocated = 0  # buffers made (for tests and reports)
+
+    def get(self, nbytes: int) -> torch.Tensor:
+        with self._lock:
+            free = self._free.get(nbytes)
+            if free:
+                return free.pop()
+            self.allocated += 1
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def put(self, buf: torch.Tensor) -> None:
+        with self._lock:
+            self._free.setdefault(buf.numel(), []).append(buf)
+
+
+@dataclass
+class Chunk:
+    """One chunk in flight: its header and payload tensors, and whether the payload is a pooled buffer."""
+
+    header: torch.Tensor
+    payload: torch.Tensor
+    pooled: bool  # False: a view of a local tensor or snapshot (never handed back to the pool)
+
+    @property
+    def nbytes(self) -> int:
+        return self.header.numel() + self.payload.numel()
+
+
 class ChunkCodec:
-    """Packs, verifies and unpacks the chunks of one schedule for one rank."""
+    """Packs, verifies and unpacks the chunks of one schedule for one rank (see the module note)."""
 
     def __init__(self, schedule: Schedule, rank: int, device: torch.device, algorithm: str, round_id: int) -> None:
         self.schedule = schedule
@@ -92,10 +140,15 @@ class ChunkCodec:
         self._digest = int(schedule.digest[:12], 16)
         self._offsets = {b.id: _prefix([p.nbytes for p in b.pieces]) for b in schedule.blocks}
         self._packed: dict[int, tuple[int, torch.Tensor]] = {}  # block -> (piece index, contiguous copy)
-
-    def new_buffer(self, block: int, chunk: int) -> torch.Tensor:
-        return torch.empty(HEADER_BYTES + self.schedule.chunk_payload(block, chunk), dtype=torch.uint8,
-                           device=self.device)
+        self.pool = BufferPool(device)
+        self._outgoing: dict[tuple[int, int], list] = {}  # (block, chunk) -> [Chunk, sends left]
+        self._lock = threading.Lock()
+        self._fanout: dict[tuple[int, int], int] = {}
+        for _, ops in schedule.program(rank):
+            for op in ops:
+                if op.kind == "send" and not op.forward:
+                    key = (op.block, op.chunk)
+                    self._fanout[key] = self._fanout.get(key, 0) + 1
 
     def _segments(self, block: int, chunk: int):
         """Yield (piece index, piece, offset in piece, length, offset in payload)."""
@@ -116,17 +169,18 @@ class ChunkCodec:
         src = buf.piece_view(pc.start, pc.stop)
         if src is not None:
             return src
-        cached = self._packed.get(block)
-        if cached is None or cached[0] != i:
-            data = buf.narrow(pc.start, pc.stop).to(TORCH_DTYPES[buf.spec.dtype]).contiguous()
-            cached = (i, data.reshape(-1).view(torch.uint8))
-            self._packed[block] = cached
+        with self._lock:
+            cached = self._packed.get(block)
+            if cached is None or cached[0] != i:
+                data = buf.narrow(pc.start, pc.stop).to(TORCH_DTYPES[buf.spec.dtype]).contiguous()
+                cached = (i, data.reshape(-1).view(torch.uint8))
+                self._packed[block] = cached
         return cached[1]
 
     def snapshot(self, buffers: dict[int, ParamBuffer]) -> dict[int, torch.Tensor]:
         """Copy every block this rank originates into its own payload buffer (cast to the engine dtype).
 
-        What :meth:`pack` then reads instead of the live tensors, so training may change them while
+        What :meth:`outgoing` then reads instead of the live tensors, so training may change them while
         the sync runs; memory is the bytes this rank sends, about its shard of the model.
         """
         out: dict[int, torch.Tensor] = {}
@@ -142,61 +196,146 @@ class ChunkCodec:
             out[b.id] = payload
         return out
 
-    def pack(self, block: int, chunk: int, buffers: dict[int, ParamBuffer],
-             snapshots: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
-        """Return the chunk message for ``block``/``chunk`` read from this rank's buffers (or snapshot)."""
-        msg = self.new_buffer(block, chunk)
-        payload = msg[HEADER_BYTES:]
+    # -- sending ------------------------------------------------------------------------------------
+    def outgoing(self, block: int, chunk: int, buffers: dict[int, ParamBuffer],
+                 snapshots: dict[int, torch.Tensor] | None = None) -> Chunk:
+        """The chunk this rank originates for ``block``/``chunk``: made once, shared by every peer it goes to."""
+        key = (block, chunk)
+        with self._lock:
+            entry = self._outgoing.get(key)
+            if entry is not None:
+                return entry[0]
+        n = self.schedule.chunk_payload(block, chunk)
+        lo = chunk * self.schedule.chunk_bytes
+        pooled = False
         if snapshots is not None and block in snapshots:
-            lo = chunk * self.schedule.chunk_bytes
-            payload.copy_(snapshots[block][lo:lo + payload.numel()])
+            payload = snapshots[block][lo:lo + n]
         else:
-            for i, pc, off, n, at in self._segments(block, chunk):
-                payload[at:at + n].copy_(self._piece_bytes(block, i, buffers[pc.param])[off:off + n])
-        self._write_header(msg, block, chunk, checksum(payload, self.algorithm))
-        return msg
+            segs = list(self._segments(block, chunk))
+            if len(segs) == 1:  # inside one piece: its contiguous bytes, no copy
+                i, pc, off, length, _ = segs[0]
+                payload = self._piece_bytes(block, i, buffers[pc.param])[off:off + length]
+            else:
+                payload, pooled = self.pool.get(n), True
+                for i, pc, off, length, at in segs:
+                    payload[at:at + length].copy_(self._piece_bytes(block, i, buffers[pc.param])[off:off + length])
+        out = Chunk(self._header(block, chunk, n, checksum(payload, self.algorithm)), payload, pooled)
+        with self._lock:
+            self._outgoing[key] = [out, self._fanout.get(key, 1)]
+        return out
 
-    def _write_header(self, msg: torch.Tensor, block: int, chunk: int, value: int) -> None:
-        words = [self._digest, self.round_id, block, chunk, msg.numel() - HEADER_BYTES, value,
-                 ALGORITHMS[self.algorithm], 0]
-        msg[:HEADER_BYTES].view(torch.int64).copy_(torch.tensor(words, dtype=torch.int64))
+    def sent(self, block: int, chunk: int) -> None:
+        """One send of this rank's own chunk is done; the last one frees it."""
+        with self._lock:
+            entry = self._outgoing.get((block, chunk))
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] > 0:
+                return
+            del self._outgoing[(block, chunk)]
+        if entry[0].pooled:
+            self.pool.put(entry[0].payload)
 
-    def verify(self, msg: torch.Tensor, block: int, chunk: int, where: str) -> None:
+    def _header(self, block: int, chunk: int, nbytes: int, value: int) -> torch.Tensor:
+        words = [self._digest, self.round_id, block, chunk, nbytes, value, ALGORITHMS[self.algorithm], 0]
+        return torch.tensor(words, dtype=torch.int64).view(torch.uint8).to(self.device)
+
+    # -- receiving ----------------------------------------------------------------------------------
+    def incoming(self, block: int, chunk: int, buffers: dict[int, ParamBuffer]) -> Chunk:
+        """Where chunk ``block``/``chunk`` is received: straight into its one contiguous place, or a pooled buffer."""
+        header = torch.empty(HEADER_BYTES, dtype=torch.uint8, device=self.device)
+        segs = list(self._segments(block, chunk))
+        if len(segs) == 1:
+            _, pc, off, length, _ = segs[0]
+            dst = buffers[pc.param].piece_view(pc.start, pc.stop)
+            if dst is not None:
+                return Chunk(header, dst[off:off + length], False)
+        return Chunk(header, self.pool.get(self.schedule.chunk_payload(block, chunk)), True)
+
+    def verify(self, msg: Chunk, block: int, chunk: int, where: str) -> None:
         """Raise :class:`IntegrityError` unless ``msg`` is the intact chunk ``block``/``chunk``."""
-        digest, round_id, b, k, n, value, algo, _ = msg[:HEADER_BYTES].view(torch.int64).tolist()
-        expected = (self._digest, self.round_id, block, chunk, msg.numel() - HEADER_BYTES)
+        digest, round_id, b, k, n, value, algo, _ = msg.header.view(torch.int64).tolist()
+        expected = (self._digest, self.round_id, block, chunk, msg.payload.numel())
         if (digest, round_id, b, k, n) != expected:
             raise IntegrityError(f"{where}: got header (schedule {digest:x}, round {round_id}, block {b}, chunk {k}, "
                                  f"{n} bytes) but expected {expected}", phase=where)
-        got = checksum(msg[HEADER_BYTES:], self.algorithm)
+        got = checksum(msg.payload, self.algorithm)
         if algo != ALGORITHMS[self.algorithm] or got != value:
             raise IntegrityError(f"{where}: checksum mismatch on block {block} chunk {chunk}: "
                                  f"sender computed {value:x}, received data gives {got:x}", phase=where)
 
-    def unpack(self, msg: torch.Tensor, block: int, chunk: int, buffers: dict[int, ParamBuffer]) -> list[int]:
-        """Write a verified chunk into this rank's buffers; return params that became complete."""
-        payload = msg[HEADER_BYTES:]
-        done = []
+    def unpack(self, msg: Chunk, block: int, chunk: int, buffers: dict[int, ParamBuffer]) -> None:
+        """Write a verified chunk into this rank's buffers (unless it was received there).
+
+        Chunks touch disjoint bytes, so several streams unpack at once; only a piece assembled in
+        staging (a region of more than two dimensions) takes the codec's lock.
+        """
+        if not msg.pooled:
+            return
+        payload = msg.payload
         for _, pc, off, n, at in self._segments(block, chunk):
+            self._write(buffers[pc.param], pc, off, n, payload[at:at + n])
+
+    def account(self, block: int, chunk: int, buffers: dict[int, ParamBuffer]) -> list[int]:
+        """Count chunk ``block``/``chunk`` as arrived; return the params it completed (call under one lock)."""
+        done = []
+        for _, pc, _, n, _ in self._segments(block, chunk):
             buf = buffers[pc.param]
-            dst = buf.piece_view(pc.start, pc.stop)
-            if dst is not None:
-                dst[off:off + n].copy_(payload[at:at + n])
-            else:
-                stage, filled = buf.staging.get(pc.start) or (
-                    torch.empty(pc.nbytes, dtype=torch.uint8, device=self.device), 0)
-                stage[off:off + n].copy_(payload[at:at + n])
-                filled += n
-                if filled == pc.nbytes:
-                    shape = buf.spec.region_shape(pc.start, pc.stop)
-                    buf.narrow(pc.start, pc.stop).copy_(stage.view(buf.tensor.dtype).view(shape))
-                    buf.staging.pop(pc.start, None)
-                else:
-                    buf.staging[pc.start] = (stage, filled)
             buf.missing_bytes -= n
             if buf.missing_bytes == 0:
                 done.append(pc.param)
         return done
+
+    def release(self, msg: Chunk) -> None:
+        """Give a received chunk's buffer back once nothing needs it (unpacked, forwarded to every child)."""
+        if msg.pooled:
+            self.pool.put(msg.payload)
+
+    def _write(self, buf: ParamBuffer, pc, off: int, n: int, src: torch.Tensor) -> None:
+        """Write bytes ``[off, off + n)`` of piece ``pc`` (its row-major bytes) to where they sit in ``buf``."""
+        dst = buf.piece_view(pc.start, pc.stop)
+        if dst is not None:
+            dst[off:off + n].copy_(src)
+            return
+        region = buf.narrow(pc.start, pc.stop)
+        item = region.element_size()
+        if region.dim() == 2 and region.stride(1) == 1 and off % item == 0 and n % item == 0 \
+                and region.dtype == TORCH_DTYPES[buf.spec.dtype]:
+            _write_rows(region, off // item, src.view(region.dtype))
+            return
+        # anything else (a region of more dimensions): assemble the piece in staging, write it when complete
+        with self._lock:
+            stage, filled = buf.staging.get(pc.start) or (
+                torch.empty(pc.nbytes, dtype=torch.uint8, device=self.device), 0)
+            stage[off:off + n].copy_(src)
+            filled += n
+            if filled == pc.nbytes:
+                shape = buf.spec.region_shape(pc.start, pc.stop)
+                region.copy_(stage.view(buf.tensor.dtype).view(shape))
+                buf.staging.pop(pc.start, None)
+            else:
+                buf.staging[pc.start] = (stage, filled)
+
+
+def _write_rows(region: torch.Tensor, first: int, values: torch.Tensor) -> None:
+    """Write ``values`` (elements ``first...`` of ``region`` in row-major order) into the 2-D strided ``region``."""
+    cols = region.shape[1]
+    e, v = first, 0
+    total = values.numel()
+    if e % cols:  # the rest of a row begun by an earlier chunk
+        r, c = divmod(e, cols)
+        k = min(cols - c, total)
+        region[r, c:c + k].copy_(values[:k])
+        e, v = e + k, k
+    rows = (total - v) // cols
+    if rows:
+        r = e // cols
+        region[r:r + rows].copy_(values[v:v + rows * cols].view(rows, cols))
+        e, v = e + rows * cols, v + rows * cols
+    if v < total:  # the start of a row the next chunk finishes
+        r = e // cols
+        region[r, :total - v].copy_(values[v:])
 
 
 def _prefix(sizes: list[int]) -> list[int]:

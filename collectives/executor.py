@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from orchestrl.collectives.codec import ChunkCodec, ParamBuffer
+from orchestrl.collectives.codec import Chunk, ChunkCodec, ParamBuffer
 from orchestrl.collectives.errors import IntegrityError
 from orchestrl.collectives.liveness import Liveness
 from orchestrl.collectives.schedule import Op, Schedule
@@ -53,8 +53,21 @@ class _Arrival:
     __slots__ = ("msg", "forwards")
 
     def __init__(self, forwards: int) -> None:
-        self.msg: torch.Tensor | None = None
+        self.msg: Chunk | None = None
         self.forwards = forwards
+
+
+class _Both:
+    """The header's and the payload's transfers of one chunk, waited for together."""
+
+    __slots__ = ("header", "payload")
+
+    def __init__(self, header, payload) -> None:
+        self.header, self.payload = header, payload
+
+    def wait(self) -> None:
+        self.header.wait()
+        self.payload.wait()
 
 
 class StreamExecutor:
@@ -195,7 +208,9 @@ class StreamExecutor:
                     self._current[peer] = label
                     msg = self._prepare(op)
                     post = self.transport.irecv if op.kind == "recv" else self.transport.isend
-                    posted.append((step, op, post(msg, peer, op.block), msg, label, time.time()))
+                    # header then payload under one tag: both ends post them in this order, so they match
+                    work = _Both(post(msg.header, peer, op.block), post(msg.payload, peer, op.block))
+                    posted.append((step, op, work, msg, label, time.time()))
                     i += 1
                 if self._stop:
                     return
@@ -240,40 +255,43 @@ class StreamExecutor:
                     return ready
                 self._cv.wait(0.1)
 
-    def _prepare(self, op: Op) -> torch.Tensor:
+    def _prepare(self, op: Op) -> Chunk:
         if op.kind == "recv":
-            return self.codec.new_buffer(op.block, op.chunk)
+            return self.codec.incoming(op.block, op.chunk, self.buffers)
         if op.forward:
             msg = self._arrivals[(op.block, op.chunk)].msg
             assert msg is not None
             return msg
-        msg = self.codec.pack(op.block, op.chunk, self.buffers, self.snapshots)
-        with self._unpack:
-            self.sent += msg.numel()
-        return msg
+        return self.codec.outgoing(op.block, op.chunk, self.buffers, self.snapshots)
 
-    def _finish(self, op: Op, msg: torch.Tensor, label: str) -> None:
+    def _finish(self, op: Op, msg: Chunk, label: str) -> None:
         key = (op.block, op.chunk)
         if op.kind == "send":
-            if op.forward:
-                with self._unpack:
-                    self.sent += msg.numel()
-                with self._cv:
-                    arrival = self._arrivals[key]
-                    arrival.forwards -= 1
-                    if arrival.forwards == 0:
-                        arrival.msg = None  # every child has it: free the chunk
+            with self._unpack:
+                self.sent += msg.nbytes
+            if not op.forward:
+                self.codec.sent(op.block, op.chunk)
+                return
+            with self._cv:
+                arrival = self._arrivals[key]
+                arrival.forwards -= 1
+                if arrival.forwards == 0:
+                    arrival.msg = None  # every child has it: the buffer goes back to the pool
+                    self.codec.release(msg)
             return
         self.codec.verify(msg, op.block, op.chunk, label)  # raises IntegrityError, blamed on the sender
+        self.codec.unpack(msg, op.block, op.chunk, self.buffers)  # copies outside the lock: streams in parallel
         with self._unpack:
-            self.received += msg.numel()
+            self.received += msg.nbytes
             self.verified += 1
-            for p in self.codec.unpack(msg, op.block, op.chunk, self.buffers):
+            for p in self.codec.account(op.block, op.chunk, self.buffers):
                 self.on_complete(p, self.buffers[p])
         if key in self._arrivals:
             with self._cv:
                 self._arrivals[key].msg = msg
                 self._cv.notify_all()
+        else:
+            self.codec.release(msg)
 
 
 class Loader:

@@ -285,7 +285,7 @@ class TrainerLayout:
         """Trainer ``rank``'s place as a framework states it (the ``coords`` of :meth:`WeightSync.send`).
 
         >>> TrainerLayout(tp=2, pp=2).coords(3)
-        {'tp': 1, 'pp': 1, 'ep': 0, 'expert_tp': 0}
+        {'tp': 1, 'pp': 1, 'ep': 0, 'expert_tp': 1}
         """
         tp, pp, ep, etp = self._coords[rank]
         return {"tp": tp, "pp": pp, "ep": ep, "expert_tp": etp}

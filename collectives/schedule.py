@@ -23,7 +23,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, ParamSpec, TrainerLayout
 from orchestrl.collectives.sharding import Runs
@@ -48,9 +48,12 @@ class Block:
     receivers: tuple[int, ...]  # schedule ranks that end up holding the block
 
 
-@dataclass(frozen=True)
-class Edge:
-    """Block ``block`` moves from ``src`` to ``dst``; chunk ``k`` at step ``start_step + k``."""
+class Edge(NamedTuple):
+    """Block ``block`` moves from ``src`` to ``dst``; chunk ``k`` at step ``start_step + k``.
+
+    A named tuple rather than a frozen dataclass: a 256+256-rank schedule has ~80k edges, and every
+    receiving rank rebuilds them from the published schedule (a tuple is ~10x cheaper to make).
+    """
 
     block: int
     src: int
@@ -246,7 +249,8 @@ class Schedule:
             "links": self.links.to_json(),
             "blocks": [[b.id, b.origin, [[p.param, p.start, p.stop, p.nbytes] for p in b.pieces], b.nbytes,
                         list(b.receivers)] for b in self.blocks],
-            "edges": [[e.block, e.src, e.dst, e.phase, e.start_step, e.wave, e.circuits] for e in self.edges],
+            # columns, not one list per edge: flat integer lists are what json parses fastest
+            "edges": {f: [getattr(e, f) for e in self.edges] for f in Edge._fields},
             "waves": [[w.index, w.start_step, w.steps, w.predicted_s, {str(k): v for k, v in w.boundary_use.items()}]
                       for w in self.waves],
             "chunk_bytes": self.chunk_bytes,
@@ -265,7 +269,7 @@ class Schedule:
             generator=GeneratorLayout.from_json(doc["generator"]),
             links=FabricLinks.from_json(doc["links"]),
             blocks=tuple(Block(i, o, tuple(Piece(*pc) for pc in pcs), n, tuple(rs)) for i, o, pcs, n, rs in doc["blocks"]),
-            edges=tuple(Edge(*row) for row in doc["edges"]),
+            edges=_edges(doc["edges"]),
             waves=tuple(Wave(i, s, n, t, {int(k): v for k, v in use.items()}) for i, s, n, t, use in doc["waves"]),
             chunk_bytes=int(doc["chunk_bytes"]), strategy=str(doc["strategy"]),
             predicted_phase_a_s=pa, predicted_phase_b_s=pb, predicted_tail_s=pt,
@@ -275,8 +279,18 @@ class Schedule:
     @cached_property
     def digest(self) -> str:
         """16 hex digits identifying the schedule; ranks refuse to run with peers on another one."""
-        blob = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return blob_digest(self.canonical_json())
+
+    def canonical_json(self) -> bytes:
+        """The schedule as canonical JSON bytes (sorted keys, no spaces): what is published and digested."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_canonical_json(cls, blob: bytes) -> "Schedule":
+        """Parse :meth:`canonical_json` output; the digest is the blob's, so it is not serialised again."""
+        sch = cls.from_json(json.loads(blob))
+        sch.__dict__["digest"] = blob_digest(blob)
+        return sch
 
     def summary(self) -> dict[str, Any]:
         """Return the headline numbers (for CLIs and benchmark JSON)."""
@@ -287,3 +301,15 @@ class Schedule:
                 "model_bytes": self.model_bytes, "train_to_gen_bytes": cross,
                 "predicted_s": self.predicted_s, "predicted_phase_a_s": self.predicted_phase_a_s,
                 "predicted_phase_b_s": self.predicted_phase_b_s, "predicted_tail_s": self.predicted_tail_s}
+
+
+def blob_digest(blob: bytes) -> str:
+    """16 hex digits of SHA-256 over canonical schedule JSON."""
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _edges(doc) -> tuple[Edge, ...]:
+    """Edges from their columns (or, from documents written before the columns, one list per edge)."""
+    if isinstance(doc, Mapping):
+        return tuple(map(Edge._make, zip(*(doc[f] for f in Edge._fields))))
+    return tuple(Edge(*row) for row in doc)

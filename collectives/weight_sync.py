@@ -179,7 +179,7 @@ class WeightSync:
                               wait_for_workers=False)
         ctl = dist.PrefixStore(f"{group_name}/ctl/", store)
         if schedule is not None and rank == 0:
-            ctl.set("schedule", zlib.compress(_dumps(schedule.to_json()), 1))
+            ctl.set("schedule", zlib.compress(schedule.canonical_json(), 1))
             ctl.set("schedule-digest", schedule.digest)
         elif schedule is None:
             if rank == 0:
@@ -583,22 +583,12 @@ def _fetch(ctl, who: str, where: str, timeout_s: float) -> Schedule:
     except Exception as exc:
         raise WeightSyncError(f"{who}: no schedule was published at {where} within {timeout_s:.0f} s; rank 0 "
                               "publishes it in WeightSync.connect", peer=0, phase="connecting") from exc
-    schedule = Schedule.from_json(_loads(zlib.decompress(ctl.get("schedule"))))
+    schedule = Schedule.from_canonical_json(zlib.decompress(ctl.get("schedule")))  # digest of the bytes received
     if schedule.digest != ctl.get("schedule-digest").decode():
         raise WeightSyncError(f"{who}: the schedule at {where} does not match its digest", peer=0, phase="connecting")
     return schedule
 
 
-def _dumps(doc: object) -> bytes:
-    import json
-
-    return json.dumps(doc, separators=(",", ":")).encode()
-
-
-def _loads(blob: bytes) -> object:
-    import json
-
-    return json.loads(blob)
 
 
 @atexit.register

@@ -97,7 +97,7 @@ def run_broadcast_rank(job: BroadcastJob) -> dict:
     if int(store.add("ready", 1)) == world:
         store.set("go", "1")
     store.wait(["go"])
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     pending: list = []
     for k in order:
         owner = buckets[k][0]
@@ -110,7 +110,7 @@ def run_broadcast_rank(job: BroadcastJob) -> dict:
             pending.pop(0).wait()
     for w in pending:
         w.wait()
-    done = time.time()
+    done, cpu = time.time(), time.process_time() - cpu  # CPU seconds of the transfers (all threads)
     mismatches = []
     if job.check and job.rank >= t:
         for k, (_, pieces) in enumerate(buckets):
@@ -123,7 +123,7 @@ def run_broadcast_rank(job: BroadcastJob) -> dict:
     store.wait(["all-finished"])
     report = {"started_at": started, "data_done_at": done, "verified": not mismatches,
               "bytes_received": sum(p.numel() for p in payloads.values()) if job.rank >= t else 0}
-    return {"report": report, "mismatches": mismatches}
+    return {"report": report, "mismatches": mismatches, "cpu_s": cpu}
 
 
 def run_broadcast(params: Sequence[ParamSpec], trainer: TrainerLayout, generator: GeneratorLayout, *,

@@ -82,8 +82,9 @@ def run_rank(job: RankJob) -> dict:
     for n in range(job.rounds):
         try:
             report, mismatches = _one_round(job, sync, sch, first=n == 0)
-            out["rounds"].append({"report": asdict(report), "mismatches": mismatches})
-            out["report"], out["mismatches"] = asdict(report), mismatches
+            cpu = _CPU.pop("sync", 0.0)  # this process's CPU seconds inside send/receive (all its threads)
+            out["rounds"].append({"report": asdict(report), "mismatches": mismatches, "cpu_s": cpu})
+            out["report"], out["mismatches"], out["cpu_s"] = asdict(report), mismatches, cpu
         except Exception as exc:  # noqa: BLE001 -- reported per round; the last one is re-raised
             out["rounds"].append({"error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__})
             if job.rounds == 1:
@@ -133,12 +134,16 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
                                                           dtype=spec.trainer_dtype)
         # what the training framework would state: this process's own TP/PP/EP ranks
         coords = sch.trainer.coords(job.coords_of if job.coords_of >= 0 else job.rank)
+        cpu = time.process_time()
         if job.send_async:
             handle = sync.send_async(local, coords=coords)
             for t in local.values():  # the optimizer steps while the sync runs
                 t.view(torch.uint8).fill_(0xA5)
-            return handle.wait(), mismatches
-        return sync.send(local, coords=coords), mismatches
+            report = handle.wait()
+        else:
+            report = sync.send(local, coords=coords)
+        _CPU["sync"] = time.process_time() - cpu
+        return report, mismatches
     got: list[tuple[int, torch.Tensor]] = []
     into = None
     if job.into:  # the engine's own tensors, the same ones every round (as a real engine's parameters)
@@ -168,7 +173,9 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
             _note(job)
             os.kill(pid, signal.SIGKILL)
 
+    cpu = time.process_time()
     report = sync.receive(load_weights, into=into)
+    _CPU["sync"] = time.process_time() - cpu
     for i, tensor in got if job.check else ():
         want = synthetic_local(sch.params[i], i, sch.runs(job.rank, i), device=device, seed=job.seed)
         if not torch.equal(tensor.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
@@ -178,6 +185,7 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
     return report, mismatches
 
 
+_CPU: dict[str, float] = {}  # CPU seconds of the last send/receive call
 _INTO: dict[int, dict[str, torch.Tensor]] = {}  # rank -> its in-place targets, kept across rounds
 
 
@@ -199,9 +207,10 @@ class _CorruptingTransport:
         return getattr(self._inner, name)
 
     def isend(self, buf: torch.Tensor, peer: int, tag: int):
-        if not self._done and buf.numel() > HEADER_BYTES:
+        if not self._done and buf.numel() != HEADER_BYTES:  # the first payload (after its header)
             self._done = True
-            buf[HEADER_BYTES] ^= 0xFF
+            buf = buf.clone()  # the payload may be the trainer's own tensor: corrupt what travels only
+            buf[0] ^= 0xFF
         return self._inner.isend(buf, peer, tag)
 
 

@@ -39,6 +39,8 @@ from multiprocessing import shared_memory
 import torch
 import torch.distributed as dist
 
+from orchestrl.collectives.checksum import cpu_algorithm
+
 __all__ = ["ColocatedTransport"]
 
 _POLL_S = 0.05  # a blocked wait re-checks for reset this often; keys wake it at once
@@ -81,7 +83,7 @@ class ColocatedTransport:
     >>> store = dist.HashStore()
     >>> t = ColocatedTransport(store, 0, 1, device="cpu")
     >>> t.device, t.checksum
-    (device(type='cpu'), 'crc32')
+    (device(type='cpu'), 'crc32c')
     >>> t.close()
     """
 
@@ -100,7 +102,7 @@ class ColocatedTransport:
         self.rank = rank
         self.world_size = world_size
         self.device = dev
-        self.checksum = "crc32" if dev.type == "cpu" else "fletcher64"
+        self.checksum = cpu_algorithm() if dev.type == "cpu" else "fletcher64"
         self.timeout_s = float(timeout_s)
         self.group_name = group_name
         self.store = dist.PrefixStore(f"{group_name}/ctl/", store)

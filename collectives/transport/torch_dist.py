@@ -34,6 +34,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from orchestrl.collectives.checksum import cpu_algorithm
+
 __all__ = ["TorchTransport"]
 
 
@@ -88,7 +90,7 @@ class TorchTransport:
         self.store = dist.PrefixStore(f"{group_name}/ctl/", store)
         self._pairs_store = dist.PrefixStore(f"{group_name}/pair/", store)
         self.device = torch.device("cpu") if backend == "gloo" else torch.device("cuda", torch.cuda.current_device())
-        self.checksum = "crc32" if backend == "gloo" else "fletcher64"
+        self.checksum = cpu_algorithm() if backend == "gloo" else "fletcher64"
         self._wait_timeout = None if backend == "gloo" else timedelta(seconds=timeout_s)
         self._gloo_device = None
         self._gloo_port = 0

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from orchestrl.collectives.checksum import cpu_algorithm
+
 __all__ = ["UcxTransport", "ucx_unavailable"]
 
 
@@ -76,7 +78,7 @@ class UcxTransport:
         self.world_size = world_size
         self.timeout_s = float(timeout_s)
         self.device = torch.device(device)
-        self.checksum = "crc32" if self.device.type == "cpu" else "fletcher64"
+        self.checksum = cpu_algorithm() if self.device.type == "cpu" else "fletcher64"
         self.store = dist.PrefixStore(f"{group_name}/ctl/", store)
         self._addr = dist.PrefixStore(f"{group_name}/ucx/", store)
         self._eps: dict[int, object] = {}
