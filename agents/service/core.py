@@ -40,7 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from orchestrl.agents.service.checks import (
@@ -108,6 +108,7 @@ class _Tenant:
     last_event_at: float = 0.0  # monotonic time of the job's last event batch (quiet jobs are safe to repair)
     core_asked: dict[int, int] | None = None  # boundary fibres per PoD its last intent wanted (fabric to itself)
     core_asked_circuits: int = 0  # OCS-Core circuits of that plan
+    core_asks: dict[str, dict[int, int]] = field(default_factory=dict)  # gate family -> its latest ask per PoD
     starved: bool = False  # its last plan got less OCS-Core than its fair share
     removing: bool = False  # DELETE /v1/jobs/{job} is waiting for a safe window to free its circuits
     clock: dict[str, tuple[int, float]] | None = None  # sender -> (last seq, offset added to its t_s)
@@ -429,6 +430,11 @@ class ControlService(SharingMixin, OperatorMixin):
 
     def _record(self, d: PeriodDecision, tenant: _Tenant | None = None) -> PeriodDecision:
         if tenant is not None and tenant.starved and d.decision in ("commit", "unchanged"):
+            # a plan committed later (a safe window opened) carries no ask of its own: the job's, as numbers
+            asked = d.core_asked if d.core_asked is not None else tenant.core_asked_circuits
+            granted = d.core_granted if d.core_granted is not None else (
+                sum(1 for c in tenant.active.circuits if c.tier == "core") if tenant.active else 0)
+            d = replace(d, core_asked=asked, core_granted=granted)
             d = replace(d, decision="starved", reason=(
                 f"starved: asked for {d.core_asked} OCS-Core circuits and got {d.core_granted}, less than its fair share "
                 f"({self._share_words(tenant)}); jobs holding more than their share are re-planned and this job "
@@ -442,7 +448,7 @@ class ControlService(SharingMixin, OperatorMixin):
         return d
 
     def _share_words(self, tenant: _Tenant) -> str:
-        return "max-min fair over the tenants' OCS-Core demands per PoD"
+        return "max-min fair over the tenants' standing OCS-Core demands per PoD"
 
     def _set_gauges(self) -> None:
         for job, t in self._tenants.items():

@@ -397,6 +397,7 @@ class OperatorMixin:
                 gate.withdraw(job_id)
             t.pending = None
             t.removing = True
+            self.registry.revoke(job_id)  # at once: from now on its token only reports events
             return self._finish_removal(job_id)
 
     def _finish_removal(self, job_id: str) -> dict[str, Any]:
@@ -407,7 +408,8 @@ class OperatorMixin:
         if waiting:
             return {"job": job_id, "removed": False, "circuits_freed": 0, "pending_removal": True,
                     "reason": f"its {circuits} circuits are freed in its next safe window (devices "
-                              f"{', '.join(waiting)} switch while it communicates); it may still report events"}
+                              f"{', '.join(waiting)} switch while it communicates); its token was revoked except for "
+                              "reporting events, which it may do until then"}
         if t.active is not None and t.active.circuits:
             empty = CircuitPlan(t.active.fabric, t.active.template, t.active.signature, t.active.link_bps, ())
             try:
