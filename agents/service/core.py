@@ -362,7 +362,7 @@ class ControlService(SharingMixin, OperatorMixin):
 
     def _apply(self, tenant: _Tenant, plan: CircuitPlan, change: PlannedChange | None = None) -> OrderedCommit:
         """Apply the job's change as journalled commits; a refused journal write undoes what the devices were told."""
-        scope = scope_of(tenant.job)
+        scope = tenant.job if tenant.job.startswith("fabric/") else scope_of(tenant.job)  # fabric/adopted is no job
         try:
             try:
                 return apply_in_order(self.store, tenant.active, plan, self.devices, scope=scope, change=change)
