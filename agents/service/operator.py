@@ -31,7 +31,9 @@ from orchestrl.agents.service.startup import (
     attribute_circuits,
     startup_diff,
 )
+from orchestrl.fabric.errors import OrchestrlError
 from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.ocs.fanout import each_device
 from orchestrl.fabric.plan import CircuitPlan, CrossConnect, plan_to_json
 from orchestrl.fabric.runtime.reconcile import (
     DeviceReconcile,
@@ -45,7 +47,11 @@ from orchestrl.fabric.runtime.store import StoreWriteError
 from orchestrl.fabric.templates.cache import TemplateCache
 from orchestrl.fabric.topology import Topology
 
-__all__ = ["OperatorMixin"]
+__all__ = ["OperatorMixin", "DuplicateDevice"]
+
+
+class DuplicateDevice(OrchestrlError):
+    """Two entries of the devices file reach one switch."""
 
 
 class OperatorMixin:
@@ -77,6 +83,7 @@ class OperatorMixin:
             if masked:
                 self.controller.mask_ports(masked)
             self.controller.cache = TemplateCache(self.store.load_template_cache().entries())
+            self._check_identities()
             diff = startup_diff(self.store, self.devices, {d: self.masked_on(d) for d in self.devices})
             self.startup = {"mode": mode, "unexplained": sum(map(len, diff.unexplained.values())),
                             "unreachable": dict(diff.unreachable)}
@@ -224,6 +231,27 @@ class OperatorMixin:
             self._replan_later.update(j.id for j in self.registry.jobs() if j.intent_doc is not None)
             self._set_gauges()
             return {"dry_run": False, "released": len(circuits), "circuits": circuits}
+
+    def _check_identities(self) -> None:
+        """Refuse to start when two device entries reach one switch (they would undo each other's circuits).
+
+        Each switch is asked who it is (its adapter's ``identity()``: a TL1 SID, a NETCONF or gNMI serial);
+        a switch that does not answer is checked when it does, by the audit's read-back (drift).
+        """
+        def ask(client: Any) -> str | None:
+            try:
+                return client.identity() if hasattr(client, "identity") else None
+            except (OcsError, OSError):
+                return None
+        seen: dict[str, str] = {}
+        for d, ident in sorted(each_device({d: (lambda c=c: ask(c)) for d, c in self.devices.items()}).items()):
+            if ident is None:
+                continue
+            if ident in seen:
+                raise DuplicateDevice(f"devices {seen[ident]!r} and {d!r} are one switch ({ident}): each would undo "
+                                      "the other's circuits; give each switch one entry in the devices file (if they "
+                                      "are two switches, give each its own identity, e.g. TL1 SET-SID)")
+            seen[ident] = d
 
     def _adopted_report(self, devices: dict[str, Any], tables: dict[str, dict[int, int]]) -> ReconcileReport:
         """What start-up with ``--adopt`` found, as a reconcile report, without changing a device.

@@ -17,6 +17,7 @@ Every refusal names the file, the field and the fix (:class:`fabric.errors.Confi
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -127,14 +128,30 @@ def devices_from_mapping(data: Mapping[str, Any], source: str = "<mapping>") -> 
     return _from_reader(Reader(data, source))
 
 
+def _resolved(host: str, port: int) -> set[tuple[str, int]]:
+    """Every address ``host:port`` resolves to (the literal host when it does not resolve here)."""
+    try:
+        infos = socket.getaddrinfo(host.strip(), port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return {(host.strip().lower(), port)}
+    return {(info[4][0], port) for info in infos} | {(host.strip().lower(), port)}
+
+
 def _check_unique_addresses(devices: Mapping[str, DeviceConfig], source: str) -> None:
+    """Refuse two devices that reach one switch: the same ``host:port``, or names that resolve to one address."""
     seen: dict[tuple[str, int], str] = {}
     for name, cfg in devices.items():
-        key = (cfg.host.strip().lower(), cfg.port)
-        if key in seen:
-            raise ConfigError(source, f"devices.{name}.port", f"{cfg.host}:{cfg.port} is also the address of device "
-                                                              f"{seen[key]!r}", "one host:port per switch")
-        seen[key] = name
+        for key in sorted(_resolved(cfg.host, cfg.port)):
+            other = seen.get(key)
+            if other is not None and other != name:
+                also = devices[other]
+                literal = (also.host.strip().lower(), also.port) == (cfg.host.strip().lower(), cfg.port)
+                same = f"{cfg.host}:{cfg.port} is also the address of device {other!r}" if literal else (
+                    f"{cfg.host}:{cfg.port} and device {other!r}'s {also.host}:{also.port} both resolve to "
+                    f"{key[0]}:{key[1]}: one switch under two names")
+                raise ConfigError(source, f"devices.{name}.{'port' if literal else 'host'}", same,
+                                  "one entry per switch (one host:port)")
+            seen[key] = name
 
 
 def check_devices(devices: Mapping[str, DeviceConfig], topology: Any, source: str) -> None:

@@ -84,6 +84,15 @@ class Tl1Driver(Tl1Session):
             self._ensure_session()
         return self
 
+    def identity(self) -> str:
+        """Return who this switch says it is: its TL1 source identifier (SID), read at login.
+
+        TL1 addresses a network element by its TID/SID, which is unique among the switches one
+        controller drives; two addresses answering with one SID are one switch.
+        """
+        self.open()
+        return f"TL1 SID {self.sid}"
+
     def _size(self) -> int:
         if self.ports is None:
             self.open()

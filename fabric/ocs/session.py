@@ -100,6 +100,7 @@ class Tl1Session:
         self._lock = threading.RLock()
         self._ctag = 0
         self._early: dict[str, Response | None] = {}  # ctag of a PendingReply -> its reply, if another read met it
+        self.sid: str | None = None  # the SID the switch answered the last login with
         self.sessions = 0  # successful logins so far: > 1 means the driver reconnected
         self.autonomous: deque[Autonomous] = deque(maxlen=100)  # last alarms the device reported
 
@@ -246,6 +247,7 @@ class Tl1Session:
         if not resp.ok:
             self._drop()
             raise self._denied("ACT-USER", resp, [])
+        self.sid = resp.sid  # the switch's TL1 source identifier: who answered (one switch under two addresses)
         if self.ports is None:
             self._read_size()
         self.sessions += 1

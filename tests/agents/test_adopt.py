@@ -117,3 +117,24 @@ def test_adopt_changes_nothing_on_a_switch_not_even_a_half_circuit(tmp_path):
     health = svc.health()
     assert health["status"] == "degraded" and any("pod0/agg0" in r for r in health["reasons"]), health
     svc.close()
+
+
+def test_one_switch_reached_under_two_entries_is_refused_at_start_up_by_its_own_identity(tmp_path):
+    """Issue 28.4: a relay or a second address the devices file cannot see through: the switch's SID tells."""
+    from orchestrl.agents.service.operator import DuplicateDevice
+    from orchestrl.fabric.ocs.driver import Tl1Driver
+    from orchestrl.fabric.ocs.emulator_control import start_emulator_process, stop_emulator_process
+
+    topo = load_topology(TOPOLOGY_64)
+    emu = start_emulator_process(topo.devices["core0"].radix_ports, "test", extra_args=["--sid", "core0"])
+    try:
+        one = {d: Tl1Driver(emu.host, emu.port, name=d, user="admin", password="admin", timeout_s=5)
+               for d in ("core0", "pod0/agg0")}
+        devices = {**one, "pod1/agg0": FakeOcsDevice("pod1/agg0", topo.devices["pod1/agg0"].radix_ports)}
+        svc = _service(topo, devices, tmp_path / "fabric.db")
+        with pytest.raises(DuplicateDevice, match=r"'core0' and 'pod0/agg0' are one switch \(TL1 SID core0\)"):
+            svc.start("check")
+        assert not one["core0"].cross_connects(), "a refused start changed the switch"
+        svc.close()
+    finally:
+        stop_emulator_process(emu.process)

@@ -87,3 +87,11 @@ def test_two_devices_at_one_address_or_a_device_outside_the_topology_are_refused
              "pod9/agg0": {**GOOD, "port": 4000}}
     with pytest.raises(ConfigError, match=r"'devices.pod9/agg0'.*not a device of topology"):
         load_devices(_write(tmp_path, {"devices": extra}), topo)
+
+
+def test_one_switch_under_two_names_is_refused_by_resolved_address():
+    """Issue 28.4: localhost:3182 and 127.0.0.1:3182 are one switch."""
+    doc = {"devices": {"core0": {"host": "localhost", "port": 3182, "ports": 16, "profile": "rotor"},
+                       "pod0/agg0": {"host": "127.0.0.1", "port": 3182, "ports": 16, "profile": "rotor"}}}
+    with pytest.raises(ConfigError, match=r"both resolve to 127\.0\.0\.1:3182: one switch under two names"):
+        devices_from_mapping(doc)
