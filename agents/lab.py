@@ -115,16 +115,19 @@ class EmulatedFabric:
         instantly).
     switch_delay_ms : float, optional
         Override the profile's switching delay (e.g. 0 to measure controller overhead alone).
+    timeout_s : float
+        Reply timeout of every switch in the devices file (default 10 s).
     """
 
     def __init__(self, topology_path: str | os.PathLike, workdir: str | os.PathLike, *, profile: str | None = None,
-                 switch_delay_ms: float | None = None) -> None:
+                 switch_delay_ms: float | None = None, timeout_s: float = 10.0) -> None:
         self.topology_path = str(topology_path)
         self.topology: Topology = load_topology(topology_path)
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.profile = profile
         self.switch_delay_ms = switch_delay_ms
+        self.timeout_s = timeout_s  # the devices file's reply timeout for every switch
         self.operator_token = secrets.token_urlsafe(24)
         self.switches: dict[str, EmulatorProcess] = {}
         self.proxy: ProxyProcess | None = None
@@ -154,7 +157,7 @@ class EmulatedFabric:
         if errors:
             self.close()
             raise errors[0]
-        doc = {"defaults": {"user": "admin", "password": "admin", "timeout_s": 10},
+        doc = {"defaults": {"user": "admin", "password": "admin", "timeout_s": self.timeout_s},
                "devices": {name: {"host": p.host, "port": p.port, "ports": self.topology.devices[name].radix_ports,
                                   "profile": self.profile or self.topology.devices[name].technology.name}
                            for name, p in sorted(self.switches.items())}}

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from typing import Any, Iterable
 
-from orchestrl.agents.service.audit import DeviceAuditor, DeviceState
+from orchestrl.agents.service.audit import DeviceAuditor, DeviceState, drift_of
 from orchestrl.agents.service.checks import (
     Conflict,
     DeviceUnavailable,
@@ -297,6 +297,9 @@ class OperatorMixin:
             devices.append(st.to_json())
             if st.state != "ok":
                 reasons.append(f"device {d}: {st.state}" + (f" ({st.reason})" if st.reason else ""))
+        for scope, doubt in sorted(dict(self.in_doubt).items()):
+            reasons.append(f"commit {doubt['commit']} of {scope} is in doubt since {time.strftime('%H:%M:%S', time.gmtime(doubt['since']))} "
+                           f"UTC ({doubt['reason']}); the next read-back of {', '.join(doubt['devices'])} settles it")
         if self.storage["state"] != "ok":
             reasons.append(f"storage: {self.storage['reason']}")
         if self.last_reconcile is None:
@@ -347,6 +350,51 @@ class OperatorMixin:
             self.store.log_decision(f"device/{device}", outcome, doc)
         except StoreWriteError as exc:
             self._storage_failed(exc)
+
+    # ------------------------------------------------------------------ commits in doubt (called by the auditor)
+    def settle_in_doubt(self, tables: dict[str, Any]) -> list[str]:
+        """Settle commits in doubt from a read-back: committed when the devices hold them, else rolled back.
+
+        Called with the service's lock held and ``tables`` read since the doubt arose; a device that did
+        not answer keeps its commit in doubt. Returns the scopes settled.
+        """
+        done = []
+        for scope, doubt in sorted(self.in_doubt.items()):
+            if any(isinstance(tables.get(d), BaseException) or d not in tables for d in doubt["devices"]):
+                continue
+            rec = next((r for r in self.store.in_flight(scope) if r.id == doubt["commit"]), None)
+            job = scope[len("job/"):] if scope.startswith("job/") else scope
+            tenant = self._tenants.get(job)
+            if rec is None:  # closed meanwhile (a reconcile): nothing left to settle
+                del self.in_doubt[scope]
+                continue
+            others = [p for s, p in self.committed_plans().items() if s != scope]
+            wanted = wanted_by_device([*others, rec.plan])
+            held = all(not any(drift_of(d, wanted.get(d, []), tables[d], self.devices[d].ports, self.masked_on(d)))
+                       for d in doubt["devices"])
+            try:
+                if held:
+                    self.store.finish_commit(rec.id, "committed", "in doubt; settled by read-back: the devices hold it")
+                    outcome = "committed: the devices hold it"
+                else:
+                    report = reconcile_store(self.store, {d: self.devices[d] for d in doubt["devices"]}, scope,
+                                             "aborted", "in doubt; read back and restored to the last committed plan",
+                                             keep_other_scopes=True)
+                    if not report.ok:
+                        continue  # the devices did not let themselves be restored: still in doubt, tried again
+                    outcome = "rolled back: the devices did not hold it; restored to the last committed plan"
+            except StoreWriteError as exc:
+                self._storage_failed(exc)
+                continue
+            del self.in_doubt[scope]
+            self._epoch += 1
+            if tenant is not None:
+                tenant.active = self.store.last_committed_plan(scope)
+            self.log_device_event(",".join(doubt["devices"]), "settled", f"commit {rec.id} of {scope} {outcome}")
+            done.append(scope)
+        if done:
+            self._set_gauges()
+        return done
 
     # ------------------------------------------------------------------ drift repair (called by the auditor)
     def _owners(self, device: str, pairs: Iterable[tuple[int, int]]) -> set[str]:

@@ -101,6 +101,10 @@ class Tl1Session:
         self._ctag = 0
         self._early: dict[str, Response | None] = {}  # ctag of a PendingReply -> its reply, if another read met it
         self.sid: str | None = None  # the SID the switch answered the last login with
+        # A caller's deadline (time.monotonic()) that caps every wait of this session: connects, logins and
+        # replies. The control service sets it around a commit, so that a slow switch costs a bounded time and
+        # the commit is recorded as in doubt instead of waiting through every retry (docs/operations.md).
+        self.deadline: float | None = None
         self.sessions = 0  # successful logins so far: > 1 means the driver reconnected
         self.autonomous: deque[Autonomous] = deque(maxlen=100)  # last alarms the device reported
 
@@ -178,7 +182,8 @@ class Tl1Session:
         with self._lock:
             self._ensure_session()
             cmds = tuple(Command(verb, aid, self._next_ctag(), params=params) for verb, aid, params in commands)
-            pending = PendingReply(cmds, self.sessions, time.monotonic() + timeout_s, timeout_s, read, attempt)
+            pending = PendingReply(cmds, self.sessions, self._capped(time.monotonic() + timeout_s), timeout_s, read,
+                                   attempt)
             if cmds:
                 try:
                     self._write(cmds)
@@ -216,6 +221,20 @@ class Tl1Session:
                     replies[i] = resp
             return replies
 
+    def _capped(self, deadline: float) -> float:
+        """``deadline``, or the caller's :attr:`deadline` when that comes first."""
+        return deadline if self.deadline is None else min(deadline, self.deadline)
+
+    def _left_s(self, verb: str) -> float:
+        """Seconds a wait may take now: the timeout, capped by the caller's deadline (raises when none is left)."""
+        if self.deadline is None:
+            return self.timeout_s
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OcsTimeout(self.name, verb, "the caller's deadline passed before the command was sent; nothing "
+                                              "was sent")
+        return min(self.timeout_s, left)
+
     @staticmethod
     def _specs(cmds: Iterable[Command]) -> list[_Spec]:
         return [(c.verb, c.aid, c.params) for c in cmds]
@@ -227,9 +246,9 @@ class Tl1Session:
         last: Exception | None = None
         for attempt in range(self.connect_attempts):
             if attempt:
-                time.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s))
+                time.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s, self._left_s("connect")))
             try:
-                self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+                self._sock = socket.create_connection((self.host, self.port), timeout=self._left_s("connect"))
                 break
             except OSError as exc:
                 last = exc
@@ -240,7 +259,7 @@ class Tl1Session:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             resp = self._exchange(Command("ACT-USER", self.user, self._next_ctag(), params=("", quote(self.password))),
-                                  self.timeout_s)
+                                  self._left_s("ACT-USER"))
         except _ConnectionLost as exc:
             self._drop()
             raise OcsConnectionError(self.name, "ACT-USER", f"connection closed during login ({exc})") from None
@@ -297,7 +316,8 @@ class Tl1Session:
     def _exchange_all(self, cmds: list[Command], timeout_s: float) -> list[Response]:
         """Send ``cmds`` in one write and return their replies in order (used for login and logout)."""
         self._write(cmds)
-        return self._replies(PendingReply(tuple(cmds), self.sessions, time.monotonic() + timeout_s, timeout_s, False))
+        return self._replies(PendingReply(tuple(cmds), self.sessions, self._capped(time.monotonic() + timeout_s),
+                                          timeout_s, False))
 
     def _write(self, cmds: Iterable[Command]) -> None:
         """Write ``cmds`` back to back in one ``sendall``."""
