@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
 from orchestrl.fabric.ocs.errors import OcsConnectionError, OcsDenied, OcsError, OcsProtocolError, OcsTimeout, denied_from_code
-from orchestrl.fabric.ocs.tl1 import (Autonomous, Command, Response, Tl1Splitter, format_command, parse_keywords, parse_ports,
+from orchestrl.fabric.ocs.tl1 import (Acknowledgement, Autonomous, Command, Response, Tl1Splitter, format_command, parse_keywords, parse_ports,
                             parse_response, quote)
 
 __all__ = ["PendingReply", "Tl1Session"]
@@ -352,6 +352,9 @@ class Tl1Session:
             except OcsProtocolError:
                 self._drop()
                 raise
+            if isinstance(msg, Acknowledgement):  # "IP <ctag>": in progress, the response follows (GR-831)
+                log.debug("%s: acknowledgement %s %s", self.name, msg.code, msg.ctag)
+                continue
             if isinstance(msg, Autonomous):
                 log.info("%s: autonomous %s %s %s", self.name, msg.alarm, msg.verb, "; ".join(msg.data))
                 self.autonomous.append(msg)
