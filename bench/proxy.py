@@ -29,6 +29,10 @@ and ``orchestrl proxy serve`` as a real subprocess. Rows:
   plan: planning is remembered, so this is the HTTP layer, authentication, the service lock and
   the decision log), for both servers; the old server at its best configuration (fresh
   connections, since its kept-alive ones stall ~40 ms on Nagle's algorithm and delayed ACKs).
+* **faults and committing load** (:mod:`bench.helpers.proxy_rows`): time to agreement after a
+  partial bulk failure against the audit period; the in-doubt answer time against its stated bound;
+  ``/healthz`` under 300 half-sent request heads against the quiet probes; and 32 jobs on the
+  2,048-GPU example committing every period, against the remembered-plan rate and the safe window.
 """
 
 from __future__ import annotations
