@@ -435,10 +435,10 @@ def main(argv: list[str] | None = None) -> dict:
             lab.state_path = work / "hostile.db"
             hostile = bench_hostile(lab, examples, work)
             http_ = bench_http(lab, work, n, seconds)
-        faults = {"partial": bench_partial(work, 1 if args.quick else 5),
-                  "doubt": bench_doubt(work, 1 if args.quick else 3),
-                  "slow_clients": bench_slow_clients(work, 10 if args.quick else 50),
-                  "load": bench_commit_load(work, 2.0 if args.quick else 10.0)}
+            partial = bench_partial(lab, work, 1 if args.quick else 5)
+            slow = bench_slow_clients(lab, work, 5 if args.quick else 50)
+        faults = {"partial": partial, "slow_clients": slow, "doubt": bench_doubt(work, 1 if args.quick else 3),
+                  "load": bench_commit_load(work, 1.0 if args.quick else 10.0, 8 if args.quick else 32)}
     doc = {"drift": drift, "chaos": chaos, "hostile": hostile, "http": http_, "faults": faults, "quick": args.quick,
            "machine": f"{platform.machine()} {os.cpu_count()} cores", "python": platform.python_version(),
            "date": datetime.date.today().isoformat(), "took_s": time.perf_counter() - started}

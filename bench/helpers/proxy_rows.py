@@ -92,12 +92,11 @@ def _sync(job: httpx.Client, t: float) -> tuple[int, object, float]:
     return status, doc, time.monotonic() - started
 
 
-def bench_partial(work: Path, trials: int) -> dict:
+def bench_partial(lab: EmulatedFabric, work: Path, trials: int) -> dict:
     """Time to agreement after a partial bulk failure, once the fault is gone, against the audit period."""
     out: dict = {"trials": trials, "agree_s": [], "differ_after_answer": [], "said_half_changed": 0, "answers": []}
     period = 1.0
-    with EmulatedFabric(TOPOLOGY_64, work / "partial", profile="test") as lab:
-        lab.start_switches()
+    if True:  # the caller's switches (instant switching), a fresh state file per trial
         for k in range(trials):
             lab.state_path = work / f"partial-{k}.db"
             op, job, t = _one_job(lab, "--audit-period", str(period))
@@ -174,10 +173,10 @@ def _probe(url: str, n: int) -> dict:
     return {"p50_s": _pct(times, 0.5), "p99_s": _pct(times, 0.99), "ok": sum(c == 200 for c in codes), "n": n}
 
 
-def bench_slow_clients(work: Path, probes: int) -> dict:
+def bench_slow_clients(lab: EmulatedFabric, work: Path, probes: int) -> dict:
     """Health under 300 half-sent heads (one address on --listen; 20 addresses, probed on --admin-listen)."""
-    with EmulatedFabric(TOPOLOGY_64, work / "slow", profile="test") as lab:
-        lab.start_switches()
+    lab.state_path = work / "slow.db"
+    if True:  # the caller's switches
         proxy = lab.start_proxy("--reset", "--admin-listen", "127.0.0.1:0")
         admin = next(m.group(1) for line in proxy.output if (m := re.search(r"operator listener on (\S+)", line)))
         out = {"quiet": _probe(proxy.url, probes)}
