@@ -24,6 +24,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     emu = sub.add_parser("emulate", help="serve an emulated switch over TL1/TCP until interrupted",
                          description="Prints 'listening on HOST:PORT' once ready (use --listen 127.0.0.1:0 for a "
                                      "free port). Faults can also be changed at run time (docs/ocs.md).")
+    emu.add_argument("--protocol", default="tl1", choices=("tl1", "netconf", "gnmi"),
+                     help="tl1 (Polatis TL1 over TCP, or SSH with --ssh), netconf (Polatis optical-switch YANG over "
+                          "SSH) or gnmi (SONiC OCS tables over gRPC); default tl1")
+    emu.add_argument("--ssh", action="store_true", help="TL1 over SSH instead of plain TCP (--protocol tl1)")
     emu.add_argument("--listen", default="127.0.0.1:3082", metavar="HOST:PORT", help="address (default 127.0.0.1:3082)")
     emu.add_argument("--ports", type=bounded_int("--ports", 1, 4096), default=None, metavar="N",
                      help="ports per side (ingress 1..N, egress N+1..2N); default: the profile's radix")
@@ -31,8 +35,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                      help="switching technology (OrchestrRL Table 2): rotor, mems-3d, piezo, liquid-crystal, "
                           "robotic, or test (no delay); default mems-3d")
     emu.add_argument("--switch-delay-ms", type=bounded_float("--switch-delay-ms", 0, 3.6e6, "ms"), default=None, metavar="MS", help="override the profile's delay")
-    emu.add_argument("--user", default="admin", help="TL1 user (default admin)")
-    emu.add_argument("--password", default="admin", help="TL1 password (default admin)")
+    emu.add_argument("--user", default="admin", help="login user: TL1 ACT-USER, SSH for NETCONF, gNMI metadata (default admin)")
+    emu.add_argument("--password", default="admin", help="login password (default admin)")
     emu.add_argument("--sid", default="OCS-EMU", help="TL1 source identifier in response headers")
     emu.add_argument("--fail-ports", default="", metavar="P,P", help="ports failed from the start, e.g. 3,7")
     emu.add_argument("--drop-replies", type=bounded_float("--drop-replies", 0, 1, "(a probability)"), default=0.0, metavar="P",
@@ -82,6 +86,9 @@ def _emulate(args: argparse.Namespace) -> int:
     from orchestrl.fabric.ocs.tl1 import parse_ports
 
     host, port = _host_port(args.listen, "--listen")
+    if args.ssh and args.protocol != "tl1":
+        raise ConfigError("--ssh", "ssh", f"applies to --protocol tl1 only (--protocol {args.protocol} has its own "
+                                          "transport)", "drop --ssh")
     profile_delay_s(args.profile)
     config = EmulatorConfig(
         ports=args.ports or PROFILES[args.profile][1], profile=args.profile, host=host, port=port, user=args.user,
@@ -92,7 +99,7 @@ def _emulate(args: argparse.Namespace) -> int:
         partial_bulk=args.partial_bulk, seed=args.seed,
     )
     try:
-        run_emulator(config, announce=lambda line: print(line, flush=True))
+        run_emulator(config, announce=lambda line: print(line, flush=True), protocol=args.protocol, ssh=args.ssh)
     except OSError as exc:  # binding the listener: address in use, not local, no permission
         raise ConfigError("--listen", "<value>", f"cannot listen on {args.listen}: {exc.strerror or exc}",
                           "a free port on a local address (port 0 picks one)") from None

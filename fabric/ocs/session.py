@@ -39,7 +39,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
-from orchestrl.fabric.ocs.errors import OcsConnectionError, OcsDenied, OcsError, OcsProtocolError, OcsTimeout, denied_from_code
+from orchestrl.fabric.ocs.errors import (OcsConnectionError, OcsDenied, OcsError, OcsProtocolError, OcsRequestError,
+                                        OcsTimeout, denied_from_code)
 from orchestrl.fabric.ocs.tl1 import (Acknowledgement, Autonomous, Command, Response, Tl1Splitter, format_command, parse_keywords, parse_ports,
                             parse_response, quote)
 
@@ -85,7 +86,17 @@ class Tl1Session:
 
     def __init__(self, host: str, port: int, *, name: str = "", user: str = "admin", password: str = "",
                  timeout_s: float = 5.0, ports: int | None = None, switch_delay_s: float = 0.0,
-                 connect_attempts: int = 6, backoff_s: float = 0.05, backoff_max_s: float = 2.0) -> None:
+                 connect_attempts: int = 6, backoff_s: float = 0.05, backoff_max_s: float = 2.0,
+                 transport: str = "tcp", max_bulk: int = 0, los_dbm: float = -40.0,
+                 ssh_known_hosts: str | None = None) -> None:
+        if transport not in ("tcp", "ssh"):
+            raise OcsRequestError(name or f"{host}:{port}", "open", f"TL1 transport {transport!r} is unknown; use tcp "
+                                                                    "or ssh")
+        self.transport = transport  # tcp: the TL1 port in clear; ssh: TL1 on an SSH session channel
+        self.max_bulk = int(max_bulk)  # cross-connects per ENT-PATCH (0: no limit); larger bulks are split
+        self.los_dbm = float(los_dbm)  # an ingress port reading this little light or less has lost its signal
+        self.ssh_known_hosts = ssh_known_hosts  # OpenSSH known_hosts file that pins the switch's host key
+        self._ssh: Any = None  # the paramiko SSHClient under an SSH session
         self.host, self.port = host, int(port)
         self.name = name or f"{host}:{port}"
         self.user, self.password = user, password
@@ -248,7 +259,7 @@ class Tl1Session:
             if attempt:
                 time.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s, self._left_s("connect")))
             try:
-                self._sock = socket.create_connection((self.host, self.port), timeout=self._left_s("connect"))
+                self._sock = self._open_stream(self._left_s("connect"))
                 break
             except OSError as exc:
                 last = exc
@@ -256,7 +267,6 @@ class Tl1Session:
             raise OcsConnectionError(self.name, "connect", f"cannot reach {self.host}:{self.port} after "
                                                            f"{self.connect_attempts} attempts ({last}); check the "
                                                            "device is up and its host/port in devices.yaml")
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             resp = self._exchange(Command("ACT-USER", self.user, self._next_ctag(), params=("", quote(self.password))),
                                   self._left_s("ACT-USER"))
@@ -273,9 +283,46 @@ class Tl1Session:
         if self.sessions > 1:
             log.info("%s: reconnected and logged in again (session %d)", self.name, self.sessions)
 
+    def _open_stream(self, timeout_s: float) -> Any:
+        """A connected stream to the switch's TL1 listener: a TCP socket, or an SSH session channel.
+
+        Both offer what the session uses of a socket (``sendall``, ``recv``, ``settimeout``, ``fileno``
+        for ``select``, ``close``). Over SSH the password authenticates the SSH session as well, and the
+        TL1 login follows on the channel as over TCP.
+        """
+        if self.transport == "tcp":
+            sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        import paramiko
+
+        client = paramiko.SSHClient()
+        if self.ssh_known_hosts:
+            client.load_host_keys(self.ssh_known_hosts)
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:  # no known_hosts file configured: accept the key it shows (docs/ocs.md says how to pin it)
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        try:
+            client.connect(self.host, self.port, username=self.user, password=self.password, timeout=timeout_s,
+                           banner_timeout=timeout_s, auth_timeout=timeout_s, look_for_keys=False, allow_agent=False)
+            chan = client.get_transport().open_session(timeout=timeout_s)
+            chan.invoke_shell()  # no pty: the switch echoes nothing and TL1 flows as on the TCP port
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise OcsConnectionError(self.name, "connect", f"SSH login to {self.host}:{self.port} as {self.user!r} "
+                                                           f"refused ({exc}); check the credentials in the secrets "
+                                                           "file") from None
+        except (paramiko.SSHException, EOFError) as exc:
+            client.close()
+            raise OSError(f"SSH: {exc}") from None
+        self._ssh = client
+        return chan
+
     def _read_size(self) -> None:
         try:
-            resp = self._exchange(Command("RTRV-EQPT", "SYSTEM", self._next_ctag()), self.timeout_s)
+            # the size as Polatis clients and test suites ask it: RTRV-EQPT::SYSTEM:<ctag>:::PARAMETER=SIZE;
+            resp = self._exchange(Command("RTRV-EQPT", "SYSTEM", self._next_ctag(), params=("", "", "PARAMETER=SIZE")),
+                                  self.timeout_s)
         except _ConnectionLost as exc:
             self._drop()
             raise OcsConnectionError(self.name, "RTRV-EQPT", f"connection closed while reading the size ({exc})") from None
@@ -304,6 +351,10 @@ class Tl1Session:
         if self._sock is not None:
             with suppress(OSError):  # already gone
                 self._sock.close()
+        if self._ssh is not None:
+            with suppress(Exception):  # the SSH transport under it, already gone or not
+                self._ssh.close()
+            self._ssh = None
         self._sock = None
         self._splitter = Tl1Splitter()
         self._blocks.clear()

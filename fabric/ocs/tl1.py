@@ -30,6 +30,7 @@ may hold any character: ``"`` and ``\\`` are backslash-escaped and control chara
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import re
 import time
 from contextlib import suppress
@@ -40,7 +41,7 @@ from orchestrl.fabric.ocs.errors import OcsProtocolError
 
 __all__ = [
     "Command", "Response", "Autonomous", "Acknowledgement", "Tl1Splitter", "quote", "unquote", "split_fields",
-    "format_command", "parse_command", "format_response", "parse_response", "parse_ports", "format_ports",
+    "format_command", "parse_command", "format_response", "format_acknowledgement", "parse_response", "parse_ports", "format_ports",
     "parse_pair_lists", "split_pair_lists", "format_pair_lists", "format_patch_line", "parse_patch_line", "format_keywords",
     "parse_keywords", "COMPLETION_CODES",
 ]
@@ -303,8 +304,22 @@ def _comment_text(text: str) -> str:
     return " ".join(text.replace("*/", "* /").split())
 
 
-def format_response(resp: Response | Autonomous) -> str:
+def format_acknowledgement(ctag: str, code: str = "IP") -> str:
+    """Return a GR-831 acknowledgement (``IP <ctag>``: in progress, the response follows), ending with ``<``.
+
+    Examples
+    --------
+    >>> format_acknowledgement("7")
+    '\\r\\n\\nIP 7\\r\\n<'
+    """
+    return f"\r\n\n{code} {ctag}\r\n<"
+
+
+def format_response(resp: Response | Autonomous, *, errcde: bool = False) -> str:
     """Return the TL1 text of a response or autonomous message, ending with the ``;`` line.
+
+    ``errcde``: write a ``DENY``'s code in the ``"<aid>:ERRCDE=<code>"`` data line (the first data
+    line's ports as aid) instead of on a line of its own.
 
     Examples
     --------
@@ -322,7 +337,10 @@ def format_response(resp: Response | Autonomous) -> str:
     lines = ["", "", f"   {resp.sid} {date} {clock}"]
     if isinstance(resp, Response):
         lines.append(f"M  {resp.ctag} {resp.status}")
-        if resp.status == "DENY":
+        if resp.status == "DENY" and errcde:
+            aid = resp.data[0] if resp.data else ""
+            resp = dataclasses.replace(resp, data=(f"{aid}:ERRCDE={resp.code or 'SNVS'}", *resp.data[1:]))
+        elif resp.status == "DENY":
             lines.append(f"   {resp.code or 'SNVS'}")
     else:
         lines.append(f"{resp.alarm}{' ' if len(resp.alarm) > 1 else '  '}{resp.atag} {resp.verb}")

@@ -25,7 +25,7 @@ def test_connect_list_status_disconnect(emulator, control, capsys):
     assert json.loads(out) == {"1": 17, "2": 18}
     control.fail_ports([5], alarm="LOS")
     code, out, _ = _run(capsys, "status", *dev)
-    assert out.split() == ["5", "failed", "LOS"]
+    assert out.split() == ["5", "failed", "LOS", "(-60.00", "dBm)"]  # read as Polatis clients do: RTRV-PORT-POWER
     code, out, _ = _run(capsys, "disconnect", *dev, "17", "2")
     assert out.splitlines() == ["removed 1 -> 17", "removed 2 -> 18"]
 
