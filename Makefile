@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim,ocs]'
 	touch $(STAMP)
 
+# make demo PROTOCOL=netconf (or gnmi): the emulated switches speak that protocol and the proxy drives them with it.
+PROTOCOL ?= tl1
 demo: setup
-	$(VENV)/bin/orchestrl demo
+	$(VENV)/bin/orchestrl demo --protocol $(PROTOCOL)
 
 test: setup
 	$(PY) -m pytest

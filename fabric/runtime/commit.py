@@ -166,7 +166,8 @@ def _pipelined_step(name: str, client: OcsDeviceClient, removals: Sequence[Simpl
         errors["remove"] += bulk_errors(removed, name, "remove")
         errors["add"] += bulk_errors(added, name, "add")
     except OcsError as e:  # charged to the command it names, or else to the removal (the addition if none)
-        errors["add" if (e.command == "ENT-PATCH" and additions) or not removals else "remove"].append(e)
+        adding = e.command in ("ENT-PATCH", "edit-config", "Set")  # a step of one command is charged to its addition
+        errors["add" if (adding and additions) or not removals else "remove"].append(e)
     return _outcomes(name, client, removals, additions, errors)
 
 
@@ -219,12 +220,16 @@ def _device_job(name: str, client: OcsDeviceClient, removals: _Pairs,
 
     A client with the split API (:meth:`fabric.ocs.driver.Tl1Driver.send_disconnect_then_connect`)
     gets both commands in one round trip, written before any device of the step is read back; a
-    client that only pipelines gets them in one round trip on a thread; any other one after the
-    other, stopping at the first error.
+    client that only pipelines (or applies a step as one transaction: ``apply_step`` of the NETCONF and
+    gNMI adapters) gets them in one round trip on a thread; any other one after the other, stopping at
+    the first error.
     """
     if hasattr(client, "send_disconnect_then_connect"):
         return SendCollect(partial(_send_step, client, removals, additions),
                            partial(_collect_step, name, client, removals, additions))
+    if (removals or additions) and hasattr(client, "apply_step"):  # NETCONF, gNMI: one edit-config / SetRequest
+        return partial(_pipelined_step, name, client, removals, additions,
+                       partial(client.apply_step, list(removals), list(additions)))  # type: ignore[attr-defined]
     if removals and additions and hasattr(client, "disconnect_then_connect"):
         pipelined = partial(client.disconnect_then_connect,  # type: ignore[attr-defined]
                             [i for i, _ in removals], additions)
