@@ -134,6 +134,12 @@ class NetconfDriver:
                                                                f"({type(exc).__name__}: {exc}); check the device is up "
                                                                "and its address in devices.yaml") from None
             self._caps = frozenset(self._m.server_capabilities)
+            if self._use_candidate():  # an edit whose session died before its commit must not ride on ours
+                try:
+                    self._m.timeout = self._wait_s()
+                    self._m.discard_changes()
+                except Exception as exc:  # noqa: BLE001 - nothing to discard, or the switch refuses: go on
+                    log.debug("%s: discard-changes at open: %s", self.name, exc)
             if not any(c.startswith(NS_OPTICAL) for c in self._caps):
                 log.warning("%s: the switch does not advertise the Polatis optical-switch module", self.name)
             self.sessions += 1
