@@ -13,11 +13,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim]'
+	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim,ocs]'
 	touch $(STAMP)
 
+# make demo PROTOCOL=netconf (or gnmi): the emulated switches speak that protocol and the proxy drives them with it.
+PROTOCOL ?= tl1
 demo: setup
-	$(VENV)/bin/orchestrl demo
+	$(VENV)/bin/orchestrl demo --protocol $(PROTOCOL)
 
 test: setup
 	$(PY) -m pytest

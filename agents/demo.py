@@ -43,7 +43,10 @@ def register(groups: argparse._SubParsersAction) -> None:
     demo.add_argument("--examples", type=Path, default=EXAMPLES_DIR, metavar="DIR",
                       help="folder holding topology-64gpu-h800.yaml and intents/ (default: bundled examples)")
     demo.add_argument("--iterations", type=int, default=2, help="RL iterations to replay (default 2)")
-    demo.set_defaults(func=lambda a: run_demo(a.examples, a.iterations))
+    demo.add_argument("--protocol", default="tl1", choices=("tl1", "netconf", "gnmi"),
+                      help="what the emulated switches speak and the proxy drives them with: Polatis TL1, NETCONF "
+                           "(Polatis optical-switch YANG) or gNMI (SONiC OCS); default tl1")
+    demo.set_defaults(func=lambda a: run_demo(a.examples, a.iterations, a.protocol))
 
 
 def _get(url: str, path: str, token: str) -> dict:
@@ -120,7 +123,7 @@ def _line(d: dict) -> str:
             f"device time {d['device_s'] * 1e3:6.2f} ms  {change}\n      why: {d['reason']}")
 
 
-def run_demo(examples: Path = EXAMPLES_DIR, iterations: int = 2) -> int:
+def run_demo(examples: Path = EXAMPLES_DIR, iterations: int = 2, protocol: str = "tl1") -> int:
     from orchestrl.agents.host_agent import HostAgent
     from orchestrl.agents.lab import EmulatedFabric
     from orchestrl.fabric.plan import format_plan_summary, plan_from_json
@@ -129,7 +132,7 @@ def run_demo(examples: Path = EXAMPLES_DIR, iterations: int = 2) -> int:
     started = time.perf_counter()
     intents = {name: yaml.safe_load((examples / "intents" / name).read_text()) for name in DEMO_PERIODS}
     with tempfile.TemporaryDirectory(prefix="orchestrl-demo-") as work, \
-            EmulatedFabric(examples / "topology-64gpu-h800.yaml", work) as lab:
+            EmulatedFabric(examples / "topology-64gpu-h800.yaml", work, protocol=protocol) as lab:
         topo = lab.topology
         s = topo.summary()
         print(f"fabric {s['name']}: {s['gpus']} GPUs, {s['pods']} PoDs, {s['tors']} ToRs, "
@@ -177,7 +180,7 @@ def run_demo(examples: Path = EXAMPLES_DIR, iterations: int = 2) -> int:
             wanted[xc.device].update(duplex_to_cross_connects(xc.a_port, xc.b_port, topo.devices[xc.device].radix_ports))
         held = lab.tables()
         same = all(held[d] == wanted[d] for d in topo.devices)
-        print(f"devices read back over TL1: {sum(map(len, held.values()))} cross-connects; "
+        print(f"devices read back over {protocol.upper() if protocol != 'netconf' else 'NETCONF'}: {sum(map(len, held.values()))} cross-connects; "
               f"{'exactly the committed plan' if same else 'DIFFERENT FROM THE COMMITTED PLAN'}")
     print(f"demo finished in {time.perf_counter() - started:.1f} s; switches and proxy stopped")
     print("\n" + sim_comparison(examples / "sim" / "demo-64gpu.yaml"))

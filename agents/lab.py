@@ -1,7 +1,8 @@
 """A fabric on loopback: one emulated OCS subprocess per topology device, and the proxy in front.
 
 The demo, the end-to-end tests and ``bench/commit.py`` all need the same thing: real emulator
-processes speaking TL1 on ephemeral ports, a ``devices.yaml`` that points at them, and the proxy
+processes speaking TL1, NETCONF or gNMI on ephemeral ports, a ``devices.yaml`` (and its secrets
+file) that points at them, and the proxy
 (``orchestrl proxy serve``) as a real subprocess that can be killed with SIGKILL and restarted on
 the same state file. :class:`EmulatedFabric` owns all of these processes and stops every one of
 them on exit, whatever happened.
@@ -115,20 +116,29 @@ class EmulatedFabric:
         instantly).
     switch_delay_ms : float, optional
         Override the profile's switching delay (e.g. 0 to measure controller overhead alone).
+    timeout_s : float
+        Reply timeout of every switch in the devices file (default 10 s).
+    protocol : str
+        What the switches speak: ``tl1`` (Polatis TL1/TCP), ``netconf`` (Polatis YANG over SSH) or
+        ``gnmi`` (SONiC OCS tables); the devices file names the same protocol, so the proxy drives them
+        through that adapter. Credentials go to a secrets file (0600) the devices file names.
     """
 
     def __init__(self, topology_path: str | os.PathLike, workdir: str | os.PathLike, *, profile: str | None = None,
-                 switch_delay_ms: float | None = None) -> None:
+                 switch_delay_ms: float | None = None, timeout_s: float = 10.0, protocol: str = "tl1") -> None:
         self.topology_path = str(topology_path)
         self.topology: Topology = load_topology(topology_path)
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.profile = profile
         self.switch_delay_ms = switch_delay_ms
+        self.timeout_s = timeout_s  # the devices file's reply timeout for every switch
+        self.protocol = protocol
         self.operator_token = secrets.token_urlsafe(24)
         self.switches: dict[str, EmulatorProcess] = {}
         self.proxy: ProxyProcess | None = None
         self.devices_path = self.workdir / "devices.yaml"
+        self.secrets_path = self.workdir / "secrets.yaml"
         self.tokens_path = self.workdir / "tokens.yaml"
         self.state_path = self.workdir / "fabric.db"
 
@@ -140,7 +150,7 @@ class EmulatedFabric:
             if self.switch_delay_ms is not None:
                 extra += ["--switch-delay-ms", str(self.switch_delay_ms)]
             return dev.id, start_emulator_process(dev.radix_ports, self.profile or dev.technology.name,
-                                                  extra_args=extra, timeout_s=60.0)
+                                                  extra_args=extra, timeout_s=60.0, protocol=self.protocol)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             futures = [pool.submit(start, dev) for dev in self.topology.devices.values()]
@@ -154,7 +164,10 @@ class EmulatedFabric:
         if errors:
             self.close()
             raise errors[0]
-        doc = {"defaults": {"user": "admin", "password": "admin", "timeout_s": 10},
+        self.secrets_path.write_text(yaml.safe_dump({"credentials": {"default": {"user": "admin", "password": "admin"}}}))
+        os.chmod(self.secrets_path, 0o600)
+        doc = {"secrets": self.secrets_path.name,
+               "defaults": {"protocol": self.protocol, "timeout_s": self.timeout_s},
                "devices": {name: {"host": p.host, "port": p.port, "ports": self.topology.devices[name].radix_ports,
                                   "profile": self.profile or self.topology.devices[name].technology.name}
                            for name, p in sorted(self.switches.items())}}
@@ -165,17 +178,16 @@ class EmulatedFabric:
 
     def control(self, device: str) -> EmulatorControl:
         """Return the fault-injection client of one emulated device."""
-        p = self.switches[device]
-        return EmulatorControl(p.host, p.port)
+        return self.switches[device].control()
 
     def driver(self, device: str):
-        """Return a fresh TL1 driver for one device (the caller closes it)."""
+        """Return a fresh adapter (of the lab's protocol) for one device (the caller closes it)."""
         from orchestrl.fabric.ocs.devices import load_devices, open_device
 
         return open_device(load_devices(self.devices_path)[device])
 
     def tables(self) -> dict[str, dict[int, int]]:
-        """Return every device's cross-connect table, read over TL1."""
+        """Return every device's cross-connect table, read over the lab's protocol."""
         out = {}
         for name in sorted(self.switches):
             with self.driver(name) as drv:

@@ -1,4 +1,4 @@
-"""Benchmark the controller's overhead per commit: 2,048 GPUs, emulated 3D-MEMS switches over TL1.
+"""Benchmark the controller's overhead per commit: 2,048 GPUs over TL1, and each device adapter against TL1.
 
 Run from the repository root::
 
@@ -321,11 +321,66 @@ def per_pod_plan(rows: list[dict]) -> dict:
     return _stats([r["total_s"] / r["pods"] for r in rows for _ in range(r["pods"])])
 
 
+ADAPTER_TOPOLOGY = Path(__file__).resolve().parents[1] / "examples" / "topology-64gpu-h800.yaml"
+PROTOCOLS = ("tl1", "netconf", "gnmi")
+
+
+def _pod0_intent(variant: int) -> dict:
+    """A train intent of one job on PoD 0 of the 64-GPU example; the two variants need different ToR pairs."""
+    layout = ({"tp": 4, "ep": 4, "dp": 4, "pp": 2, "gpus": "0-31"} if variant == 0 else
+              {"tp": 2, "ep": 8, "dp": 8, "pp": 2, "gpus": "0-31"})
+    return {"job": "rl", "stage": "train", "period": "fwd-bwd", "layout": layout, "collectives": [
+        {"primitive": "all-to-all", "over": "ep", "bytes_per_rank": 2.0e9},
+        {"primitive": "p2p", "over": "pp", "bytes_per_rank": 5.0e8}]}
+
+
+def run_adapters(work: Path, rounds: int, protocols: tuple[str, ...] = PROTOCOLS) -> dict[str, dict]:
+    """Commit overhead per device adapter: the same job and intents on emulators of each protocol, zero delay.
+
+    The 64-GPU example (3 switches); one job on PoD 0 alternates two train intents, so every commit
+    moves circuits on pod0/agg0 (and core0). Per protocol: its own emulators (TL1/TCP, NETCONF/SSH
+    with candidate + confirmed commit, gNMI/gRPC), the service in process with that adapter, the
+    same warm-up, then ``rounds`` timed commits; the TL1 row is the baseline of the ratios.
+    """
+    out = {}
+    for protocol in protocols:
+        with EmulatedFabric(ADAPTER_TOPOLOGY, work / protocol, switch_delay_ms=0, protocol=protocol) as lab:
+            lab.start_switches()
+            service = open_service(lab.topology_path, str(lab.devices_path), str(lab.state_path),
+                                   [lab.operator_token], audit_period_s=None)
+            try:
+                service.recover()
+                service.register_job("rl", "0-31")
+                service.report_events("rl", _gate_events())
+                rows = []
+                for r in range(WARMUP_ROUNDS + rounds):
+                    started = time.perf_counter()
+                    d = service.announce_intent("rl", {**_pod0_intent(r % 2), "t_s": 5.011})
+                    total = time.perf_counter() - started
+                    if d.decision != "commit":
+                        raise RuntimeError(f"{protocol} round {r}: expected a commit, got {d.decision}: {d.reason}")
+                    if r >= WARMUP_ROUNDS:
+                        rows.append({"total_s": total, "driver_s": d.device_s, "changed": d.added + d.removed})
+            finally:
+                service.close()
+        out[protocol] = {"commits": len(rows), "total_s": summarize(rows, "total_s"),
+                         "device_s": summarize(rows, "driver_s"),
+                         "changed_mean": statistics.fmean(r["changed"] for r in rows)}
+    base = out.get("tl1")
+    for doc in out.values():
+        if base:
+            doc["p50_over_tl1"] = doc["total_s"]["p50_ms"] / base["total_s"]["p50_ms"]
+            doc["p99_over_tl1"] = doc["total_s"]["p99_ms"] / base["total_s"]["p99_ms"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="also print a JSON document")
     ap.add_argument("--quick", action="store_true", help="5 rounds (40 commits), shorter cold run and cross-check")
     ap.add_argument("--rounds", type=int, default=None, help="rounds of 8 commits in zero-delay mode (default 25)")
+    ap.add_argument("--adapters-only", action="store_true",
+                    help="only the per-adapter rows (TL1, NETCONF, gNMI on the 64-GPU example)")
     ap.add_argument("--runs", type=int, default=1,
                     help="repeat the zero-delay measurement this many times and report each run's p99 beside its "
                          "bound's (the host's noise moves p99 between runs); default 1")
@@ -337,6 +392,17 @@ def main(argv: list[str] | None = None) -> dict:
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # run the cleanup below on SIGTERM too
 
     started = time.perf_counter()
+    adapter_rounds = 6 if args.quick else 30
+    if args.adapters_only:
+        with tempfile.TemporaryDirectory(prefix="orchestrl-bench-adapters-") as work:
+            adapters = run_adapters(Path(work), adapter_rounds)
+        doc = {"benchmark": "commit-adapters", "date": datetime.date.today().isoformat(),
+               "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
+               "adapters": adapters, "run_s": time.perf_counter() - started}
+        _print_adapters(adapters)
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        return doc
     with tempfile.TemporaryDirectory(prefix="orchestrl-bench-commit-") as work, \
             EmulatedFabric(mems_topology(Path(work) / "topology.yaml"), Path(work) / "lab", switch_delay_ms=0) as lab:
         lab.start_switches()
@@ -373,6 +439,8 @@ def main(argv: list[str] | None = None) -> dict:
         for name in lab.switches:
             lab.control(name).switch_delay(0)
         wide = run_wide(lab, Path(work) / "wide.db", 4 if args.quick else 20)
+        lab.close()  # the 20 TL1 emulators, before the per-adapter labs start theirs
+        adapters = run_adapters(Path(work) / "adapters", adapter_rounds)
     for r in real:
         r["minus_switching_s"] = r["total_s"] - r["switch_s"]
     comps = {k: summarize(zero, k) for k in ("plan_s", "other_s", "journal_s", "driver_s", "total_s")}
@@ -402,10 +470,22 @@ def main(argv: list[str] | None = None) -> dict:
                  "total_s": summarize(wide, "total_s"), "per_pod_plan": per_pod_plan(wide)},
     }
     doc["wide_p99_over_target"] = doc["wide"]["per_pod_plan"]["p99_ms"] / (TARGET_S * 1e3)
+    doc["adapters"] = adapters
     _print(doc)
     if args.json:
         print(json.dumps(doc, indent=2))
     return doc
+
+
+def _print_adapters(adapters: dict) -> None:
+    n = next(iter(adapters.values()))["commits"]
+    print(f"per device adapter: 64-GPU example, one job on PoD 0, {n} commits each, zero-delay emulators")
+    print(f"{'  adapter (same job, same intents)':<44} {'p50 ms':>8} {'p99 ms':>8} {'device p50':>10} "
+          f"{'p50/TL1':>8} {'p99/TL1':>8}")
+    for protocol, a in adapters.items():
+        print(f"  {protocol:<42} {a['total_s']['p50_ms']:8.2f} {a['total_s']['p99_ms']:8.2f} "
+              f"{a['device_s']['p50_ms']:10.2f} {a.get('p50_over_tl1', float('nan')):8.2f} "
+              f"{a.get('p99_over_tl1', float('nan')):8.2f}")
 
 
 def _row(label: str, c: dict) -> str:
@@ -460,6 +540,7 @@ def _print(doc: dict) -> None:
     print(f"p99 per PoD plan / {doc['target_p99_ms']:.0f} ms target = {ratio:.2f}x "
           f"({'within' if ratio <= 1 else 'OVER'} target); bound p99 / target = {floor_ratio:.2f}x; "
           f"p99 / bound = {doc['p99_over_floor']:.2f}x")
+    _print_adapters(doc["adapters"])
     print(f"{doc['machine']}, {doc['date']}, run took {doc['run_s']:.0f} s")
 
 

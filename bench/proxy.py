@@ -29,6 +29,10 @@ and ``orchestrl proxy serve`` as a real subprocess. Rows:
   plan: planning is remembered, so this is the HTTP layer, authentication, the service lock and
   the decision log), for both servers; the old server at its best configuration (fresh
   connections, since its kept-alive ones stall ~40 ms on Nagle's algorithm and delayed ACKs).
+* **faults and committing load** (:mod:`bench.helpers.proxy_rows`): time to agreement after a
+  partial bulk failure against the audit period; the in-doubt answer time against its stated bound;
+  ``/healthz`` under 300 half-sent request heads against the quiet probes; and 32 jobs on the
+  2,048-GPU example committing every period, against the remembered-plan rate and the safe window.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ import httpx  # noqa: E402
 import yaml  # noqa: E402
 
 from orchestrl.agents.lab import EmulatedFabric  # noqa: E402
+from bench.helpers.proxy_rows import bench_commit_load, bench_doubt, bench_partial, bench_slow_clients  # noqa: E402
 from orchestrl.fabric.ocs.model import duplex_to_cross_connects  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -430,7 +435,11 @@ def main(argv: list[str] | None = None) -> dict:
             lab.state_path = work / "hostile.db"
             hostile = bench_hostile(lab, examples, work)
             http_ = bench_http(lab, work, n, seconds)
-    doc = {"drift": drift, "chaos": chaos, "hostile": hostile, "http": http_, "quick": args.quick,
+            partial = bench_partial(lab, work, 1 if args.quick else 5)
+            slow = bench_slow_clients(lab, work, 5 if args.quick else 50)
+        faults = {"partial": partial, "slow_clients": slow, "doubt": bench_doubt(work, 1 if args.quick else 3),
+                  "load": bench_commit_load(work, 1.0 if args.quick else 10.0, 8 if args.quick else 32)}
+    doc = {"drift": drift, "chaos": chaos, "hostile": hostile, "http": http_, "faults": faults, "quick": args.quick,
            "machine": f"{platform.machine()} {os.cpu_count()} cores", "python": platform.python_version(),
            "date": datetime.date.today().isoformat(), "took_s": time.perf_counter() - started}
     _print(doc)
@@ -472,6 +481,29 @@ def _print(doc: dict) -> None:
     row("intents/s, 8 clients: fastapi kept-alive vs stdlib at its best", f"{new:.0f}/{best_old:.0f}", "", new / best_old)
     row("intents/s, 8 clients: fastapi fresh connections", f"{w['fastapi']['rate_fresh']['intents_per_s']:.0f}", "",
         None)
+    f = doc["faults"]
+    pa, dz, sc, ld = f["partial"], f["doubt"], f["slow_clients"], f["load"]
+    row(f"partial bulk: 503s saying 'may be half-changed' / cross-connects differing", f"{pa['said_half_changed']}/"
+        f"{max(pa['differ_after_answer'])}", "", None)
+    row(f"partial bulk: agreement after the fault is gone, worst of {pa['trials']} (s)", f"{pa['agree_max_s']:.2f}",
+        f"{pa['period_s']:.2f}", pa["agree_max_s"] / pa["period_s"])
+    row(f"in doubt: 503 answer time, worst of {dz['trials']} (s) vs stated bound", f"{dz['answer_max_s']:.2f}",
+        f"{dz['bound_s']:.2f}", dz["answer_max_s"] / dz["bound_s"])
+    row("in doubt: answers saying so / settled after the switch answers (s)",
+        f"{dz['in_doubt']}/{max(dz['settle_s']):.2f}", "", None)
+    q = sc["quiet"]
+    for key, what in (("one_address", "300 half-open heads, 1 address, --listen"),
+                      ("many_addresses_admin", "300 half-open heads, 20 addresses, --admin-listen")):
+        x = sc[key]
+        row(f"healthz p99 under {what} (ms) vs quiet", f"{x['p99_s'] * 1e3:.1f}", f"{q['p99_s'] * 1e3:.1f}",
+            x["p99_s"] / q["p99_s"])
+        row(f"healthz answered 200 under {what}", f"{x['ok']}/{x['n']}", f"{x['n']}", None)
+    c, r = ld["committing"], ld["remembered"]
+    row(f"load, {ld['jobs']} jobs / {ld['devices']} switches: commits/s vs remembered intents/s",
+        f"{c['commits_per_s']:.0f}/{r['per_s']:.0f}", "", c["commits_per_s"] / r["per_s"] if r["per_s"] else None)
+    row("load: decision latency p50 / p99 committing (ms)", f"{c['p50_s'] * 1e3:.0f}/{c['p99_s'] * 1e3:.0f}", "", None)
+    row("load: decision latency p99 vs the predicted safe window (ms)", f"{c['p99_s'] * 1e3:.0f}",
+        f"{c['window_p50_s'] * 1e3:.0f}", c["p99_s"] / c["window_p50_s"] if c["window_p50_s"] else None)
     print(f"{doc['machine']}, Python {doc['python']}, {doc['date']}, run took {doc['took_s']:.0f} s")
 
 

@@ -1,8 +1,10 @@
 """``orchestrl ocs ...``: run an emulated optical circuit switch, and drive a switch by hand.
 
-``emulate`` serves the TL1 dialect of :mod:`fabric.ocs.tl1` (faults settable from the command line
-and at run time, see :mod:`fabric.ocs.emulator`); ``list``, ``connect``, ``disconnect`` and
-``status`` talk to any such switch through :class:`fabric.ocs.driver.Tl1Driver`.
+``emulate`` serves an emulated switch in Polatis TL1 (TCP or SSH), NETCONF (Polatis optical-switch
+YANG) or gNMI (SONiC OCS), with faults settable from the command line and at run time
+(:mod:`fabric.ocs.device_core`); ``list``, ``connect``, ``disconnect`` and ``status`` talk to any
+such switch through the adapter of its protocol (:mod:`fabric.ocs.adapter`), from ``--devices`` or
+from ``--device HOST:PORT --protocol ... --user ... --password ...``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ __all__ = ["register"]
 
 def register(groups: argparse._SubParsersAction) -> None:
     ocs = groups.add_parser("ocs", help="optical circuit switches: emulate one, list/connect/disconnect/status",
-                            description="OCS device layer: a TL1 emulator and a TL1 client (docs/ocs.md).")
+                            description="OCS device layer: emulators and clients for TL1, NETCONF and gNMI "
+                                        "switches (docs/ocs.md).")
     sub = ocs.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     emu = sub.add_parser("emulate", help="serve an emulated switch over TL1/TCP until interrupted",
                          description="Prints 'listening on HOST:PORT' once ready (use --listen 127.0.0.1:0 for a "
                                      "free port). Faults can also be changed at run time (docs/ocs.md).")
+    emu.add_argument("--protocol", default="tl1", choices=("tl1", "netconf", "gnmi"),
+                     help="tl1 (Polatis TL1 over TCP, or SSH with --ssh), netconf (Polatis optical-switch YANG over "
+                          "SSH) or gnmi (SONiC OCS tables over gRPC); default tl1")
+    emu.add_argument("--ssh", action="store_true", help="TL1 over SSH instead of plain TCP (--protocol tl1)")
     emu.add_argument("--listen", default="127.0.0.1:3082", metavar="HOST:PORT", help="address (default 127.0.0.1:3082)")
     emu.add_argument("--ports", type=bounded_int("--ports", 1, 4096), default=None, metavar="N",
                      help="ports per side (ingress 1..N, egress N+1..2N); default: the profile's radix")
@@ -31,8 +38,8 @@ def register(groups: argparse._SubParsersAction) -> None:
                      help="switching technology (OrchestrRL Table 2): rotor, mems-3d, piezo, liquid-crystal, "
                           "robotic, or test (no delay); default mems-3d")
     emu.add_argument("--switch-delay-ms", type=bounded_float("--switch-delay-ms", 0, 3.6e6, "ms"), default=None, metavar="MS", help="override the profile's delay")
-    emu.add_argument("--user", default="admin", help="TL1 user (default admin)")
-    emu.add_argument("--password", default="admin", help="TL1 password (default admin)")
+    emu.add_argument("--user", default="admin", help="login user: TL1 ACT-USER, SSH for NETCONF, gNMI metadata (default admin)")
+    emu.add_argument("--password", default="admin", help="login password (default admin)")
     emu.add_argument("--sid", default="OCS-EMU", help="TL1 source identifier in response headers")
     emu.add_argument("--fail-ports", default="", metavar="P,P", help="ports failed from the start, e.g. 3,7")
     emu.add_argument("--drop-replies", type=bounded_float("--drop-replies", 0, 1, "(a probability)"), default=0.0, metavar="P",
@@ -46,9 +53,15 @@ def register(groups: argparse._SubParsersAction) -> None:
     client = argparse.ArgumentParser(add_help=False)
     client.add_argument("--device", required=True, metavar="HOST:PORT|NAME",
                         help="switch address, or a device name of --devices")
-    client.add_argument("--devices", metavar="devices.yaml", help="device file naming host, port and credentials")
-    client.add_argument("--user", default=None, help="TL1 user (default: from --devices, else admin)")
-    client.add_argument("--password", default=None, help="TL1 password (default: from --devices, else admin)")
+    client.add_argument("--devices", metavar="devices.yaml", help="device file naming host, port, protocol")
+    client.add_argument("--secrets", metavar="secrets.yaml", help="secrets file of the device file's credentials "
+                                                                  "(default: the one the device file names)")
+    client.add_argument("--protocol", default=None, choices=("tl1", "netconf", "gnmi"),
+                        help="what the switch speaks (default: from --devices, else tl1)")
+    client.add_argument("--transport", default=None, choices=("tcp", "ssh"), help="TL1 over tcp (default) or ssh")
+    client.add_argument("--user", default=None, help="login user (default: from --devices, else admin)")
+    client.add_argument("--password", default=None, help="login password (default: from --devices' secrets, else "
+                                                         "admin); prefer --devices with a secrets file on shared hosts")
     client.add_argument("--timeout", type=bounded_float("--timeout", 0.001, 3600, "seconds"), default=None, metavar="S", help="reply timeout (default 5 s)")
     client.add_argument("--json", action="store_true", help="print JSON")
 
@@ -82,6 +95,9 @@ def _emulate(args: argparse.Namespace) -> int:
     from orchestrl.fabric.ocs.tl1 import parse_ports
 
     host, port = _host_port(args.listen, "--listen")
+    if args.ssh and args.protocol != "tl1":
+        raise ConfigError("--ssh", "ssh", f"applies to --protocol tl1 only (--protocol {args.protocol} has its own "
+                                          "transport)", "drop --ssh")
     profile_delay_s(args.profile)
     config = EmulatorConfig(
         ports=args.ports or PROFILES[args.profile][1], profile=args.profile, host=host, port=port, user=args.user,
@@ -92,7 +108,7 @@ def _emulate(args: argparse.Namespace) -> int:
         partial_bulk=args.partial_bulk, seed=args.seed,
     )
     try:
-        run_emulator(config, announce=lambda line: print(line, flush=True))
+        run_emulator(config, announce=lambda line: print(line, flush=True), protocol=args.protocol, ssh=args.ssh)
     except OSError as exc:  # binding the listener: address in use, not local, no permission
         raise ConfigError("--listen", "<value>", f"cannot listen on {args.listen}: {exc.strerror or exc}",
                           "a free port on a local address (port 0 picks one)") from None
@@ -100,18 +116,28 @@ def _emulate(args: argparse.Namespace) -> int:
 
 
 def _driver(args: argparse.Namespace):
+    """The adapter of the switch ``--device`` names: from the device file, or an address with --protocol."""
+    from orchestrl.fabric.ocs.adapter import open_adapter
     from orchestrl.fabric.ocs.devices import load_devices, open_device
-    from orchestrl.fabric.ocs.driver import Tl1Driver
 
     overrides = {k: v for k, v in (("user", args.user), ("password", args.password), ("timeout_s", args.timeout))
                  if v is not None}
     if args.devices:
-        devices = load_devices(args.devices)
+        devices = load_devices(args.devices, secrets=args.secrets)
         if args.device not in devices:
             raise ConfigError(args.devices, "devices", f"no device named {args.device!r}", ", ".join(sorted(devices)))
-        return open_device(devices[args.device], **overrides)
+        cfg = devices[args.device]
+        if args.protocol and args.protocol != cfg.protocol:
+            raise ConfigError(args.devices, f"devices.{args.device}.protocol", f"is {cfg.protocol!r} but --protocol "
+                                                                             f"{args.protocol} was given",
+                              "drop --protocol, or change the device file")
+        return open_device(cfg, **overrides)
     host, port = _host_port(args.device, "--device")
-    return Tl1Driver(host, port, **{"user": "admin", "password": "admin", **overrides})
+    protocol = args.protocol or "tl1"
+    if args.transport and protocol != "tl1":
+        raise ConfigError("--transport", "transport", f"applies to --protocol tl1 only, not {protocol}", "drop --transport")
+    extra = {"transport": args.transport} if args.transport else {}
+    return open_adapter(protocol, host, port, **{"user": "admin", "password": "admin", **extra, **overrides})
 
 
 def _print(args: argparse.Namespace, doc: object, text: str) -> None:

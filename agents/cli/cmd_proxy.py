@@ -57,7 +57,15 @@ def register(groups: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-connections", type=bounded_int("--max-connections", 1, 65_535), default=256, metavar="N",
                        help="open connections at most; more get 503 (default 256)")
     serve.add_argument("--request-timeout", type=bounded_float("--request-timeout", 0.5, 600, "seconds"), default=10.0, metavar="S",
-                       help="seconds a client may take to send a request's head, or its body (default 10)")
+                       help="seconds a client may take to send a request's body (default 10)")
+    serve.add_argument("--header-timeout", type=bounded_float("--header-timeout", 0.1, 600, "seconds"), default=3.0,
+                       metavar="S", help="seconds a connection may take to send a request's head (default 3)")
+    serve.add_argument("--max-connections-per-client", type=bounded_int("--max-connections-per-client", 1, 65_535),
+                       default=32, metavar="N", help="open connections per client address at most; more are answered "
+                                                     "503 and closed (default 32)")
+    serve.add_argument("--admin-listen", default=None, metavar="HOST:PORT",
+                       help="a second listener with its own connection budget (64), for health probes and operators: "
+                            "answerable however many connections clients hold on --listen")
     serve.set_defaults(func=_serve)
     backup = sub.add_parser("backup", help="copy the state file with SQLite's online backup (safe while serving)",
                             description="Write a consistent, self-contained copy of the state file, WAL included; "
@@ -81,6 +89,14 @@ def _backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _address(option: str, value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(option, "<value>", f"{value!r} is not HOST:PORT", "e.g. 127.0.0.1:8700")
+    return host, int(port)
+
+
 def _check_file(option: str, path: str | None) -> None:
     if path is not None and not os.path.isfile(path):
         raise ConfigError(option, "<value>", f"{path!r} is not a readable file", "a PEM file")
@@ -96,10 +112,8 @@ def _serve(args: argparse.Namespace) -> int:
     from orchestrl.fabric.runtime.store import default_store_path
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    host, _, port = args.listen.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError("--listen", "<value>", f"{args.listen!r} is not HOST:PORT", "e.g. 127.0.0.1:8700")
+    host, port = _address("--listen", args.listen)
+    admin = _address("--admin-listen", args.admin_listen) if args.admin_listen else None
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ConfigError("--tls-cert/--tls-key", "<value>", "only one of the two is given", "both, or neither")
     if args.tls_ca is not None and args.tls_cert is None:
@@ -125,10 +139,12 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             server = HttpServer(create_app(service, body_timeout_s=args.request_timeout), host, int(port),
                                 tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca,
-                                max_connections=args.max_connections, head_timeout_s=args.request_timeout)
+                                max_connections=args.max_connections, head_timeout_s=args.header_timeout,
+                                max_connections_per_client=args.max_connections_per_client, admin=admin)
         except OSError as exc:
-            raise ConfigError("--listen", "<value>", f"cannot listen on {args.listen}: {exc.strerror}",
-                              "a free port on a local address") from None
+            raise ConfigError("--listen/--admin-listen", "<value>", f"cannot listen on {args.listen}"
+                              + (f" and {args.admin_listen}" if admin else "") + f": {exc.strerror}",
+                              "free ports on local addresses") from None
     except BaseException:
         service.close()
         raise
@@ -141,6 +157,8 @@ def _serve(args: argparse.Namespace) -> int:
     # raises the signal again: with the default SIGTERM action that would end the process before the state file is
     # closed and the switch sessions logged out, so the handler it restores does nothing.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    if server.admin_url:
+        print(f"operator listener on {server.admin_url}", flush=True)
     print(f"listening on {server.url}", flush=True)
     try:
         server.serve_forever()

@@ -188,6 +188,13 @@ def create_app(service: Any, *, max_body_bytes: int = MAX_BODY_BYTES, body_timeo
         """Bring every device to the journal now (operator); ``dry_run`` only reports the diff."""
         return service.reconcile_now(dry_run=bool(body and body.dry_run))
 
+    @app.post("/v1/adopted/release", response_model=m.ReleaseResult, operation_id="releaseAdopted",
+              responses=_responses(*_COMMON))
+    @_role("operator", optional_body=True)
+    def release_adopted(body: typing.Annotated[Optional[m.ReleaseRequest], Body()] = None) -> Any:
+        """Release the circuits adopted at start-up that no job explains (operator); a dry run unless told."""
+        return service.release_adopted(dry_run=True if body is None else body.dry_run)
+
     @app.get("/v1/topology", response_model=m.Topology, operation_id="getTopology", responses=_responses(401, 403))
     @_role("operator")
     def topology() -> Any:

@@ -163,6 +163,7 @@ class Gate:
                 return await self.app(scope, receive, counting_send)
             route, role, optional, child = found
             route_name = route.name
+            scope["route_name"] = route_name
             refusal = self._authorize(scope, role, child.get("path_params", {}))
             if refusal is None and scope["method"] in ("POST", "PUT", "PATCH", "DELETE") and route.body_field_present:
                 refusal, receive = await self._read_body(scope, receive, optional)
@@ -194,6 +195,9 @@ class Gate:
         if role == "operator" and who.role != "operator":
             return error_response(403, f"{method} {path} needs the operator token; a job token may only act for its own job")
         job = path_params.get("job")
+        if who.events_only and scope.get("route_name") != "report_events":
+            return error_response(401, f"job {who.job!r} was removed (DELETE /v1/jobs/{who.job}): its token may only "
+                                       "report events (POST /v1/jobs/{job}/events) until its circuits are freed")
         if role == "job" and who.role != "operator" and who.job != job:
             return error_response(403, f"this token belongs to job {who.job!r}, not {job!r}; a job may only act for itself")
         scope.setdefault("state", {})["principal"] = who

@@ -252,6 +252,16 @@ class ReconcileResult(_Answer):
     devices: list[dict[str, Any]]
 
 
+class ReleaseRequest(_Body):
+    dry_run: StrictBool = Field(True, description="Only list the circuits that would be released (the default).")
+
+
+class ReleaseResult(_Answer):
+    dry_run: bool
+    released: int = Field(description="Circuits removed from the devices and the journal (0 on a dry run).")
+    circuits: list[dict[str, Any]] = Field(description="The adopted circuits no job explains: device, ports, ends.")
+
+
 class Topology(_Answer):
     summary: dict[str, Any]
     devices: list[dict[str, Any]]

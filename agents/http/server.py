@@ -63,11 +63,51 @@ def bind_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
     return sock
 
 
-def _guarded_protocol(head_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, with a deadline for each request head."""
+class ConnectionLimits:
+    """Open connections per listener and per client address, shared by every connection of one server.
+
+    uvicorn's own ``limit_concurrency`` counts every connection of every client together, so 300 half-sent
+    request heads from one address took every slot and health answered 503 for everyone (issue 28.5).
+    Here a client address may hold at most ``per_client`` connections, and each listener (the main one,
+    and the operator's ``--admin-listen`` one) has its own total, so one address, or many on the main
+    listener, never starves the other listener.
+    """
+
+    def __init__(self, per_listener: dict[int, int], per_client: int) -> None:
+        self.per_listener, self.per_client = per_listener, per_client
+        self.by_listener: dict[int, int] = {}
+        self.by_client: dict[str, int] = {}
+        self.refused = 0  # connections closed at once for being over a limit
+
+    def admit(self, listener: int, client: str) -> str | None:
+        """Count a new connection in, or return why it is refused (nothing counted)."""
+        cap = self.per_listener.get(listener)
+        if cap is not None and self.by_listener.get(listener, 0) >= cap:
+            self.refused += 1
+            return f"more than {cap} connections on this listener"
+        if self.by_client.get(client, 0) >= self.per_client:
+            self.refused += 1
+            return f"more than {self.per_client} connections from {client}"
+        self.by_listener[listener] = self.by_listener.get(listener, 0) + 1
+        self.by_client[client] = self.by_client.get(client, 0) + 1
+        return None
+
+    def release(self, listener: int, client: str) -> None:
+        self.by_listener[listener] -= 1
+        self.by_client[client] -= 1
+        if not self.by_client[client]:
+            del self.by_client[client]
+
+
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+
+
+def _guarded_protocol(head_timeout_s: float, limits: ConnectionLimits | None = None) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, with a deadline for each request head and per-listener/per-client limits."""
 
     class GuardedH11(H11Protocol):
         _head_timer: asyncio.TimerHandle | None = None
+        _counted: tuple[int, str] | None = None
 
         def _arm(self) -> None:
             self._disarm()
@@ -85,6 +125,17 @@ def _guarded_protocol(head_timeout_s: float) -> type[H11Protocol]:
                 self.transport.close()
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            if limits is not None:
+                local = (transport.get_extra_info("sockname") or ("", 0))[1]
+                client = str((transport.get_extra_info("peername") or ("?",))[0])
+                refused = limits.admit(local, client)
+                if refused is not None:  # answered and closed before uvicorn counts or parses anything
+                    log.debug("refusing a connection: %s", refused)
+                    transport.write(_BUSY)
+                    transport.close()
+                    self.transport = transport
+                    return
+                self._counted = (local, client)
             super().connection_made(transport)
             self._arm()
 
@@ -100,7 +151,17 @@ def _guarded_protocol(head_timeout_s: float) -> type[H11Protocol]:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._counted is None and limits is not None:
+                return  # refused in connection_made: uvicorn never saw it
+            if self._counted is not None:
+                limits.release(*self._counted)  # type: ignore[union-attr]
+                self._counted = None
             super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if limits is not None and self._counted is None:
+                return  # a refused connection: its bytes are dropped
+            super().data_received(data)
 
     return GuardedH11
 
@@ -128,12 +189,30 @@ class HttpServer:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, tls_cert: str | None = None,
                  tls_key: str | None = None, tls_ca: str | None = None, max_connections: int = 256,
-                 head_timeout_s: float = 10.0, idle_timeout_s: float = 5.0, name: str = "orchestrl") -> None:
+                 head_timeout_s: float = 10.0, idle_timeout_s: float = 5.0, name: str = "orchestrl",
+                 max_connections_per_client: int | None = None, admin: tuple[str, int] | None = None,
+                 admin_max_connections: int = 64) -> None:
         self.sock = bind_socket(host, port)
+        self.admin_sock = None
+        if admin is not None:
+            try:
+                self.admin_sock = bind_socket(*admin)
+            except OSError:
+                self.sock.close()
+                raise
         self.tls = tls_cert is not None
+        self.limits = None
+        if max_connections_per_client is not None or admin is not None:
+            caps = {self.sock.getsockname()[1]: max_connections}
+            if self.admin_sock is not None:
+                caps[self.admin_sock.getsockname()[1]] = admin_max_connections
+            self.limits = ConnectionLimits(caps, max_connections_per_client or max_connections)
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", http=_guarded_protocol(head_timeout_s),
-            limit_concurrency=max_connections, timeout_keep_alive=max(1, int(idle_timeout_s)),
+            app, log_level="warning", access_log=False, lifespan="off",
+            http=_guarded_protocol(head_timeout_s, self.limits),
+            # with our own limits, uvicorn's global one would again let one listener starve the other
+            limit_concurrency=None if self.limits is not None else max_connections,
+            timeout_keep_alive=max(1, int(idle_timeout_s)),
             timeout_graceful_shutdown=5, h11_max_incomplete_event_size=64 * 1024, server_header=False,
             ssl_certfile=tls_cert, ssl_keyfile=tls_key, ssl_ca_certs=tls_ca,
             ssl_cert_reqs=ssl.CERT_REQUIRED if tls_ca else ssl.CERT_NONE)
@@ -141,18 +220,28 @@ class HttpServer:
         self.name = name
         self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        host, port = self.sock.getsockname()[:2]
+    def _url(self, sock: socket.socket) -> str:
+        host, port = sock.getsockname()[:2]
         host = f"[{host}]" if ":" in host else host
         return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
+    @property
+    def url(self) -> str:
+        return self._url(self.sock)
+
+    @property
+    def admin_url(self) -> str | None:
+        """The operator listener's URL (same API, its own connection budget), if there is one."""
+        return self._url(self.admin_sock) if self.admin_sock is not None else None
+
     def serve_forever(self) -> None:
         """Serve until :meth:`shutdown` (or SIGINT/SIGTERM when run on the main thread)."""
+        socks = [self.sock] + ([self.admin_sock] if self.admin_sock is not None else [])
         try:
-            self.server.run(sockets=[self.sock])
+            self.server.run(sockets=socks)
         finally:
-            self.sock.close()
+            for sock in socks:
+                sock.close()
 
     def start(self) -> "HttpServer":
         """Serve on a daemon thread; return once it accepts requests."""

@@ -153,6 +153,8 @@ class DeviceAuditor:
                 if svc.epoch != epoch:
                     continue
                 svc.metrics.observe("orchestrl_audit_seconds", time.perf_counter() - started)
+                if svc.in_doubt and svc.settle_in_doubt(tables):  # before drift: a settled commit is no drift
+                    epoch = svc.epoch
                 self._compare(tables)
                 if repair and self.policy == "repair":
                     svc.repair_drift(self.pending_repairs())

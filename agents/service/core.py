@@ -40,7 +40,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from orchestrl.agents.service.checks import (
@@ -64,7 +64,7 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.fabric.intent import Intent, parse_gpu_set
 from orchestrl.fabric.ocs.errors import OcsError
 from orchestrl.fabric.plan import CircuitPlan, same_cross_connects, validate_plan
-from orchestrl.fabric.runtime.commit import CommitError, CommitInFlightError
+from orchestrl.fabric.runtime.commit import CommitError, CommitInDoubt, CommitInFlightError
 from orchestrl.fabric.runtime.reconcile import reconcile, reconcile_devices_to
 from orchestrl.fabric.runtime.store import FabricStore, StoreWriteError
 from orchestrl.fabric.safe_window import (
@@ -108,6 +108,7 @@ class _Tenant:
     last_event_at: float = 0.0  # monotonic time of the job's last event batch (quiet jobs are safe to repair)
     core_asked: dict[int, int] | None = None  # boundary fibres per PoD its last intent wanted (fabric to itself)
     core_asked_circuits: int = 0  # OCS-Core circuits of that plan
+    core_asks: dict[str, dict[int, int]] = field(default_factory=dict)  # gate family -> its latest ask per PoD
     starved: bool = False  # its last plan got less OCS-Core than its fair share
     removing: bool = False  # DELETE /v1/jobs/{job} is waiting for a safe window to free its circuits
     clock: dict[str, tuple[int, float]] | None = None  # sender -> (last seq, offset added to its t_s)
@@ -156,6 +157,10 @@ class ControlService(SharingMixin, OperatorMixin):
         self.audit_setup: dict[str, Any] | None = None
         self._depth = 0  # nesting of service calls (see _top_level)
         self._replan_later: set[str] = set()  # jobs to re-plan once the outermost call is done (fair shares)
+        self.in_doubt: dict[str, dict[str, Any]] = {}  # scope -> a commit whose outcome a read-back must settle
+        # One device round trip at most: its reply timeout plus its switching time (the slowest device's).
+        self.round_trip_s = max([getattr(c, "timeout_s", 5.0) + self.switch_delay_s.get(d, 0.0)
+                                 for d, c in self.devices.items()] or [5.0])
 
     @property
     def lock(self) -> threading.RLock:
@@ -320,14 +325,22 @@ class ControlService(SharingMixin, OperatorMixin):
         if outside:
             return self._record(PeriodDecision(**{**base, "decision": "refused", "reason": "; ".join(outside[:3])}))
         started = time.perf_counter()
+        scope = scope_of(tenant.job)
+        if scope in self.in_doubt:
+            raise self._device_failed(tenant, base, f"commit {self.in_doubt[scope]['commit']} of this job is in doubt "
+                                      "(a switch did not answer in time); the next read-back settles it, within one "
+                                      "audit period of the switch answering: retry then", started, in_doubt=True)
         try:
             report = self._apply(tenant, plan, change)
+        except CommitInDoubt as exc:
+            raise self._in_doubt(tenant, base, exc, started) from None
         except CommitError as exc:  # its rollback kept every job's circuits; earlier steps stay committed
             self.metrics.inc("orchestrl_device_faults_total", kind="commit-error")
+            self.last_reconcile_report = exc.rollback  # what the rollback left (a self-reconcile may replace it)
             self._after_device_error(exc)
             tenant.active = self.store.last_committed_plan(scope_of(tenant.job))
             if not exc.failed_ports:
-                raise self._device_failed(tenant, base, str(exc), started) from None
+                raise self._device_failed(tenant, base, f"commit {exc.commit_id}: {exc.problem}", started) from None
             self.controller.mask_ports(exc.failed_ports)  # §5.4: mask, re-plan under the remaining budget
             self._epoch += 1
             self.metrics.inc("orchestrl_device_faults_total", len(exc.failed_ports), kind="failed-port")
@@ -337,10 +350,13 @@ class ControlService(SharingMixin, OperatorMixin):
             plan = retry.plan
             try:
                 report = self._apply(tenant, plan)
+            except CommitInDoubt as doubt:
+                raise self._in_doubt(tenant, base, doubt, started) from None
             except CommitError as again:
+                self.last_reconcile_report = again.rollback
                 self._after_device_error(again)
                 tenant.active = self.store.last_committed_plan(scope_of(tenant.job))
-                raise self._device_failed(tenant, base, str(again), started) from None
+                raise self._device_failed(tenant, base, f"commit {again.commit_id}: {again.problem}", started) from None
             why = f"{why}; ports {', '.join(f'{d}:{p}' for d, p, _ in exc.failed_ports)} failed, masked and re-planned"
         took = time.perf_counter() - started
         tenant.active = plan
@@ -361,7 +377,30 @@ class ControlService(SharingMixin, OperatorMixin):
 
     def _apply(self, tenant: _Tenant, plan: CircuitPlan, change: PlannedChange | None = None) -> OrderedCommit:
         """Apply the job's change as journalled commits; a refused journal write undoes what the devices were told."""
-        scope = scope_of(tenant.job)
+        scope = tenant.job if tenant.job.startswith("fabric/") else scope_of(tenant.job)  # fabric/adopted is no job
+        steps = change.steps if change is not None else 2
+        with self._deadline((steps + 1) * self.round_trip_s):
+            return self._apply_bounded(tenant, plan, change, scope)
+
+    @contextmanager
+    def _deadline(self, seconds: float):  # noqa: ANN202 - a context manager
+        """Cap every device wait of the commit clients at ``seconds`` from now (an outer deadline stays)."""
+        deadline = time.monotonic() + seconds
+        set_here = [c for c in self.devices.values() if hasattr(c, "deadline") and c.deadline is None]
+        for c in set_here:
+            c.deadline = deadline
+        try:
+            yield
+        finally:
+            for c in set_here:
+                c.deadline = None
+
+    def commit_bound_s(self, steps: int = 2) -> float:
+        """The longest a commit of ``steps`` steps waits on the devices: (steps + 1) device round trips."""
+        return (steps + 1) * self.round_trip_s
+
+    def _apply_bounded(self, tenant: _Tenant, plan: CircuitPlan, change: PlannedChange | None,
+                       scope: str) -> OrderedCommit:
         try:
             try:
                 return apply_in_order(self.store, tenant.active, plan, self.devices, scope=scope, change=change)
@@ -386,7 +425,7 @@ class ControlService(SharingMixin, OperatorMixin):
             self._after_device_error(exc)
             self._self_reconcile("after-device-error")
             tenant.active = self.store.last_committed_plan(scope)
-            raise DeviceUnavailable(f"device {exc.device}: {exc}; devices reconciled to the journal") from None
+            raise DeviceUnavailable(f"device {exc.device}: {exc}; " + self._agreement()) from None
 
     def _self_reconcile(self, outcome: str) -> Any:
         """Bring every device back to the journal (after a failed or half-applied commit); the service stays usable."""
@@ -418,10 +457,46 @@ class ControlService(SharingMixin, OperatorMixin):
         elif self.auditor is not None:
             self.auditor.poke()
 
-    def _device_failed(self, tenant: _Tenant, base: dict, reason: str, started: float) -> DeviceUnavailable:
-        """Journal the decision as failed and return the 503 that reports it (a device fault, not a bad request)."""
+    def _device_failed(self, tenant: _Tenant, base: dict, reason: str, started: float, *,
+                       in_doubt: bool = False) -> DeviceUnavailable:
+        """Journal the decision as failed and return the 503 that reports it, saying what the devices hold now."""
+        if not in_doubt:
+            reason += "; " + self._agreement()
         self._failed(tenant, base, reason, started)
-        return DeviceUnavailable(reason + "; the job keeps its last committed circuits")
+        return DeviceUnavailable(reason)
+
+    def _agreement(self) -> str:
+        """What is true of the devices after a failed commit and its rollback, in words (issue 28.7)."""
+        report = getattr(self, "last_reconcile_report", None)
+        bad = [d for d in (report.devices if report is not None else ()) if not d.ok]
+        if not bad:
+            return "the devices were restored: the job keeps its last committed circuits and the journal and the devices agree"
+        period = self.auditor.period_s if self.auditor is not None else 1.0
+        for d in bad:
+            if self.auditor is not None:
+                self.auditor.mark(d.device, "drift" if d.reachable else "unreachable",
+                                  "a failed commit could not be rolled back" + (f": {d.errors[-1]}" if d.errors else ""))
+        return (f"devices {', '.join(d.device for d in bad)} may be half-changed ("
+                + "; ".join(f"{d.device}: {len(d.residual)} cross-connects differ from the journal" if d.reachable
+                            else f"{d.device}: did not answer" for d in bad)
+                + f"); the audit reads them every {period:g} s and repairs them in the job's next safe window once "
+                  "they answer and the fault is gone")
+
+    def _in_doubt(self, tenant: _Tenant, base: dict, exc: CommitInDoubt, started: float) -> DeviceUnavailable:
+        """Record a commit whose outcome is unknown: health says so at once, the next read-back settles it."""
+        self.in_doubt[exc.scope] = {"commit": exc.commit_id, "devices": exc.devices, "since": time.time(),
+                                    "reason": exc.problem}
+        self.metrics.inc("orchestrl_device_faults_total", kind="in-doubt")
+        tenant.active = self.store.last_committed_plan(exc.scope)
+        self._epoch += 1
+        if self.auditor is not None:
+            self.auditor.poke()
+        period = self.auditor.period_s if self.auditor is not None else 1.0
+        return self._device_failed(tenant, base, (
+            f"commit {exc.commit_id} is in doubt: {exc.problem}; the devices {', '.join(exc.devices)} may hold the new "
+            f"plan or the last committed one; health says so, and the next read-back of the audit (every {period:g} s) "
+            "settles it: committed if the devices hold it, else restored to the last committed plan"), started,
+            in_doubt=True)
 
     def _failed(self, tenant: _Tenant, base: dict, reason: str, started: float) -> PeriodDecision:
         took = time.perf_counter() - started
@@ -429,6 +504,11 @@ class ControlService(SharingMixin, OperatorMixin):
 
     def _record(self, d: PeriodDecision, tenant: _Tenant | None = None) -> PeriodDecision:
         if tenant is not None and tenant.starved and d.decision in ("commit", "unchanged"):
+            # a plan committed later (a safe window opened) carries no ask of its own: the job's, as numbers
+            asked = d.core_asked if d.core_asked is not None else tenant.core_asked_circuits
+            granted = d.core_granted if d.core_granted is not None else (
+                sum(1 for c in tenant.active.circuits if c.tier == "core") if tenant.active else 0)
+            d = replace(d, core_asked=asked, core_granted=granted)
             d = replace(d, decision="starved", reason=(
                 f"starved: asked for {d.core_asked} OCS-Core circuits and got {d.core_granted}, less than its fair share "
                 f"({self._share_words(tenant)}); jobs holding more than their share are re-planned and this job "
@@ -442,7 +522,7 @@ class ControlService(SharingMixin, OperatorMixin):
         return d
 
     def _share_words(self, tenant: _Tenant) -> str:
-        return "max-min fair over the tenants' OCS-Core demands per PoD"
+        return "max-min fair over the tenants' standing OCS-Core demands per PoD"
 
     def _set_gauges(self) -> None:
         for job, t in self._tenants.items():

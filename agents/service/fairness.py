@@ -6,14 +6,17 @@ A Core circuit between PoDs p and q uses one boundary fibre of p and one of q; T
 job, but boundary fibres are shared by every job with GPUs in the PoD. Left alone, the first
 job to commit takes every fibre its demand wants and a second job's cross-PoD intent gets none.
 
-The stated policy: per PoD, the fibres are split **max-min fair over the tenants' asks**, where a
-job's ask is the number of the PoD's fibres its last intent's plan uses when planned on the whole
-fabric (other tenants ignored). Water-filling gives each job ``min(ask, level)`` fibres, the level
-rising until the PoD's fibres are used up; left-over units (integers) go to the largest unmet asks,
-ties by job id. A job is planned with at most its share usable in each PoD; when another job
-holds more than its own share there, that job is re-planned to its share (its change commits in
-its own safe window) and the job kept short is reported ``starved`` with what it asked for and
-what it got, and re-planned once the fibres are free.
+The stated policy: per PoD, the fibres are split **max-min fair over the tenants' standing demands**,
+where a job's ask for a period is the number of the PoD's fibres that intent's plan uses when planned
+on the whole fabric (other tenants ignored), and its standing demand is its largest ask over its
+latest intent of each stage family (:meth:`agents.service.sharing.SharingMixin._standing_demand`), so
+a weight-sync claim holds while the job trains and every job gets its share in every period of
+its own. Water-filling gives each job ``min(demand, level)`` fibres, the level rising until the
+PoD's fibres are used up; left-over units (integers) go to the largest unmet demands, ties by job
+id. A job is planned with at most its share usable in each PoD; when another job holds more than its
+own share there (its plan predates the demand), that job is re-planned to its share (its change
+commits in its own safe window) and the job kept short is reported ``starved`` with what it asked
+for and what it got, and re-planned once the fibres are free.
 
 Everything here is pure; :class:`agents.service.core.ControlService` records the asks and applies
 the shares when it plans.
@@ -29,7 +32,7 @@ from orchestrl.fabric.topology import PortRef, Topology
 
 __all__ = ["max_min_fair", "core_fibres_by_pod", "fair_shares", "cap_ports", "POLICY"]
 
-POLICY = "max-min fair over tenants' OCS-Core demands, per PoD boundary"
+POLICY = "max-min fair over tenants' standing OCS-Core demands (largest ask per stage family), per PoD boundary"
 
 
 def max_min_fair(capacity: int, asks: Mapping[str, int]) -> dict[str, int]:

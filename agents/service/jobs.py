@@ -105,6 +105,7 @@ class Principal:
 
     role: str  # "operator" | "job"
     job: str | None = None
+    events_only: bool = False  # a removed job's token: it may only report events until its circuits are freed
 
 
 def load_operator_tokens(path: str | None) -> list[str]:
@@ -153,6 +154,7 @@ class JobRegistry:
         self._operator = [token_digest(t) for t in operator_tokens]
         self._lock = threading.RLock()
         self._jobs: dict[str, Job] = {}
+        self._removing: set[str] = set()  # jobs removed by the operator whose circuits are not freed yet
         self._conn: sqlite3.Connection | None = None
         self.path = path or ":memory:"
         if path not in (None, ":memory:"):
@@ -196,8 +198,14 @@ class JobRegistry:
             return Principal("operator")
         for job in list(self._jobs.values()):
             if hmac.compare_digest(digest, job.token_sha256):
-                return Principal("job", job.id)
+                return Principal("job", job.id, events_only=job.id in self._removing)
         return None
+
+    def revoke(self, job_id: str) -> None:
+        """Revoke ``job_id``'s token for everything but reporting events (the job is being removed)."""
+        with self._lock:
+            if job_id in self._jobs:
+                self._removing.add(job_id)
 
     # -- changes -----------------------------------------------------------------------------
     def register(self, job_id: str, gpus: Iterable[int]) -> tuple[Job, str]:
@@ -241,6 +249,7 @@ class JobRegistry:
                 finally:
                     self._conn.execute("PRAGMA synchronous=NORMAL")
             self._jobs.pop(job_id, None)
+            self._removing.discard(job_id)
 
     def _execute(self, sql: str, args: tuple = ()) -> None:
         """One statement on the state file; a refused write raises StoreWriteError (disk full, read-only, I/O)."""

@@ -12,7 +12,7 @@ import dataclasses
 import time
 from typing import Any, Iterable
 
-from orchestrl.agents.service.audit import DeviceAuditor, DeviceState
+from orchestrl.agents.service.audit import DeviceAuditor, DeviceState, drift_of
 from orchestrl.agents.service.checks import (
     Conflict,
     DeviceUnavailable,
@@ -28,16 +28,30 @@ from orchestrl.agents.service.startup import (
     STARTUP_MODES,
     StartupRefused,
     adopted_plan,
+    attribute_circuits,
     startup_diff,
 )
+from orchestrl.fabric.errors import OrchestrlError
 from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.ocs.fanout import each_device
 from orchestrl.fabric.plan import CircuitPlan, CrossConnect, plan_to_json
-from orchestrl.fabric.runtime.reconcile import reconcile_store, unusable_ports, wanted_by_device
+from orchestrl.fabric.runtime.reconcile import (
+    DeviceReconcile,
+    ReconcileReport,
+    device_changes,
+    reconcile_store,
+    unusable_ports,
+    wanted_by_device,
+)
 from orchestrl.fabric.runtime.store import StoreWriteError
 from orchestrl.fabric.templates.cache import TemplateCache
 from orchestrl.fabric.topology import Topology
 
-__all__ = ["OperatorMixin"]
+__all__ = ["OperatorMixin", "DuplicateDevice"]
+
+
+class DuplicateDevice(OrchestrlError):
+    """Two entries of the devices file reach one switch."""
 
 
 class OperatorMixin:
@@ -69,6 +83,7 @@ class OperatorMixin:
             if masked:
                 self.controller.mask_ports(masked)
             self.controller.cache = TemplateCache(self.store.load_template_cache().entries())
+            self._check_identities()
             diff = startup_diff(self.store, self.devices, {d: self.masked_on(d) for d in self.devices})
             self.startup = {"mode": mode, "unexplained": sum(map(len, diff.unexplained.values())),
                             "unreachable": dict(diff.unreachable)}
@@ -77,7 +92,10 @@ class OperatorMixin:
             adopted = self._adopt(diff.tables) if mode == "adopt" else None
             reachable = {d: c for d, c in self.devices.items() if d not in diff.unreachable}
             started = time.perf_counter()
-            report = reconcile_store(self.store, reachable, None)
+            # --adopt changes nothing on a device: the journal now follows them, and what still differs (half
+            # circuits) is the audit's to report; any other mode brings the devices to the journal
+            report = self._adopted_report(reachable, diff.tables) if mode == "adopt" else \
+                reconcile_store(self.store, reachable, None)
             took = time.perf_counter() - started
             self.metrics.inc("orchestrl_reconciliations_total", outcome="ok" if report.ok else "incomplete")
             self.metrics.inc("orchestrl_reconcile_changes_total", report.changes)
@@ -125,32 +143,139 @@ class OperatorMixin:
             return self.last_reconcile
 
     def _adopt(self, tables: dict[str, dict[int, int]]) -> dict[str, Any]:
-        """Take the devices' circuits as the committed plan: journal follows devices, nothing on a device changes."""
-        on_device = {d: set(t.items()) for d, t in tables.items()}
-        kept: dict[str, set[CrossConnect]] = {}
-        dropped = 0
+        """Take the devices' circuits into the journal as they are; nothing on a device changes.
+
+        A job's journalled circuits the devices still hold stay the job's; circuits the devices hold
+        beyond that are given back to the job they belong to (:func:`agents.service.startup.attribute_circuits`:
+        its journalled plans, else the ToRs and PoDs their ports serve), so after a restored backup the
+        jobs keep what they made since; the rest are reserved under ``fabric/adopted`` until an operator
+        releases them (:meth:`release_adopted`).
+        """
         from orchestrl.fabric.ocs.model import duplex_to_cross_connects
-        for scope, plan in self.committed_plans().items():
+
+        on_device = {d: set(t.items()) for d, t in tables.items()}
+        plans = self.committed_plans()
+        kept: dict[str, set[CrossConnect]] = {}
+        keep_by_scope: dict[str, list] = {}
+        dropped = 0
+        for scope, plan in plans.items():
             keep = [c for c in plan.circuits if c.xc.device not in tables or all(
                 p in on_device[c.xc.device] for p in duplex_to_cross_connects(
                     c.xc.a_port, c.xc.b_port, self.devices[c.xc.device].ports))]
+            if scope == ADOPTED_SCOPE:
+                continue  # adopted circuits are attributed again below, like any found on the devices
             for c in keep:
                 kept.setdefault(c.xc.device, set()).add(c.xc)
-            if len(keep) != len(plan.circuits) and scope != ADOPTED_SCOPE:
-                dropped += len(plan.circuits) - len(keep)
-                self._journal(scope, CircuitPlan(plan.fabric, plan.template, plan.signature, plan.link_bps,
-                                                 tuple(keep), plan.core_demand, plan.agg_demand,
-                                                 plan.notes + ("circuits missing on the devices dropped at --adopt",),
-                                                 plan.method), "adopt: circuits not on the devices dropped")
-        plan, halves = adopted_plan(self.controller.topology, tables,
-                                    {d: set(x) for d, x in kept.items()}, {d: c.ports for d, c in self.devices.items()})
-        old = self.store.last_committed_plan(ADOPTED_SCOPE)
-        merged = plan if old is None else CircuitPlan(plan.fabric, "adopted", "adopted", plan.link_bps,
-                                                      tuple(sorted({*old.circuits, *plan.circuits},
-                                                                   key=lambda c: (c.xc.device, c.xc.a_port))),
-                                                      notes=plan.notes)
-        self._journal(ADOPTED_SCOPE, merged, "adopted from the devices at start-up")
-        return {"circuits": len(plan.circuits), "dropped_from_jobs": dropped, "half_circuits": halves}
+            keep_by_scope[scope] = keep
+            dropped += len(plan.circuits) - len(keep)
+        found, halves = adopted_plan(self.controller.topology, tables, {d: set(x) for d, x in kept.items()},
+                                     {d: c.ports for d, c in self.devices.items()})
+        jobs = {j.id: j for j in self.registry.jobs()}
+        known = {j: {c.xc for rec in self.store.history(scope_of(j), limit=50) for c in rec.plan.circuits}
+                 for j in jobs}
+        by_job = attribute_circuits(self.controller.topology, list(found.circuits),
+                                    {j: job.placement for j, job in jobs.items()}, known)
+        given_back = 0
+        for scope, plan in plans.items():
+            if scope == ADOPTED_SCOPE:
+                continue
+            job = scope[len("job/"):] if scope.startswith("job/") else None
+            extra = by_job.pop(job, []) if job is not None else []
+            keep = keep_by_scope[scope]
+            if len(keep) == len(plan.circuits) and not extra:
+                continue
+            given_back += len(extra)
+            circuits = tuple(sorted({*keep, *extra}, key=lambda c: (c.xc.device, c.xc.a_port, c.xc.b_port)))
+            notes = plan.notes + ((f"{len(plan.circuits) - len(keep)} circuits missing on the devices dropped at "
+                                   "--adopt",) if len(keep) != len(plan.circuits) else ()) + (
+                (f"{len(extra)} circuits found on the devices given back at --adopt",) if extra else ())
+            self._journal(scope, dataclasses.replace(plan, circuits=circuits, notes=notes),
+                          "adopt: the job's circuits as the devices hold them")
+        for job, extra in list(by_job.items()):  # a registered job with no journalled plan yet
+            if job is None or job not in jobs:
+                continue
+            first = dataclasses.replace(found, template="adopted", signature="adopted", circuits=tuple(extra),
+                                        notes=("circuits found on the devices given back to the job at --adopt",))
+            self._journal(scope_of(job), first, "adopt: the job's circuits as the devices hold them")
+            given_back += len(extra)
+            del by_job[job]
+        rest = tuple(by_job.get(None, ()))
+        merged = dataclasses.replace(found, circuits=rest)
+        if rest or self.store.last_committed(ADOPTED_SCOPE) is not None:
+            self._journal(ADOPTED_SCOPE, merged, "adopted from the devices at start-up (no job explains them)")
+        return {"circuits": len(found.circuits), "given_back_to_jobs": given_back, "reserved": len(rest),
+                "dropped_from_jobs": dropped, "half_circuits": halves}
+
+    def release_adopted(self, dry_run: bool = True) -> dict[str, Any]:
+        """``POST /v1/adopted/release``: remove the adopted circuits no job explains (a dry run by default).
+
+        They belong to no job, so no safe window is waited for; jobs kept short by them are re-planned.
+        """
+        with self._lock, self._top_level():
+            plan = self.store.last_committed_plan(ADOPTED_SCOPE)
+            circuits = [{"device": c.xc.device, "a_port": c.xc.a_port, "b_port": c.xc.b_port, "a": c.a, "b": c.b}
+                        for c in (plan.circuits if plan else ())]
+            if dry_run or not circuits:
+                return {"dry_run": dry_run, "released": 0 if dry_run else 0, "circuits": circuits}
+            tenant = self._tenant(ADOPTED_SCOPE)
+            tenant.active = plan
+            empty = dataclasses.replace(plan, circuits=(), notes=("released by an operator",))
+            try:
+                self._apply(tenant, empty)
+            except StoreWriteError as exc:
+                raise self._storage_failed(exc) from None
+            tenant.active = self.store.last_committed_plan(ADOPTED_SCOPE)
+            self._epoch += 1
+            self.log_device_event("all", "released", f"operator released {len(circuits)} adopted circuits",
+                                  released=len(circuits))
+            self._replan_later.update(j.id for j in self.registry.jobs() if j.intent_doc is not None)
+            self._set_gauges()
+            return {"dry_run": False, "released": len(circuits), "circuits": circuits}
+
+    def _check_identities(self) -> None:
+        """Refuse to start when two device entries reach one switch (they would undo each other's circuits).
+
+        Each switch is asked who it is (its adapter's ``identity()``: a TL1 SID, a NETCONF or gNMI serial);
+        a switch that does not answer is checked when it does, by the audit's read-back (drift).
+        """
+        def ask(client: Any) -> str | None:
+            try:
+                return client.identity() if hasattr(client, "identity") else None
+            except (OcsError, OSError):
+                return None
+        seen: dict[str, str] = {}
+        for d, ident in sorted(each_device({d: (lambda c=c: ask(c)) for d, c in self.devices.items()}).items()):
+            if ident is None:
+                continue
+            if ident in seen:
+                raise DuplicateDevice(f"devices {seen[ident]!r} and {d!r} are one switch ({ident}): each would undo "
+                                      "the other's circuits; give each switch one entry in the devices file (if they "
+                                      "are two switches, give each its own identity, e.g. TL1 SET-SID)")
+            seen[ident] = d
+
+    def _adopted_report(self, devices: dict[str, Any], tables: dict[str, dict[int, int]]) -> ReconcileReport:
+        """What start-up with ``--adopt`` found, as a reconcile report, without changing a device.
+
+        Commits the journal shows in flight are closed (the devices were taken as they are), failed ports
+        are read and masked, and what still differs from the journal (half circuits) is the residual.
+        """
+        for rec in self.store.in_flight():
+            self.store.finish_commit(rec.id, "aborted", "interrupted; --adopt took the devices as they are")
+        self._wanted = None  # the journal changed without a commit: read it afresh
+        wanted = self.wanted_by_device()
+        results = []
+        for d, client in sorted(devices.items()):
+            try:
+                unusable = unusable_ports(client)
+            except OcsError as exc:
+                results.append(DeviceReconcile(d, (), (), {}, (), (), (str(exc),), reachable=False))
+                continue
+            ch = device_changes(wanted.get(d, []), tables.get(d, {}), client.ports, frozenset(unusable))
+            results.append(DeviceReconcile(d, (), (), unusable, (), ch.remove + ch.add))
+        report = ReconcileReport(tuple(results))
+        if report.failed_ports:
+            self.store.mask_ports(report.failed_ports)
+        return report
 
     def _journal(self, scope: str, plan: CircuitPlan, note: str) -> None:
         base = self.store.last_committed(scope)
@@ -172,6 +297,9 @@ class OperatorMixin:
             devices.append(st.to_json())
             if st.state != "ok":
                 reasons.append(f"device {d}: {st.state}" + (f" ({st.reason})" if st.reason else ""))
+        for scope, doubt in sorted(dict(self.in_doubt).items()):
+            reasons.append(f"commit {doubt['commit']} of {scope} is in doubt since {time.strftime('%H:%M:%S', time.gmtime(doubt['since']))} "
+                           f"UTC ({doubt['reason']}); the next read-back of {', '.join(doubt['devices'])} settles it")
         if self.storage["state"] != "ok":
             reasons.append(f"storage: {self.storage['reason']}")
         if self.last_reconcile is None:
@@ -222,6 +350,51 @@ class OperatorMixin:
             self.store.log_decision(f"device/{device}", outcome, doc)
         except StoreWriteError as exc:
             self._storage_failed(exc)
+
+    # ------------------------------------------------------------------ commits in doubt (called by the auditor)
+    def settle_in_doubt(self, tables: dict[str, Any]) -> list[str]:
+        """Settle commits in doubt from a read-back: committed when the devices hold them, else rolled back.
+
+        Called with the service's lock held and ``tables`` read since the doubt arose; a device that did
+        not answer keeps its commit in doubt. Returns the scopes settled.
+        """
+        done = []
+        for scope, doubt in sorted(self.in_doubt.items()):
+            if any(isinstance(tables.get(d), BaseException) or d not in tables for d in doubt["devices"]):
+                continue
+            rec = next((r for r in self.store.in_flight(scope) if r.id == doubt["commit"]), None)
+            job = scope[len("job/"):] if scope.startswith("job/") else scope
+            tenant = self._tenants.get(job)
+            if rec is None:  # closed meanwhile (a reconcile): nothing left to settle
+                del self.in_doubt[scope]
+                continue
+            others = [p for s, p in self.committed_plans().items() if s != scope]
+            wanted = wanted_by_device([*others, rec.plan])
+            held = all(not any(drift_of(d, wanted.get(d, []), tables[d], self.devices[d].ports, self.masked_on(d)))
+                       for d in doubt["devices"])
+            try:
+                if held:
+                    self.store.finish_commit(rec.id, "committed", "in doubt; settled by read-back: the devices hold it")
+                    outcome = "committed: the devices hold it"
+                else:
+                    report = reconcile_store(self.store, {d: self.devices[d] for d in doubt["devices"]}, scope,
+                                             "aborted", "in doubt; read back and restored to the last committed plan",
+                                             keep_other_scopes=True)
+                    if not report.ok:
+                        continue  # the devices did not let themselves be restored: still in doubt, tried again
+                    outcome = "rolled back: the devices did not hold it; restored to the last committed plan"
+            except StoreWriteError as exc:
+                self._storage_failed(exc)
+                continue
+            del self.in_doubt[scope]
+            self._epoch += 1
+            if tenant is not None:
+                tenant.active = self.store.last_committed_plan(scope)
+            self.log_device_event(",".join(doubt["devices"]), "settled", f"commit {rec.id} of {scope} {outcome}")
+            done.append(scope)
+        if done:
+            self._set_gauges()
+        return done
 
     # ------------------------------------------------------------------ drift repair (called by the auditor)
     def _owners(self, device: str, pairs: Iterable[tuple[int, int]]) -> set[str]:
@@ -397,6 +570,7 @@ class OperatorMixin:
                 gate.withdraw(job_id)
             t.pending = None
             t.removing = True
+            self.registry.revoke(job_id)  # at once: from now on its token only reports events
             return self._finish_removal(job_id)
 
     def _finish_removal(self, job_id: str) -> dict[str, Any]:
@@ -407,7 +581,8 @@ class OperatorMixin:
         if waiting:
             return {"job": job_id, "removed": False, "circuits_freed": 0, "pending_removal": True,
                     "reason": f"its {circuits} circuits are freed in its next safe window (devices "
-                              f"{', '.join(waiting)} switch while it communicates); it may still report events"}
+                              f"{', '.join(waiting)} switch while it communicates); its token was revoked except for "
+                              "reporting events, which it may do until then"}
         if t.active is not None and t.active.circuits:
             empty = CircuitPlan(t.active.fabric, t.active.template, t.active.signature, t.active.link_bps, ())
             try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrl.agents.service.decisions import GATE_FAMILY
 from orchestrl.agents.service.fairness import cap_ports, core_fibres_by_pod, fair_shares
 from orchestrl.agents.service.startup import ADOPTED_SCOPE
 from orchestrl.fabric.controller import MaterializeResult
@@ -58,10 +59,27 @@ class SharingMixin:
         tenant.core_asked = core_fibres_by_pod(alone.candidate, self.controller.topology) if alone.candidate else {}
         tenant.core_asked_circuits = sum(1 for c in alone.candidate.circuits if c.tier == "core") \
             if alone.candidate else 0
-        asks = {j: self._tenants[j].core_asked if self._tenants[j].core_asked is not None else
-                core_fibres_by_pod(self._tenants[j].active, self.controller.topology) for j in [tenant.job, *rivals]}
+        tenant.core_asks[GATE_FAMILY.get(intent.stage, intent.stage)] = dict(tenant.core_asked)
+        asks = {j: self._standing_demand(j) for j in [tenant.job, *rivals]}
         pods_of = {j: self._job(j).placement.pods for j in asks}
         return fair_shares(self.controller.topology, asks, pods_of)[tenant.job]
+
+    def _standing_demand(self, job: str) -> dict[int, int]:
+        """A job's claim on each PoD's boundary fibres: its largest ask over its latest intent of each stage family.
+
+        Shares are computed over these claims, not over what each job asks this very period, so a job's
+        weight-sync claim holds while it trains: two jobs that both need the whole core get half each in
+        every one of their periods, whether or not their periods overlap (docs/operations.md, Tenants). A job
+        that never announced an intent claims what it holds.
+        """
+        t = self._tenants[job]
+        if not t.core_asks:
+            return core_fibres_by_pod(t.active, self.controller.topology)
+        out: dict[int, int] = {}
+        for ask in t.core_asks.values():
+            for pod, n in ask.items():
+                out[pod] = max(out.get(pod, 0), n)
+        return out
 
     def _materialize(self, tenant: Any, intent: Intent) -> MaterializeResult:
         shares = self._shares(tenant, intent)

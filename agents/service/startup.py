@@ -36,7 +36,7 @@ from orchestrl.fabric.runtime.store import StoreError
 from orchestrl.fabric.topology import PortRef, Topology
 
 __all__ = ["StateLock", "StartupRefused", "StartupDiff", "STARTUP_MODES", "ADOPTED_SCOPE", "startup_diff",
-           "adopted_plan"]
+           "adopted_plan", "attribute_circuits"]
 
 STARTUP_MODES = ("check", "adopt", "reset")
 ADOPTED_SCOPE = "fabric/adopted"  # journal scope of circuits taken over from the devices (--adopt)
@@ -168,3 +168,38 @@ def adopted_plan(topology: Topology, tables: Mapping[str, dict[int, int]], kept:
     plan = CircuitPlan(topology.name, "adopted", "adopted", topology.spec.link_bps, circuits_from(circuits),
                        notes=("circuits found on the devices and adopted at start-up (--adopt)",))
     return plan, halves
+
+
+def attribute_circuits(topology: Topology, circuits: list[Circuit], placements: Mapping[str, Any],
+                       known: Mapping[str, set[CrossConnect]]) -> dict[str | None, list[Circuit]]:
+    """Sort adopted circuits by the job they belong to (key None: no job can be named).
+
+    A circuit belongs to a job when a plan the journal holds for that job (``known``: every
+    cross-connect of its journalled plans) has it and no other job's does; otherwise when its ports
+    name one job: a ToR uplink belongs to the job owning the ToR (ToRs are exclusive), a boundary fibre
+    to the jobs with GPUs in its PoD, and the circuit to the one job every end allows. So after a
+    restored backup, the circuits jobs made since the backup go back to those jobs, and only circuits
+    no job can explain (patched by hand, or on ToRs nobody owns) stay reserved under
+    :data:`ADOPTED_SCOPE`, for an operator to release (``POST /v1/adopted/release``).
+
+    ``placements`` maps job id -> :class:`agents.service.jobs.Placement`. O(C x J) for C circuits, J jobs.
+    """
+    owner_of_tor = {tor: j for j, p in placements.items() for tor in p.tors}
+    out: dict[str | None, list[Circuit]] = {}
+    for c in circuits:
+        by_history = [j for j, xcs in known.items() if c.xc in xcs]
+        if len(by_history) == 1:
+            out.setdefault(by_history[0], []).append(c)
+            continue
+        candidates: set[str] | None = None
+        for ref in c.xc.ports():
+            fibre = topology.fibre_by_agg.get(ref) or topology.fibre_by_core.get(ref)
+            if fibre is not None:
+                allowed = {j for j, p in placements.items() if fibre.pod in p.pods}
+            else:
+                owner = owner_of_tor.get(topology.port_owner.get(ref, ""))
+                allowed = {owner} if owner is not None else set()
+            candidates = allowed if candidates is None else candidates & allowed
+        named = sorted(candidates or ())
+        out.setdefault(named[0] if len(named) == 1 else None, []).append(c)
+    return out

@@ -20,18 +20,23 @@ A bulk connect of k pairs is ONE ``ENT-PATCH`` (one switching delay on the devic
 
 from __future__ import annotations
 
+import re
 from contextlib import suppress
 from functools import partial
 from itertools import repeat
 from typing import Any, Iterable
 
-from orchestrl.fabric.ocs.errors import (OcsAborted, OcsAuthError, OcsCommandError, OcsProtocolError, OcsRequestError,
-                              denied_from_code)
+
+
+from orchestrl.fabric.ocs.adapter import Capabilities, check_pairs, check_ports, chunked
+from orchestrl.fabric.ocs.errors import OcsAborted, OcsAuthError, OcsCommandError, OcsProtocolError, denied_from_code
 from orchestrl.fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
 from orchestrl.fabric.ocs.session import PendingReply, Tl1Session, _Spec
 from orchestrl.fabric.ocs.tl1 import Response, format_pair_lists, format_ports, parse_patch_line
 
 __all__ = ["PendingReply", "Tl1Driver"]
+
+_SERIAL = re.compile(r"\bSN=([A-Za-z0-9_.-]+)")  # RTRV-INV's serial number, as Polatis clients read it
 
 # a step's checked ports and pairs, its commands (verb, aid, params) and its addition's statuses once applied
 _StepRequest = tuple[list[int], list[tuple[int, int]], list[_Spec], list[XcStatus]]
@@ -84,6 +89,23 @@ class Tl1Driver(Tl1Session):
             self._ensure_session()
         return self
 
+    def identity(self) -> str:
+        """Return who this switch says it is: its serial number (``RTRV-INV::OCS``), else its TL1 SID.
+
+        A serial number is the switch's own and the same under any address; a switch that does not
+        answer ``RTRV-INV`` is named by the source identifier (SID) it answered the login with, which
+        TL1 keeps unique among the switches one controller drives (``SET-SID`` sets it).
+        """
+        self.open()
+        resp = self._command("RTRV-INV", "OCS", read=True)
+        serial = next((m.group(1) for line in resp.data if (m := _SERIAL.search(line))), None) if resp.ok else None
+        return f"serial {serial}" if serial else f"TL1 SID {self.sid}"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """TL1: one ``ENT-PATCH`` per bulk (up to ``max_bulk`` pairs), checked whole; pipelined steps."""
+        return Capabilities("tl1", self.transport, self.max_bulk or 1 << 20, atomic=True, pipelined=True)
+
     def _size(self) -> int:
         if self.ports is None:
             self.open()
@@ -113,6 +135,9 @@ class Tl1Driver(Tl1Session):
         """
         mode = normalize_mode(mode, self.name, "ENT-PATCH")
         pairs = self._checked_pairs(pairs)
+        if self.max_bulk and len(pairs) > self.max_bulk:  # the switch takes at most max_bulk pairs per command
+            parts = [self.connect(part, mode=mode) for part in chunked(pairs, self.max_bulk)]
+            return BulkResult([st for part in parts for st in part.statuses], mode)
         statuses: dict[tuple[int, int], XcStatus] = {}
         remaining = list(pairs)
         while remaining:
@@ -199,7 +224,8 @@ class Tl1Driver(Tl1Session):
         if got is None:
             checked_ports, checked_pairs = self._check_ports(ports), self._checked_pairs(pairs)
             specs: list[_Spec] = [("DLT-PATCH", format_ports(checked_ports), ())] if checked_ports else []
-            specs += [("ENT-PATCH", format_pair_lists(checked_pairs), ())] if checked_pairs else []
+            specs += [("ENT-PATCH", format_pair_lists(part), ()) for part in chunked(checked_pairs, self.max_bulk)
+                      if part]
             added = list(map(applied_status, *zip(*checked_pairs))) if checked_pairs else []
             got = (checked_ports, checked_pairs, specs, added)
             if isinstance(pairs, tuple):
@@ -212,13 +238,14 @@ class Tl1Driver(Tl1Session):
                       replies: list[Response]) -> tuple[BulkResult, BulkResult]:
         """:meth:`disconnect_then_connect`'s results from its replies (one per non-empty list), or its error."""
         dlt = replies[0] if ports else None
-        ent = replies[-1] if pairs else None
+        ents = replies[1 if ports else 0:] if pairs else []  # one ENT-PATCH per max_bulk pairs
         if dlt is not None and not dlt.ok:
             raise self._denied("DLT-PATCH", dlt, ports)
-        if ent is not None and not ent.ok:
-            if ent.code == "SABT":
-                raise self._aborted(pairs, ent)
-            raise self._denied("ENT-PATCH", ent, [p for pair in pairs for p in pair])
+        for ent in ents:
+            if not ent.ok:
+                if ent.code == "SABT":
+                    raise self._aborted(pairs, ent)
+                raise self._denied("ENT-PATCH", ent, [p for pair in pairs for p in pair])
         removed = self._removed(dlt) if dlt is not None else BulkResult([], "stop")
         return removed, (BulkResult(list(added), "stop") if pairs else BulkResult())
 
@@ -244,18 +271,49 @@ class Tl1Driver(Tl1Session):
         return [applied_status(*parse_patch_line(line, self.name)) for line in data]
 
     def port_status(self, ports: Iterable[int] | None = None) -> dict[int, PortStatus]:
-        """Return the state and alarm text of ``ports`` (every port when None)."""
-        aid = "ALL" if ports is None else format_ports(ports)
-        resp = self._checked("RTRV-PORT-STATUS", aid, read=True)
-        out: dict[int, PortStatus] = {}
-        for line in resp.data:
-            port, _, rest = line.partition(":")
-            state, _, alarm = rest.partition(",")
+        """Return the state and alarm text of ``ports`` (every port when None), as Polatis clients read them.
+
+        Two reads in one round trip: ``RTRV-PORT-SHUTTER`` (``CLOSED``: force-blocked) and
+        ``RTRV-PORT-POWER`` (an ingress port whose light is at or below ``los_dbm`` has lost its
+        signal: failed, alarm ``LOS (<dBm> dBm)``). A switch cannot show a mirror in motion through
+        either, so no port reads ``tuning``; and an egress port's fault shows in the refusals of the
+        commands that use it (``SWFA``), not here, since an unpatched egress port carries no light.
+        """
+        n = self._size()
+        wanted = list(range(1, 2 * n + 1)) if ports is None else self._check_ports(ports)
+        aid = f"1&&{2 * n}" if ports is None else format_ports(wanted)
+        shutter, power = self._pipeline([("RTRV-PORT-SHUTTER", aid, ()), ("RTRV-PORT-POWER", aid, ())], read=True)
+        for verb, resp in (("RTRV-PORT-SHUTTER", shutter), ("RTRV-PORT-POWER", power)):
+            if not resp.ok:
+                raise self._denied(verb, resp, wanted)
+        closed = {p for p, v in self._port_lines("RTRV-PORT-SHUTTER", shutter) if v.upper() == "CLOSED"}
+        dark: dict[int, float] = {}
+        for p, v in self._port_lines("RTRV-PORT-POWER", power):
             try:
-                out[int(port)] = PortStatus(int(port), PortState(state.strip()), alarm)
+                dbm = float(v)
             except ValueError:
-                raise OcsProtocolError(self.name, "RTRV-PORT-STATUS", f"data line {line!r} is not "
-                                                                      "'<port>:<state>[,<alarm>]'") from None
+                raise OcsProtocolError(self.name, "RTRV-PORT-POWER", f"port {p} power {v!r} is not a number of "
+                                                                     "dBm") from None
+            if p <= n and dbm <= self.los_dbm:
+                dark[p] = dbm
+        out = {}
+        for p in wanted:
+            if p in dark:
+                out[p] = PortStatus(p, PortState.FAILED, f"LOS ({dark[p]:.2f} dBm)")
+            elif p in closed:
+                out[p] = PortStatus(p, PortState.FORCE_BLOCKED, "shutter closed")
+            else:
+                out[p] = PortStatus(p, PortState.NORMAL)
+        return out
+
+    def _port_lines(self, verb: str, resp: Response) -> list[tuple[int, str]]:
+        """The ``"<port>:<value>"`` data lines of a port read."""
+        out = []
+        for line in resp.data:
+            port, sep, value = line.partition(":")
+            if not sep or not port.strip().isdigit():
+                raise OcsProtocolError(self.name, verb, f"data line {line!r} is not '<port>:<value>'")
+            out.append((int(port), value.strip()))
         return out
 
     def alarms(self) -> dict[int, str]:
@@ -274,39 +332,11 @@ class Tl1Driver(Tl1Session):
     # -- checks -----------------------------------------------------------------------------
     def _check_ports(self, ports: Iterable[int]) -> list[int]:
         """``ports`` as ints, each a port of the device (else :class:`OcsRequestError` naming the first bad one)."""
-        ports, n = list(map(int, ports)), self._size()
-        if ports and (min(ports) < 1 or max(ports) > 2 * n):
-            p = next(p for p in ports if not 1 <= p <= 2 * n)
-            raise OcsRequestError(self.name, "DLT-PATCH", f"port {p} is outside 1..{2 * n}; "
-                                                          f"use device ports of this {n}x{n} switch", [p])
-        return ports
+        return check_ports(ports, self._size(), self.name, "DLT-PATCH")
 
     def _checked_pairs(self, pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-        """``pairs`` as int pairs, checked as :meth:`_check_pairs` does, with set operations when all is well."""
-        pairs = list(pairs)
-        ins, outs = zip(*pairs) if pairs else ((), ())
-        ins, outs = tuple(map(int, ins)), tuple(map(int, outs))
-        pairs, n = list(zip(ins, outs)), self._size()
-        if pairs and not (1 <= min(ins) and max(ins) <= n and n < min(outs) and max(outs) <= 2 * n
-                          and len(set(ins)) == len(ins) and len(set(outs)) == len(outs)):
-            self._check_pairs(pairs)  # something is wrong: find the first bad port, in request order
-        return pairs
-
-    def _check_pairs(self, pairs: list[tuple[int, int]]) -> None:
-        n, seen = self._size(), set()
-        for ingress, egress in pairs:
-            if not 1 <= ingress <= n:
-                raise OcsRequestError(self.name, "ENT-PATCH", f"port {ingress} is not an ingress port (1..{n}); "
-                                                              "give pairs as (ingress, egress)", [ingress])
-            if not n < egress <= 2 * n:
-                raise OcsRequestError(self.name, "ENT-PATCH", f"port {egress} is not an egress port "
-                                                              f"({n + 1}..{2 * n}); give pairs as (ingress, egress)",
-                                      [egress])
-            for p in (ingress, egress):
-                if p in seen:
-                    raise OcsRequestError(self.name, "ENT-PATCH", f"port {p} is named twice in one bulk; "
-                                                                  "each port joins at most one cross-connect", [p])
-                seen.add(p)
+        """``pairs`` as int pairs of the device, no port twice (else :class:`OcsRequestError` naming the first bad port)."""
+        return check_pairs(pairs, self._size(), self.name, "ENT-PATCH")
 
     def _aborted(self, pairs: list[tuple[int, int]], resp: Response) -> OcsAborted:
         table = self.cross_connects()

@@ -1,16 +1,21 @@
-"""An emulated optical circuit switch: an asyncio TCP server speaking the TL1 dialect of :mod:`.tl1`.
+"""An emulated optical circuit switch speaking Polatis TL1, over TCP or SSH (a front-end of :mod:`.device_core`).
 
 Design note
 -----------
-The emulator behaves like a device in the ways a control plane must survive: a connect answers
-``COMPLD`` only after the profile's switching delay (OrchestrRL Table 2, :data:`OCS_TECHNOLOGIES`),
-and one bulk ``ENT-PATCH`` of k pairs costs *one* delay since all mirrors move together. While the
-mirrors move, the ports are ``tuning`` and any command touching them is refused with ``SNVS``
-(with a zero delay, as in the zero-delay measurement mode and the ``test`` profile, no mirror moves
-for any time: the bulk answers at once and no port shows ``tuning``).
-Commands on one connection run concurrently (TL1 correlates replies by ctag), but each takes
-effect on the table as soon as it is read, before anything is awaited: commands sent back to back
-(a pipelined ``DLT-PATCH`` then ``ENT-PATCH``) are applied in the order they arrive, as a device
+The switch itself (table, port states, switching delay, power readings, faults) is the shared
+:class:`fabric.ocs.device_core.DeviceCore`; this module is its TL1 front-end, speaking the dialect
+real Polatis switches and their third-party clients use (docs/ocs.md gives the sources):
+``ACT-USER``/``CANC-USER``, ``ENT-PATCH`` with ``&`` lists, ``DLT-PATCH``, ``RTRV-PATCH``, port state
+through ``RTRV-PORT-SHUTTER`` (``OPEN``/``CLOSED``) and ``RTRV-PORT-POWER`` (dBm), the size through
+``RTRV-EQPT::SYSTEM:<ctag>:::PARAMETER=SIZE;``, the serial number through ``RTRV-INV::OCS``, and
+``SET-SID`` (a SID may hold spaces: ``Polatis OXC``). It also *sends* the reply forms a client must
+read: every ``DENY`` names its code as ``"<aid>:ERRCDE=<code>"``, and a command still running after
+``ack_after_s`` (a bulk whose mirrors move) is acknowledged ``IP <ctag>`` (GR-831) before its
+response. A verb a Polatis switch lacks (``RTRV-PORT-STATUS``) is refused ``DENY ICNV``.
+
+Commands on one connection run concurrently (TL1 correlates replies by ctag), but each takes effect
+on the table as soon as it is read, before anything is awaited: commands sent back to back (a
+pipelined ``DLT-PATCH`` then ``ENT-PATCH``) are applied in the order they arrive, as a device
 processes them, and only their replies may overtake each other. An ``ENT-PATCH`` is atomic: it is
 checked whole and refused whole, unless the partial-bulk fault is on.
 
@@ -26,8 +31,9 @@ verbs that need no login and are never dropped or delayed; a real switch has non
     RTRV-EMUL:::<ctag>:;                   data lines "<KEY>=<VALUE>": the current settings and counters
 
 A dropped reply means the command was applied and its reply never sent; replies to ``ACT-USER``
-and ``CANC-USER`` are never dropped or delayed, so a session can always be opened.
-:class:`fabric.ocs.emulator_control.EmulatorControl` wraps these verbs.
+and ``CANC-USER`` are never dropped or delayed, so a session can always be opened. The NETCONF and
+gNMI emulators serve these verbs on a control listener of their own (:func:`run_emulator`).
+:class:`fabric.ocs.emulator_control.EmulatorControl` wraps them.
 """
 
 from __future__ import annotations
@@ -35,85 +41,66 @@ from __future__ import annotations
 from contextlib import suppress
 import asyncio
 import logging
-import random
 import time
-from dataclasses import dataclass, field
 from itertools import starmap
-from typing import Callable
+from typing import Any, Callable
 
+from orchestrl.fabric.ocs.device_core import PROFILES, DeviceCore, EmulatorConfig, profile_delay_s
 from orchestrl.fabric.ocs.errors import OcsProtocolError, OcsRequestError
-from orchestrl.fabric.ocs.model import PortState, SwitchState
+from orchestrl.fabric.ocs.model import PortState
 from orchestrl.fabric.ocs.tl1 import (
-    Autonomous, Command, Response, Tl1Splitter, format_patch_line, format_response, parse_command,
-    parse_keywords, parse_ports, split_pair_lists, unquote,
+    Autonomous, Command, Response, Tl1Splitter, format_acknowledgement, format_patch_line, format_response,
+    parse_command, parse_keywords, parse_ports, split_pair_lists, unquote,
 )
-from orchestrl.fabric.topology import OCS_TECHNOLOGIES
 
-__all__ = ["EmulatorConfig", "Emulator", "run_emulator", "CONTROL_VERBS", "PROFILES", "profile_delay_s"]
+__all__ = ["EmulatorConfig", "Emulator", "run_emulator", "serve", "CONTROL_VERBS", "PROFILES", "profile_delay_s",
+           "EMULATOR_PROTOCOLS"]
 
 log = logging.getLogger(__name__)
 
 CONTROL_VERBS = ("ED-EMUL", "OPR-EMUL-RESTART", "RTRV-EMUL")
-# Profile name -> (switch_delay_s, max ports per side); "test" is a zero-delay profile for unit tests.
-PROFILES: dict[str, tuple[float, int]] = {
-    **{name: (t.switch_delay_s, t.radix_ports) for name, t in OCS_TECHNOLOGIES.items()},
-    "test": (0.0, 4096),
-}
+EMULATOR_PROTOCOLS = ("tl1", "netconf", "gnmi")
 _SESSION_VERBS = ("ACT-USER", "CANC-USER")
 
 
-def profile_delay_s(profile: str) -> float:
-    """Return the switching delay of a profile, refusing unknown names with the list of known ones."""
-    if profile not in PROFILES:
-        raise OcsRequestError("", "emulate", f"unknown profile {profile!r}; use one of {', '.join(PROFILES)}")
-    return PROFILES[profile][0]
-
-
-@dataclass
-class EmulatorConfig:
-    """Everything an emulated switch is started with; the fault fields can change at run time."""
-
-    ports: int = 16  # N ports per side
-    profile: str = "mems-3d"  # a key of PROFILES: sets the switching delay
-    host: str = "127.0.0.1"
-    port: int = 0  # 0 picks a free port
-    user: str = "admin"
-    password: str = "admin"
-    sid: str = "OCS-EMU"  # TL1 source identifier in every response header
-    switch_delay_s: float | None = None  # None: the profile's delay
-    fail_ports: list[int] = field(default_factory=list)  # ports failed from the start
-    drop_probability: float = 0.0  # chance that a reply is not sent (the command still runs)
-    drop_next: int = 0  # drop exactly the next n replies
-    delay_replies_s: float = 0.0  # extra time before every reply
-    partial_bulk: int | None = None  # apply only the first k pairs of larger ENT-PATCH, then DENY SABT
-    seed: int | None = None  # seeds the random dropping
-
-
 class _Session:
-    """One TCP connection: its login state, its in-flight command tasks and a serialised writer."""
+    """One connection (TCP, or an SSH channel): its login state, in-flight command tasks and a serialised writer."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, write: Callable[[bytes], Any], drain: Callable[[], Any], close: Callable[[], None],
+                 closing: Callable[[], bool]) -> None:
+        self._write, self._drain, self._close, self._closing = write, drain, close, closing
         self.logged_in = False
         self.tasks: set[asyncio.Task] = set()
         self._lock = asyncio.Lock()
 
     async def send(self, text: str) -> None:
         async with self._lock:
-            if self.writer.is_closing():
+            if self._closing():
                 return
-            self.writer.write(text.encode("utf-8"))
-            with suppress(ConnectionError):  # the client went away; its session ends when the reader sees EOF
-                await self.writer.drain()
+            self._write(text.encode("utf-8"))
+            with suppress(ConnectionError, OSError):  # the client went away; its session ends at EOF
+                await self._drain()
 
     def abort(self) -> None:
         for task in list(self.tasks):
             task.cancel()
-        self.writer.close()
+        with suppress(Exception):  # closing a transport that is already gone
+            self._close()
 
 
 class Emulator:
-    """An emulated ``N x N`` switch serving TL1 on a TCP listener.
+    """The TL1 front-end of an emulated ``N x N`` switch, on a TCP listener (or SSH with ``ssh=True``).
+
+    Parameters
+    ----------
+    config : EmulatorConfig
+        Size, profile, credentials, SID and initial faults.
+    core : DeviceCore, optional
+        The switch to serve (a new one from ``config`` when None).
+    control_only : bool
+        Serve only the control verbs (the control listener of a NETCONF or gNMI emulator).
+    ssh : bool
+        Serve TL1 over SSH (the user and password of ``config``) instead of plain TCP.
 
     Examples
     --------
@@ -127,41 +114,56 @@ class Emulator:
     True
     """
 
-    def __init__(self, config: EmulatorConfig, announce: Callable[[str], None] = lambda line: None) -> None:
-        profile_delay_s(config.profile)
-        radix = PROFILES[config.profile][1]
-        if not 1 <= config.ports <= radix:
-            raise OcsRequestError(config.sid, "emulate", f"ports={config.ports} per side is outside 1..{radix} for "
-                                                         f"profile {config.profile!r}; use fewer ports or profile 'test'")
-        self.config = config
+    def __init__(self, config: EmulatorConfig, announce: Callable[[str], None] = lambda line: None, *,
+                 core: DeviceCore | None = None, control_only: bool = False, ssh: bool = False) -> None:
+        self.core = core or DeviceCore(config, announce)
+        self.config = self.core.config if core is not None else config
         self.announce = announce
-        self.state = SwitchState(config.ports, config.sid)
-        self.switch_delay_s = PROFILES[config.profile][0] if config.switch_delay_s is None else config.switch_delay_s
-        self.state.set_port_state(config.fail_ports, PortState.FAILED, "LOS")
-        self._rng = random.Random(config.seed)
-        self._server: asyncio.AbstractServer | None = None
+        self.control_only, self.ssh = control_only, ssh
+        self.host, self.port = config.host, config.port
+        self._server: Any = None
         self._sessions: set[_Session] = set()
-        self._tuning: dict[int, object] = {}  # port -> token of the ENT-PATCH moving its mirror
         self._stopped = asyncio.Event()
-        self.counters = {"logins": 0, "restarts": 0, "dropped": 0, "commands": 0}
         self._atag = 0
+        self._ssh_key: Any = None
+        if not control_only:
+            self.core.frontends.append(self)
+            self.core.alarm_listeners.append(self._report_alarm)
+
+    @property
+    def state(self):  # the table and port states (tests and tools read them)
+        return self.core.state
+
+    @property
+    def counters(self) -> dict[str, int]:
+        return self.core.counters
 
     # -- lifecycle --------------------------------------------------------------------------
     async def start(self) -> tuple[str, int]:
-        """Start listening; return the bound ``(host, port)``."""
-        self._server = await asyncio.start_server(self._client, self.config.host, self.config.port)
-        host, port = self._server.sockets[0].getsockname()[:2]
-        self.config.host, self.config.port = host, port  # a restart re-binds the same port
-        return host, port
+        """Start listening; return the bound ``(host, port)`` (a restart binds the same port again)."""
+        if self.ssh:
+            import asyncssh
+
+            from orchestrl.fabric.ocs.ssh_server import password_server, server_key
+
+            self._ssh_key = self._ssh_key or server_key()
+            self._server = await asyncssh.create_server(
+                password_server(self.config.user, self.config.password), self.host, self.port,
+                server_host_keys=[self._ssh_key], process_factory=self._ssh_client, encoding=None)
+        else:
+            self._server = await asyncio.start_server(self._tcp_client, self.host, self.port)
+        self.host, self.port = self._server.sockets[0].getsockname()[:2]
+        return self.host, self.port
 
     async def serve_forever(self) -> None:
         await self._stopped.wait()
 
     async def stop(self) -> None:
-        self._close_all()
+        await self.close()
         self._stopped.set()
 
-    def _close_all(self) -> None:
+    async def close(self) -> None:
+        """Close the listener and every session (a restart, or the end)."""
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -169,39 +171,27 @@ class Emulator:
             session.abort()
         self._sessions.clear()
 
-    async def _restart(self, keep_table: bool, down_s: float) -> None:
-        await asyncio.sleep(0.02)  # let the COMPLD of OPR-EMUL-RESTART reach the client first
-        self._close_all()
-        await asyncio.sleep(down_s)
-        if keep_table:
-            self._settle(list(self._tuning))
-        else:
-            self.state.clear(keep_port_states=True)
-        self._tuning.clear()
-        for attempt in range(50):
-            try:
-                await self.start()
-                break
-            except OSError:  # the old listener's port may take a moment to free
-                await asyncio.sleep(0.05 * (attempt + 1))
-        else:
-            raise OSError(f"emulator could not re-bind {self.config.host}:{self.config.port} after a restart")
-        self.counters["restarts"] += 1
-        table = "kept" if keep_table else "lost"
-        self.announce(f"restarted ({table} cross-connect table), listening on {self.config.host}:{self.config.port}")
-
     # -- connections ------------------------------------------------------------------------
-    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        session = _Session(writer)
+    async def _tcp_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._serve(reader, _Session(writer.write, writer.drain, writer.close, writer.is_closing))
+
+    async def _ssh_client(self, process: Any) -> None:  # an asyncssh SSHServerProcess: TL1 on its session channel
+        chan = process.channel
+        await self._serve(process.stdin, _Session(process.stdout.write, process.stdout.drain,
+                                                  lambda: process.exit(0), chan.is_closing))
+
+    async def _serve(self, reader: Any, session: _Session) -> None:
         self._sessions.add(session)
         splitter = Tl1Splitter()
         try:
-            with suppress(ConnectionError):  # the client vanished: nothing to answer
+            with suppress(ConnectionError, OSError):  # the client vanished: nothing to answer
                 while data := await reader.read(65536):
                     for text in splitter.feed(data):
                         task = asyncio.create_task(self._run(session, text))
                         session.tasks.add(task)
                         task.add_done_callback(session.tasks.discard)
+        except Exception as exc:  # noqa: BLE001 - an SSH channel closing mid-read; the session just ends
+            log.debug("session ended: %s", exc)
         finally:
             self._sessions.discard(session)
             session.abort()
@@ -211,25 +201,24 @@ class Emulator:
             cmd = parse_command(text)
         except OcsProtocolError as exc:
             ctag = text.split(":")[3] if text.count(":") >= 3 else "0"
-            await session.send(format_response(self._deny(Command("?", ctag=ctag), "IISP", exc.problem)))
+            await session.send(self._format(self._deny(Command("?", ctag=ctag), "IISP", exc.problem)))
             return
-        self.counters["commands"] += 1
-        resp = await self._execute(session, cmd)
+        self.core.counters["commands"] += 1
+        work = asyncio.ensure_future(self._execute(session, cmd))
+        if self.config.ack_after_s > 0 and cmd.verb not in CONTROL_VERBS:
+            done, _ = await asyncio.wait({work}, timeout=self.config.ack_after_s)
+            if not done:  # still running (mirrors moving): acknowledge it is in progress, as GR-831 has it
+                await session.send(format_acknowledgement(cmd.ctag))
+        resp = await work
         if cmd.verb not in CONTROL_VERBS and cmd.verb not in _SESSION_VERBS:
-            if self._should_drop():
+            if not await self.core.reply_allowed():
                 log.info("dropping the reply to %s ctag %s (fault injection)", cmd.verb, cmd.ctag)
                 return
-            if self.config.delay_replies_s > 0:
-                await asyncio.sleep(self.config.delay_replies_s)
-        await session.send(format_response(resp))
+        await session.send(self._format(resp))
 
-    def _should_drop(self) -> bool:
-        if self.config.drop_next > 0:
-            self.config.drop_next -= 1
-        elif not (self.config.drop_probability > 0 and self._rng.random() < self.config.drop_probability):
-            return False
-        self.counters["dropped"] += 1
-        return True
+    @staticmethod
+    def _format(resp: Response) -> str:
+        return format_response(resp, errcde=True)  # a DENY names its code as "<aid>:ERRCDE=<code>"
 
     def _ok(self, cmd: Command, data: list[str] | tuple[str, ...] = (), comment: str = "") -> Response:
         return Response(cmd.ctag, "COMPLD", tuple(data), comment=comment, sid=self.config.sid, **_stamp())
@@ -240,7 +229,7 @@ class Emulator:
 
     async def _execute(self, session: _Session, cmd: Command) -> Response:
         handler = _HANDLERS.get(cmd.verb)
-        if handler is None:
+        if handler is None or (self.control_only and cmd.verb not in CONTROL_VERBS):
             return self._deny(cmd, "ICNV", f"unknown command {cmd.verb}")
         if cmd.verb not in CONTROL_VERBS and cmd.verb != "ACT-USER" and not session.logged_in:
             return self._deny(cmd, "PLNA", "log in with ACT-USER first")
@@ -258,155 +247,121 @@ class Emulator:
         if cmd.aid != self.config.user or password != self.config.password:
             return self._deny(cmd, "PIUI", f"user {cmd.aid!r} or its password is wrong")
         session.logged_in = True
-        self.counters["logins"] += 1
+        self.core.counters["logins"] += 1
         return self._ok(cmd)
 
     def _canc_user(self, session: _Session, cmd: Command) -> Response:
         session.logged_in = False
         return self._ok(cmd)
 
+    def _set_sid(self, session: _Session, cmd: Command) -> Response:
+        sid = unquote(cmd.params[-1].strip()) if cmd.params else ""
+        if not sid.strip():
+            return self._deny(cmd, "IDNV", "give the new SID: SET-SID:::<ctag>::<sid>;")
+        self.config.sid = sid.strip()
+        return self._ok(cmd)
+
     async def _ent_patch(self, session: _Session, cmd: Command) -> Response:
         ins, outs = split_pair_lists(cmd.aid, self.config.sid)
         if len(ins) != len(outs) or not ins:
             return self._deny(cmd, "IIPG", f"{len(ins)} ingress and {len(outs)} egress ports; give equal lists")
-        pairs = list(zip(ins, outs))
-        k = self.config.partial_bulk
-        applied = len(pairs) if k is None else min(k, len(pairs))
-        bad = self.state.connect_atomic(pairs, applied)  # checked whole, refused whole
-        if bad is not None:
-            return self._deny(cmd, bad.status, bad.message, [bad.port])
-        if self.switch_delay_s > 0:  # a zero delay moves no mirror for any time: nothing to show tuning
-            moving = [p for pair in pairs[:applied] for p in pair]
-            token = object()
-            self.state.set_port_state(moving, PortState.TUNING)
-            self._tuning.update((p, token) for p in moving)
-            try:
-                await asyncio.sleep(self.switch_delay_s)  # every mirror of the bulk moves at once
-            finally:
-                self._settle([p for p in moving if self._tuning.get(p) is token])
-        if applied < len(pairs):
-            done = ", ".join(f"{i}->{e}" for i, e in pairs[:applied]) or "none"
-            return self._deny(cmd, "SABT", f"applied {applied} of {len(pairs)} pairs ({done}), then aborted")
+        done = await self.core.apply(list(zip(ins, outs)))
+        if done.refusal is not None:
+            return self._deny(cmd, done.refusal.status, done.refusal.message, [done.refusal.port])
+        if done.aborted:
+            applied = ", ".join(f"{i}->{e}" for i, e in done.pairs[:done.applied]) or "none"
+            return self._deny(cmd, "SABT", f"applied {done.applied} of {len(done.pairs)} pairs ({applied}), then aborted")
         return self._ok(cmd)
 
-    def _settle(self, ports: list[int]) -> None:
-        for p in ports:
-            self._tuning.pop(p, None)
-        self.state.set_port_state(self.state.ports_in_state(ports, PortState.TUNING), PortState.NORMAL)
-
     def _dlt_patch(self, session: _Session, cmd: Command) -> Response:
-        ports = parse_ports(cmd.aid, self.config.sid, cmd.verb)
-        if not ports:
+        ports = (list(self.core.state.cross_connects()) if cmd.aid.strip().upper() == "ALL"
+                 else parse_ports(cmd.aid, self.config.sid, cmd.verb))
+        if not ports and cmd.aid.strip().upper() != "ALL":
             return self._deny(cmd, "IIPG", "no ports given")
-        bad, removed = self.state.disconnect_atomic(ports)  # checked whole, refused whole
+        bad, removed = self.core.remove(ports)  # checked whole, refused whole
         if bad is not None:
             return self._deny(cmd, bad.status, bad.message, [bad.port])
         return self._ok(cmd, list(starmap(format_patch_line, removed)))
 
     def _rtrv_patch(self, session: _Session, cmd: Command) -> Response:
-        return self._ok(cmd, [format_patch_line(i, e) for i, e in self.state.cross_connects().items()])
+        table = self.core.state.cross_connects().items()
+        if cmd.aid.strip() and cmd.aid.strip().upper() != "ALL":  # RTRV-PATCH::<ports>: those ports' cross-connects
+            wanted = set(parse_ports(cmd.aid, self.config.sid, cmd.verb))
+            table = [(i, e) for i, e in table if i in wanted or e in wanted]
+        return self._ok(cmd, [format_patch_line(i, e) for i, e in table])
 
     def _ports_of(self, cmd: Command) -> list[int] | Response:
         if cmd.aid.upper() in ("", "ALL"):
-            return list(range(1, 2 * self.state.n + 1))
+            return list(range(1, 2 * self.core.n + 1))
         ports = parse_ports(cmd.aid, self.config.sid, cmd.verb)
-        bad = [p for p in ports if self.state.side(p) is None]
+        bad = [p for p in ports if self.core.state.side(p) is None]
         if bad or not ports:
-            return self._deny(cmd, "IIAC", f"port {bad[0] if bad else '?'} is outside 1..{2 * self.state.n}", bad[:1])
+            return self._deny(cmd, "IIAC", f"port {bad[0] if bad else '?'} is outside 1..{2 * self.core.n}", bad[:1])
         return ports
 
-    def _rtrv_port_status(self, session: _Session, cmd: Command) -> Response:
+    def _rtrv_port_shutter(self, session: _Session, cmd: Command) -> Response:
         ports = self._ports_of(cmd)
         if isinstance(ports, Response):
             return ports
-        lines = [f"{p}:{s.state.value}" + (f",{s.alarm}" if s.alarm else "")
-                 for p, s in self.state.port_status(ports).items()]
-        return self._ok(cmd, lines)
+        state = self.core.state.state
+        return self._ok(cmd, [f"{p}:{'CLOSED' if state(p) is PortState.FORCE_BLOCKED else 'OPEN'}" for p in ports])
+
+    def _rtrv_port_power(self, session: _Session, cmd: Command) -> Response:
+        ports = self._ports_of(cmd)
+        if isinstance(ports, Response):
+            return ports
+        return self._ok(cmd, [f"{p}:{self.core.power_dbm(p):.2f}" for p in ports])
 
     def _rtrv_alm_all(self, session: _Session, cmd: Command) -> Response:
         severity = {PortState.FAILED: "MJ", PortState.FORCE_BLOCKED: "MN"}
         lines = [f"{p}:{severity[s.state]},{s.alarm or s.state.value}"
-                 for p, s in self.state.port_status().items() if s.state in severity]
+                 for p, s in self.core.port_status().items() if s.state in severity]
         return self._ok(cmd, lines)
 
     def _rtrv_eqpt(self, session: _Session, cmd: Command) -> Response:
-        n, delay_ms = self.state.n, self.switch_delay_s * 1e3
+        keys = parse_keywords(cmd.params[-1] if cmd.params else "")
+        n = self.core.n
+        if cmd.aid.upper() != "SYSTEM":
+            return self._deny(cmd, "IIAC", f"equipment {cmd.aid!r} is unknown; use SYSTEM")
+        parameter = keys.get("PARAMETER", "").upper()
+        if parameter == "SIZE":  # RTRV-EQPT::SYSTEM:<ctag>:::PARAMETER=SIZE; as Polatis clients ask it
+            return self._ok(cmd, [f"SYSTEM:SIZE={n}x{n}"])
+        if parameter:
+            return self._deny(cmd, "IDNV", f"PARAMETER={parameter} is not served; use PARAMETER=SIZE")
+        delay_ms = self.core.switch_delay_s * 1e3
         return self._ok(cmd, [f"SYSTEM:SIZE={n}x{n},PROFILE={self.config.profile},DELAY_MS={delay_ms:g}"])
+
+    def _rtrv_inv(self, session: _Session, cmd: Command) -> Response:
+        n = self.core.n
+        return self._ok(cmd, [f"OCS:SN={self.config.serial_number},MODEL=EMU-{n}x{n}-{self.config.profile}"])
+
+    def _rtrv_netype(self, session: _Session, cmd: Command) -> Response:
+        n = self.core.n
+        return self._ok(cmd, [f"orchestrl,EMU-{n}x{n},OCS,1.0"])
 
     def _shutter(self, session: _Session, cmd: Command) -> Response:
         ports = self._ports_of(cmd)
         if isinstance(ports, Response):
             return ports
-        if cmd.verb == "OPR-PORT-SHUTTER":
-            self.state.set_port_state(ports, PortState.FORCE_BLOCKED, "force-blocked by operator")
-        else:
-            self.state.set_port_state([p for p in ports if self.state.state(p) is PortState.FORCE_BLOCKED],
-                                      PortState.NORMAL)
+        self.core.set_blocked(ports, cmd.verb == "OPR-PORT-SHUTTER")
         return self._ok(cmd)
 
     # -- emulator control -------------------------------------------------------------------
     def _ed_emul(self, session: _Session, cmd: Command) -> Response:
-        keys = parse_keywords(cmd.params[-1] if cmd.params else "")
-        unknown = set(keys) - _CONTROL_KEYS
-        if unknown:
-            return self._deny(cmd, "IDNV", f"unknown key(s) {', '.join(sorted(unknown))}; "
-                                           f"use {', '.join(sorted(_CONTROL_KEYS))}")
-        ports = lambda key: (list(range(1, 2 * self.state.n + 1)) if keys[key].upper() == "ALL"  # noqa: E731
-                             else parse_ports(keys[key], self.config.sid, cmd.verb))
-        c = self.config
-        if "CLEAR" in keys:
-            what = keys["CLEAR"].upper()
-            if what in ("FAULTS", "ALL"):
-                c.drop_probability, c.drop_next, c.delay_replies_s, c.partial_bulk = 0.0, 0, 0.0, None
-                self.switch_delay_s = PROFILES[c.profile][0] if c.switch_delay_s is None else c.switch_delay_s
-                self.state.set_port_state([p for p, s in self.state.port_status().items()
-                                           if s.state is not PortState.TUNING], PortState.NORMAL)
-            if what in ("TABLE", "ALL"):
-                self.state.clear()
-                self._tuning.clear()
-        if "FAIL" in keys:
-            failed = ports("FAIL")
-            alarm = keys.get("ALARM", "LOS")
-            self.state.set_port_state(failed, PortState.FAILED, alarm)
-            self._report_alarm(failed, alarm)
-        if "REPAIR" in keys:
-            self.state.set_port_state([p for p in ports("REPAIR") if self.state.state(p) is PortState.FAILED],
-                                      PortState.NORMAL)
-        if "BLOCK" in keys:
-            self.state.set_port_state(ports("BLOCK"), PortState.FORCE_BLOCKED, "force-blocked by operator")
-        if "RELEASE" in keys:
-            self.state.set_port_state([p for p in ports("RELEASE")
-                                       if self.state.state(p) is PortState.FORCE_BLOCKED], PortState.NORMAL)
-        if "DROP" in keys:
-            c.drop_probability = float(keys["DROP"])
-        if "DROPNEXT" in keys:
-            c.drop_next = int(keys["DROPNEXT"])
-        if "DELAYMS" in keys:
-            c.delay_replies_s = float(keys["DELAYMS"]) / 1e3
-        if "PARTIAL" in keys:
-            c.partial_bulk = None if keys["PARTIAL"].upper() in ("OFF", "NONE", "") else int(keys["PARTIAL"])
-        if "SWITCHMS" in keys:
-            self.switch_delay_s = float(keys["SWITCHMS"]) / 1e3
-        return self._ok(cmd)
+        refused = self.core.control(parse_keywords(cmd.params[-1] if cmd.params else ""))
+        return self._deny(cmd, "IDNV", refused) if refused else self._ok(cmd)
 
     def _opr_emul_restart(self, session: _Session, cmd: Command) -> Response:
         keys = parse_keywords(cmd.params[-1] if cmd.params else "")
         table = keys.get("TABLE", "KEEP").upper()
         if table not in ("KEEP", "LOSE"):
             return self._deny(cmd, "IDNV", f"TABLE={table} is not KEEP or LOSE")
-        asyncio.get_running_loop().create_task(self._restart(table == "KEEP", float(keys.get("DOWNMS", 200)) / 1e3))
+        asyncio.get_running_loop().create_task(self.core.restart(table == "KEEP", float(keys.get("DOWNMS", 200)) / 1e3))
         return self._ok(cmd, comment=f"restarting, table {table.lower()}")
 
     def _rtrv_emul(self, session: _Session, cmd: Command) -> Response:
-        c, states = self.config, self.state.port_status()
-        by_state = lambda st: "&".join(str(p) for p, s in states.items() if s.state is st)  # noqa: E731
-        values = {
-            "PROFILE": c.profile, "PORTS": self.state.n, "SWITCHMS": f"{self.switch_delay_s * 1e3:g}",
-            "DROP": c.drop_probability, "DROPNEXT": c.drop_next, "DELAYMS": f"{c.delay_replies_s * 1e3:g}",
-            "PARTIAL": "OFF" if c.partial_bulk is None else c.partial_bulk,
-            "FAILED": by_state(PortState.FAILED), "BLOCKED": by_state(PortState.FORCE_BLOCKED),
-            "SESSIONS": len(self._sessions), **{k.upper(): v for k, v in self.counters.items()},
-        }
+        values = self.core.settings(sessions=sum(len(f._sessions) for f in self.core.frontends
+                                                 if isinstance(f, Emulator)))
         return self._ok(cmd, [f"{k}={v}" for k, v in values.items()])
 
     def _report_alarm(self, ports: list[int], alarm: str) -> None:
@@ -419,13 +374,12 @@ class Emulator:
                 asyncio.get_running_loop().create_task(session.send(text))
 
 
-_CONTROL_KEYS = {"FAIL", "ALARM", "REPAIR", "BLOCK", "RELEASE", "DROP", "DROPNEXT", "DELAYMS", "PARTIAL",
-                 "SWITCHMS", "CLEAR"}
 _HANDLERS = {
-    "ACT-USER": Emulator._act_user, "CANC-USER": Emulator._canc_user, "ENT-PATCH": Emulator._ent_patch,
-    "DLT-PATCH": Emulator._dlt_patch, "RTRV-PATCH": Emulator._rtrv_patch,
-    "RTRV-PORT-STATUS": Emulator._rtrv_port_status, "RTRV-ALM-ALL": Emulator._rtrv_alm_all,
-    "RTRV-EQPT": Emulator._rtrv_eqpt, "OPR-PORT-SHUTTER": Emulator._shutter, "RLS-PORT-SHUTTER": Emulator._shutter,
+    "ACT-USER": Emulator._act_user, "CANC-USER": Emulator._canc_user, "SET-SID": Emulator._set_sid,
+    "ENT-PATCH": Emulator._ent_patch, "DLT-PATCH": Emulator._dlt_patch, "RTRV-PATCH": Emulator._rtrv_patch,
+    "RTRV-PORT-SHUTTER": Emulator._rtrv_port_shutter, "RTRV-PORT-POWER": Emulator._rtrv_port_power,
+    "RTRV-ALM-ALL": Emulator._rtrv_alm_all, "RTRV-EQPT": Emulator._rtrv_eqpt, "RTRV-INV": Emulator._rtrv_inv,
+    "RTRV-NETYPE": Emulator._rtrv_netype, "OPR-PORT-SHUTTER": Emulator._shutter, "RLS-PORT-SHUTTER": Emulator._shutter,
     "ED-EMUL": Emulator._ed_emul, "OPR-EMUL-RESTART": Emulator._opr_emul_restart, "RTRV-EMUL": Emulator._rtrv_emul,
 }
 
@@ -435,14 +389,37 @@ def _stamp() -> dict[str, str]:
     return {"date": time.strftime("%y-%m-%d", now), "time": time.strftime("%H:%M:%S", now)}
 
 
-def run_emulator(config: EmulatorConfig, announce: Callable[[str], None] = print) -> None:
+async def serve(config: EmulatorConfig, protocol: str = "tl1", announce: Callable[[str], None] = print, *,
+                ssh: bool = False, control_port: int = 0) -> None:
+    """Serve one emulated switch in ``protocol`` until cancelled; announce ``listening on`` and ``control on``.
+
+    TL1 takes its control verbs on its own listener; NETCONF and gNMI get a TL1 control listener on
+    ``control_port`` (0: a free one) next to theirs, on the same core.
+    """
+    if protocol not in EMULATOR_PROTOCOLS:
+        raise OcsRequestError(config.sid, "emulate", f"protocol {protocol!r} is unknown; use {', '.join(EMULATOR_PROTOCOLS)}")
+    core = DeviceCore(config, announce)
+    if protocol == "tl1":
+        front: Any = Emulator(config, announce, core=core, ssh=ssh)
+    elif protocol == "netconf":
+        from orchestrl.fabric.ocs.netconf_emulator import NetconfEmulator
+        front = NetconfEmulator(core)
+    else:
+        from orchestrl.fabric.ocs.gnmi_emulator import GnmiEmulator
+        front = GnmiEmulator(core)
+    host, port = await front.start()
+    if protocol == "tl1" and not ssh:
+        control_host, control = host, port
+    else:
+        ctl = Emulator(EmulatorConfig(host=config.host, port=control_port), announce, core=core, control_only=True)
+        control_host, control = await ctl.start()
+    announce(f"listening on {host}:{port}")
+    announce(f"control on {control_host}:{control}")
+    await asyncio.Event().wait()
+
+
+def run_emulator(config: EmulatorConfig, announce: Callable[[str], None] = print, *, protocol: str = "tl1",
+                 ssh: bool = False) -> None:
     """Serve an emulated switch until interrupted; ``announce`` gets ``listening on HOST:PORT``."""
-
-    async def main() -> None:
-        emu = Emulator(config, announce)
-        host, port = await emu.start()
-        announce(f"listening on {host}:{port}")
-        await emu.serve_forever()
-
     with suppress(KeyboardInterrupt):  # Ctrl-C is how an operator stops an emulator
-        asyncio.run(main())
+        asyncio.run(serve(config, protocol, announce, ssh=ssh))

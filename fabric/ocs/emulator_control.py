@@ -1,9 +1,10 @@
 """Run an emulated OCS as a real subprocess and steer its faults at run time.
 
 :func:`start_emulator_process` launches ``python -m orchestrl.agents.cli ocs emulate --listen 127.0.0.1:0``
-and returns once the emulator printed ``listening on HOST:PORT``; :class:`EmulatorControl` sends
-the emulator's control verbs (documented in :mod:`fabric.ocs.emulator`) over a fresh TCP
-connection per call, so it keeps working across emulated restarts.
+(TL1, NETCONF or gNMI: ``protocol``) and returns once the emulator printed ``listening on HOST:PORT``
+and ``control on HOST:PORT``; :class:`EmulatorControl` sends the emulator's control verbs
+(documented in :mod:`fabric.ocs.emulator`) to the control address over a fresh TCP connection per
+call, so it keeps working across emulated restarts.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = ["EmulatorControl", "EmulatorProcess", "start_emulator_process", "stop
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"listening on (\S+):(\d+)")
+_CONTROL = re.compile(r"control on (\S+):(\d+)")
 
 
 class EmulatorControl:
@@ -124,7 +126,7 @@ class EmulatorControl:
 
 
 class EmulatorProcess(NamedTuple):
-    """A running emulator subprocess and the address it listens on.
+    """A running emulator subprocess, the address it serves its protocol on, and its control address.
 
     ``process.output`` (a deque) holds the last lines it printed.
     """
@@ -132,10 +134,16 @@ class EmulatorProcess(NamedTuple):
     process: subprocess.Popen
     host: str
     port: int
+    control_port: int = 0  # the control verbs' listener (the TL1 listener itself for a TL1 switch)
+    protocol: str = "tl1"
+
+    def control(self) -> "EmulatorControl":
+        return EmulatorControl(self.host, self.control_port or self.port)
 
 
 def start_emulator_process(ports: int = 16, profile: str = "test", *, user: str = "admin", password: str = "admin",
-                           extra_args: Sequence[str] = (), timeout_s: float = 30.0) -> EmulatorProcess:
+                           extra_args: Sequence[str] = (), timeout_s: float = 30.0,
+                           protocol: str = "tl1") -> EmulatorProcess:
     """Launch ``python -m orchestrl.agents.cli ocs emulate`` on an ephemeral port; return once it listens.
 
     Raises
@@ -144,7 +152,8 @@ def start_emulator_process(ports: int = 16, profile: str = "test", *, user: str 
         If the process exits or prints no ``listening on HOST:PORT`` line within ``timeout_s``.
     """
     cmd = [sys.executable, "-u", "-m", "orchestrl.agents.cli", "ocs", "emulate", "--listen", "127.0.0.1:0",
-           "--ports", str(ports), "--profile", profile, "--user", user, "--password", password, *extra_args]
+           "--ports", str(ports), "--profile", profile, "--user", user, "--password", password, "--protocol", protocol,
+           *extra_args]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO_ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             text=True, cwd=_REPO_ROOT, env=env)
@@ -161,14 +170,16 @@ def start_emulator_process(ports: int = 16, profile: str = "test", *, user: str 
 
     threading.Thread(target=drain, name=f"emulator-{proc.pid}-stdout", daemon=True).start()
     deadline = time.monotonic() + timeout_s
+    listening = None
     while True:
         try:
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
         except queue.Empty:
             line = None
-        match = _LISTENING.search(line or "")
-        if match:
-            return EmulatorProcess(proc, match.group(1), int(match.group(2)))
+        listening = listening or _LISTENING.search(line or "")
+        control = _CONTROL.search(line or "")
+        if listening and control:
+            return EmulatorProcess(proc, listening.group(1), int(listening.group(2)), int(control.group(2)), protocol)
         if line is None:
             stop_emulator_process(proc)
             raise OcsConnectionError(f"emulator {profile}", "emulate",

@@ -39,8 +39,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
-from orchestrl.fabric.ocs.errors import OcsConnectionError, OcsDenied, OcsError, OcsProtocolError, OcsTimeout, denied_from_code
-from orchestrl.fabric.ocs.tl1 import (Autonomous, Command, Response, Tl1Splitter, format_command, parse_keywords, parse_ports,
+from orchestrl.fabric.ocs.errors import (OcsConnectionError, OcsDenied, OcsError, OcsProtocolError, OcsRequestError,
+                                        OcsTimeout, denied_from_code)
+from orchestrl.fabric.ocs.tl1 import (Acknowledgement, Autonomous, Command, Response, Tl1Splitter, format_command, parse_keywords, parse_ports,
                             parse_response, quote)
 
 __all__ = ["PendingReply", "Tl1Session"]
@@ -85,7 +86,17 @@ class Tl1Session:
 
     def __init__(self, host: str, port: int, *, name: str = "", user: str = "admin", password: str = "",
                  timeout_s: float = 5.0, ports: int | None = None, switch_delay_s: float = 0.0,
-                 connect_attempts: int = 6, backoff_s: float = 0.05, backoff_max_s: float = 2.0) -> None:
+                 connect_attempts: int = 6, backoff_s: float = 0.05, backoff_max_s: float = 2.0,
+                 transport: str = "tcp", max_bulk: int = 0, los_dbm: float = -40.0,
+                 ssh_known_hosts: str | None = None) -> None:
+        if transport not in ("tcp", "ssh"):
+            raise OcsRequestError(name or f"{host}:{port}", "open", f"TL1 transport {transport!r} is unknown; use tcp "
+                                                                    "or ssh")
+        self.transport = transport  # tcp: the TL1 port in clear; ssh: TL1 on an SSH session channel
+        self.max_bulk = int(max_bulk)  # cross-connects per ENT-PATCH (0: no limit); larger bulks are split
+        self.los_dbm = float(los_dbm)  # an ingress port reading this little light or less has lost its signal
+        self.ssh_known_hosts = ssh_known_hosts  # OpenSSH known_hosts file that pins the switch's host key
+        self._ssh: Any = None  # the paramiko SSHClient under an SSH session
         self.host, self.port = host, int(port)
         self.name = name or f"{host}:{port}"
         self.user, self.password = user, password
@@ -100,6 +111,11 @@ class Tl1Session:
         self._lock = threading.RLock()
         self._ctag = 0
         self._early: dict[str, Response | None] = {}  # ctag of a PendingReply -> its reply, if another read met it
+        self.sid: str | None = None  # the SID the switch answered the last login with
+        # A caller's deadline (time.monotonic()) that caps every wait of this session: connects, logins and
+        # replies. The control service sets it around a commit, so that a slow switch costs a bounded time and
+        # the commit is recorded as in doubt instead of waiting through every retry (docs/operations.md).
+        self.deadline: float | None = None
         self.sessions = 0  # successful logins so far: > 1 means the driver reconnected
         self.autonomous: deque[Autonomous] = deque(maxlen=100)  # last alarms the device reported
 
@@ -177,7 +193,8 @@ class Tl1Session:
         with self._lock:
             self._ensure_session()
             cmds = tuple(Command(verb, aid, self._next_ctag(), params=params) for verb, aid, params in commands)
-            pending = PendingReply(cmds, self.sessions, time.monotonic() + timeout_s, timeout_s, read, attempt)
+            pending = PendingReply(cmds, self.sessions, self._capped(time.monotonic() + timeout_s), timeout_s, read,
+                                   attempt)
             if cmds:
                 try:
                     self._write(cmds)
@@ -215,6 +232,20 @@ class Tl1Session:
                     replies[i] = resp
             return replies
 
+    def _capped(self, deadline: float) -> float:
+        """``deadline``, or the caller's :attr:`deadline` when that comes first."""
+        return deadline if self.deadline is None else min(deadline, self.deadline)
+
+    def _left_s(self, verb: str) -> float:
+        """Seconds a wait may take now: the timeout, capped by the caller's deadline (raises when none is left)."""
+        if self.deadline is None:
+            return self.timeout_s
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OcsTimeout(self.name, verb, "the caller's deadline passed before the command was sent; nothing "
+                                              "was sent")
+        return min(self.timeout_s, left)
+
     @staticmethod
     def _specs(cmds: Iterable[Command]) -> list[_Spec]:
         return [(c.verb, c.aid, c.params) for c in cmds]
@@ -226,9 +257,9 @@ class Tl1Session:
         last: Exception | None = None
         for attempt in range(self.connect_attempts):
             if attempt:
-                time.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s))
+                time.sleep(min(self.backoff_s * 2 ** (attempt - 1), self.backoff_max_s, self._left_s("connect")))
             try:
-                self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
+                self._sock = self._open_stream(self._left_s("connect"))
                 break
             except OSError as exc:
                 last = exc
@@ -236,25 +267,62 @@ class Tl1Session:
             raise OcsConnectionError(self.name, "connect", f"cannot reach {self.host}:{self.port} after "
                                                            f"{self.connect_attempts} attempts ({last}); check the "
                                                            "device is up and its host/port in devices.yaml")
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             resp = self._exchange(Command("ACT-USER", self.user, self._next_ctag(), params=("", quote(self.password))),
-                                  self.timeout_s)
+                                  self._left_s("ACT-USER"))
         except _ConnectionLost as exc:
             self._drop()
             raise OcsConnectionError(self.name, "ACT-USER", f"connection closed during login ({exc})") from None
         if not resp.ok:
             self._drop()
             raise self._denied("ACT-USER", resp, [])
+        self.sid = resp.sid  # the switch's TL1 source identifier: who answered (one switch under two addresses)
         if self.ports is None:
             self._read_size()
         self.sessions += 1
         if self.sessions > 1:
             log.info("%s: reconnected and logged in again (session %d)", self.name, self.sessions)
 
+    def _open_stream(self, timeout_s: float) -> Any:
+        """A connected stream to the switch's TL1 listener: a TCP socket, or an SSH session channel.
+
+        Both offer what the session uses of a socket (``sendall``, ``recv``, ``settimeout``, ``fileno``
+        for ``select``, ``close``). Over SSH the password authenticates the SSH session as well, and the
+        TL1 login follows on the channel as over TCP.
+        """
+        if self.transport == "tcp":
+            sock = socket.create_connection((self.host, self.port), timeout=timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        import paramiko
+
+        client = paramiko.SSHClient()
+        if self.ssh_known_hosts:
+            client.load_host_keys(self.ssh_known_hosts)
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        else:  # no known_hosts file configured: accept the key it shows (docs/ocs.md says how to pin it)
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        try:
+            client.connect(self.host, self.port, username=self.user, password=self.password, timeout=timeout_s,
+                           banner_timeout=timeout_s, auth_timeout=timeout_s, look_for_keys=False, allow_agent=False)
+            chan = client.get_transport().open_session(timeout=timeout_s)
+            chan.invoke_shell()  # no pty: the switch echoes nothing and TL1 flows as on the TCP port
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            raise OcsConnectionError(self.name, "connect", f"SSH login to {self.host}:{self.port} as {self.user!r} "
+                                                           f"refused ({exc}); check the credentials in the secrets "
+                                                           "file") from None
+        except (paramiko.SSHException, EOFError) as exc:
+            client.close()
+            raise OSError(f"SSH: {exc}") from None
+        self._ssh = client
+        return chan
+
     def _read_size(self) -> None:
         try:
-            resp = self._exchange(Command("RTRV-EQPT", "SYSTEM", self._next_ctag()), self.timeout_s)
+            # the size as Polatis clients and test suites ask it: RTRV-EQPT::SYSTEM:<ctag>:::PARAMETER=SIZE;
+            resp = self._exchange(Command("RTRV-EQPT", "SYSTEM", self._next_ctag(), params=("", "", "PARAMETER=SIZE")),
+                                  self.timeout_s)
         except _ConnectionLost as exc:
             self._drop()
             raise OcsConnectionError(self.name, "RTRV-EQPT", f"connection closed while reading the size ({exc})") from None
@@ -283,6 +351,10 @@ class Tl1Session:
         if self._sock is not None:
             with suppress(OSError):  # already gone
                 self._sock.close()
+        if self._ssh is not None:
+            with suppress(Exception):  # the SSH transport under it, already gone or not
+                self._ssh.close()
+            self._ssh = None
         self._sock = None
         self._splitter = Tl1Splitter()
         self._blocks.clear()
@@ -295,7 +367,8 @@ class Tl1Session:
     def _exchange_all(self, cmds: list[Command], timeout_s: float) -> list[Response]:
         """Send ``cmds`` in one write and return their replies in order (used for login and logout)."""
         self._write(cmds)
-        return self._replies(PendingReply(tuple(cmds), self.sessions, time.monotonic() + timeout_s, timeout_s, False))
+        return self._replies(PendingReply(tuple(cmds), self.sessions, self._capped(time.monotonic() + timeout_s),
+                                          timeout_s, False))
 
     def _write(self, cmds: Iterable[Command]) -> None:
         """Write ``cmds`` back to back in one ``sendall``."""
@@ -330,6 +403,9 @@ class Tl1Session:
             except OcsProtocolError:
                 self._drop()
                 raise
+            if isinstance(msg, Acknowledgement):  # "IP <ctag>": in progress, the response follows (GR-831)
+                log.debug("%s: acknowledgement %s %s", self.name, msg.code, msg.ctag)
+                continue
             if isinstance(msg, Autonomous):
                 log.info("%s: autonomous %s %s %s", self.name, msg.alarm, msg.verb, "; ".join(msg.data))
                 self.autonomous.append(msg)

@@ -30,6 +30,7 @@ may hold any character: ``"`` and ``\\`` are backslash-escaped and control chara
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import re
 import time
 from contextlib import suppress
@@ -39,15 +40,19 @@ from typing import Iterable, Mapping
 from orchestrl.fabric.ocs.errors import OcsProtocolError
 
 __all__ = [
-    "Command", "Response", "Autonomous", "Tl1Splitter", "quote", "unquote", "split_fields",
-    "format_command", "parse_command", "format_response", "parse_response", "parse_ports", "format_ports",
+    "Command", "Response", "Autonomous", "Acknowledgement", "Tl1Splitter", "quote", "unquote", "split_fields",
+    "format_command", "parse_command", "format_response", "format_acknowledgement", "parse_response", "parse_ports", "format_ports",
     "parse_pair_lists", "split_pair_lists", "format_pair_lists", "format_patch_line", "parse_patch_line", "format_keywords",
     "parse_keywords", "COMPLETION_CODES",
 ]
 
 COMPLETION_CODES = ("COMPLD", "DENY", "PRTL", "DELAY", "RTRV")
 _SAFE = re.compile(r"[A-Za-z0-9_.\-&,=/+@#%!?~^$\[\]]*")  # field text that needs no quoting (no "/*")
-_HEADER = re.compile(r"^(\S+)\s+(\d{2,4}-\d{2}-\d{2})\s+(\d{2}:\d{2}:\d{2})$")
+# the SID may hold spaces ("Polatis OXC", set with SET-SID:::123::Polatis OXC;), quoted or not
+_HEADER = re.compile(r"^(.+?)\s+(\d{2,4}-\d{2}-\d{2})\s+(\d{2}:\d{2}:\d{2})$")
+# a GR-831 acknowledgement: "IP <ctag>" (in progress: the response follows), PF, OK, NA, NG, RL; it ends with "<"
+_ACK = re.compile(r"^(IP|PF|OK|NA|NG|RL)\s+(\S+)\s*<?$")
+_ERRCDE = re.compile(r"ERRCDE=([A-Za-z]{4})")
 _RESPONSE = re.compile(r"^M\s+(\S+)\s+(" + "|".join(COMPLETION_CODES) + r")$")
 _AUTONOMOUS = re.compile(r"^(\*C|\*\*|\*|A)\s+(\S+)\s+(.+)$")
 _PLAIN = re.compile(r'[^"\\\x00-\x1f\x7f]*')  # text that quote() leaves as it is (every patch line)
@@ -156,7 +161,7 @@ class Tl1Splitter:
 
     def feed(self, data: bytes) -> list[str]:
         text = self._decoder.decode(data)
-        if self._in_comment or self._escaped or self._prev == "/" or "\\" in text or "/" in text:
+        if self._in_comment or self._escaped or self._prev == "/" or "\\" in text or "/" in text or "<" in text:
             return self._feed_chars(text)
         # No escape and no comment can start or end in this chunk: only quotes and ';' matter, so
         # jump from one ';' to the next, counting the quotes in between instead of visiting each.
@@ -196,7 +201,7 @@ class Tl1Splitter:
             elif prev == "/" and ch == "*":
                 self._in_comment = True
                 self._prev = ""  # "/*/" must not close it
-            elif ch == ";":
+            elif ch == ";" or ch == "<":  # "<" ends a GR-831 acknowledgement ("IP 7\r\n<")
                 out.append("".join(self._buf))
                 self._buf = []
         return out
@@ -272,6 +277,14 @@ class Response:
 
 
 @dataclass(frozen=True)
+class Acknowledgement:
+    """A GR-831 acknowledgement of the command with tag ``ctag`` (``IP``: in progress, its response follows)."""
+
+    code: str
+    ctag: str
+
+
+@dataclass(frozen=True)
 class Autonomous:
     """An autonomous message (alarm or event report): not an answer to any command."""
 
@@ -291,8 +304,22 @@ def _comment_text(text: str) -> str:
     return " ".join(text.replace("*/", "* /").split())
 
 
-def format_response(resp: Response | Autonomous) -> str:
+def format_acknowledgement(ctag: str, code: str = "IP") -> str:
+    """Return a GR-831 acknowledgement (``IP <ctag>``: in progress, the response follows), ending with ``<``.
+
+    Examples
+    --------
+    >>> format_acknowledgement("7")
+    '\\r\\n\\nIP 7\\r\\n<'
+    """
+    return f"\r\n\n{code} {ctag}\r\n<"
+
+
+def format_response(resp: Response | Autonomous, *, errcde: bool = False) -> str:
     """Return the TL1 text of a response or autonomous message, ending with the ``;`` line.
+
+    ``errcde``: write a ``DENY``'s code in the ``"<aid>:ERRCDE=<code>"`` data line (the first data
+    line's ports as aid) instead of on a line of its own.
 
     Examples
     --------
@@ -310,7 +337,10 @@ def format_response(resp: Response | Autonomous) -> str:
     lines = ["", "", f"   {resp.sid} {date} {clock}"]
     if isinstance(resp, Response):
         lines.append(f"M  {resp.ctag} {resp.status}")
-        if resp.status == "DENY":
+        if resp.status == "DENY" and errcde:
+            aid = resp.data[0] if resp.data else ""
+            resp = dataclasses.replace(resp, data=(f"{aid}:ERRCDE={resp.code or 'SNVS'}", *resp.data[1:]))
+        elif resp.status == "DENY":
             lines.append(f"   {resp.code or 'SNVS'}")
     else:
         lines.append(f"{resp.alarm}{' ' if len(resp.alarm) > 1 else '  '}{resp.atag} {resp.verb}")
@@ -324,7 +354,7 @@ def format_response(resp: Response | Autonomous) -> str:
     return "\r\n".join(lines)
 
 
-def parse_response(text: str, device: str = "") -> Response | Autonomous:
+def parse_response(text: str, device: str = "") -> Response | Autonomous | Acknowledgement:
     """Return the response or autonomous message in one block of TL1 text.
 
     Raises
@@ -348,6 +378,9 @@ def parse_response(text: str, device: str = "") -> Response | Autonomous:
             if data is not None:
                 return Response(head[4], head[5], data, "", "", head[1], head[2], head[3])
     lines = [s for ln in text.replace("\r", "\n").split("\n") if (s := ln.strip()) and s not in (";", "<", ">")]
+    ack = _ACK.match(lines[0]) if len(lines) == 1 else None
+    if ack:
+        return Acknowledgement(ack.group(1), ack.group(2))
     if lines and lines[-1].endswith(";") and not lines[-1].startswith('"'):
         lines[-1] = lines[-1][:-1].rstrip()
     header = _HEADER.match(lines[0]) if lines else None
@@ -355,6 +388,7 @@ def parse_response(text: str, device: str = "") -> Response | Autonomous:
         raise OcsProtocolError(device, "", f"reply {text.strip()[:120]!r} is not a TL1 response: expected a header "
                                            "line '<sid> <date> <time>' and an 'M <ctag> <status>' line")
     sid, date, clock = header.groups()
+    sid = unquote(sid.strip())
     data: list[str] = []
     comments: list[str] = []
     code = ""
@@ -383,7 +417,12 @@ def parse_response(text: str, device: str = "") -> Response | Autonomous:
                 chunk.append(rest[i])
             comments.append(" ".join(chunk)[2:].removesuffix("*/").strip())
         elif line.startswith('"'):
-            data.append(unquote(line.rstrip(",")))
+            value = unquote(line.rstrip(","))
+            errcde = _ERRCDE.search(value) if head and head.group(2) == "DENY" else None
+            if errcde and not code:  # the "<aid>:ERRCDE=<code>" form of a DENY: the code, and the aid it names
+                code = errcde.group(1).upper()
+                value = value.partition(":")[0]
+            data.append(value)
         elif head and head.group(2) == "DENY" and not code:
             code = line
         else:

@@ -43,14 +43,14 @@ from functools import partial
 from typing import Callable, Mapping, Sequence
 
 from orchestrl.fabric.errors import OrchestrlError
-from orchestrl.fabric.ocs.errors import OcsError
+from orchestrl.fabric.ocs.errors import OcsConnectionError, OcsError, OcsTimeout
 from orchestrl.fabric.ocs.fanout import SendCollect, each_device
 from orchestrl.fabric.ocs.model import BulkResult, OcsDeviceClient, duplex_to_cross_connects
 from orchestrl.fabric.plan import CircuitPlan, PlanDiff, diff_plans
 from orchestrl.fabric.runtime.reconcile import ReconcileReport, SimplexPair, bulk_errors, reconcile, reconcile_store, unusable_ports
 from orchestrl.fabric.runtime.store import DeviceStep, FabricStore
 
-__all__ = ["CommitReport", "CommitError", "CommitInFlightError", "apply_plan_diff", "apply_plan_steps",
+__all__ = ["CommitReport", "CommitError", "CommitInDoubt", "CommitInFlightError", "outcome_unknown", "apply_plan_diff", "apply_plan_steps",
            "JournaledCommitter"]
 
 
@@ -73,12 +73,35 @@ class CommitError(OrchestrlError):
         self.commit_id = commit_id
         self.failed_ports = failed_ports
         self.rollback = rollback
+        self.problem = problem
         self.rolled_back = rollback is not None and all(d.ok for d in rollback.devices)  # the touched ones
         fix = ("devices were restored to the last committed plan" if self.rolled_back else
                "devices may be half-changed: run reconcile() with every device before the next commit")
         if failed_ports:
             fix += f"; re-plan without the failed ports {', '.join(f'{d}:{p}' for d, p, _ in failed_ports)}"
         super().__init__(f"commit {commit_id}: {problem}; {fix}")
+
+
+class CommitInDoubt(OrchestrlError):
+    """A device did not answer a command of the step in time: whether it applied it is unknown.
+
+    The commit stays *in flight* in the journal (nothing is rolled back on a device that may be busy
+    applying it); the next read-back of ``devices`` settles it: committed when they hold the step's
+    plan, else restored to the last committed one. Start-up after a crash does the same.
+    """
+
+    def __init__(self, commit_id: int, scope: str, devices: Sequence[str], problem: str) -> None:
+        self.commit_id, self.scope, self.devices, self.problem = commit_id, scope, tuple(devices), problem
+        super().__init__(f"commit {commit_id} of {scope} is in doubt: {problem}; devices {', '.join(self.devices)} may "
+                         "hold it or not; the next read-back settles it")
+
+
+def outcome_unknown(exc: BaseException) -> bool:
+    """Whether a device error leaves unknown what the device did: its reply is missing, though the command was sent.
+
+    A connection that could not be opened, a refused login or a deadline passed before sending sent nothing.
+    """
+    return isinstance(exc, (OcsTimeout, OcsConnectionError)) and exc.command not in ("connect", "ACT-USER")
 
 
 class CommitInFlightError(OrchestrlError):
@@ -113,6 +136,13 @@ def _outcomes(name: str, client: OcsDeviceClient, removals: Sequence[SimplexPair
     try:  # either command may have applied, whatever the other did: the device's table says what holds
         table: dict[int, int] | None = client.cross_connects()
     except OcsError as e:
+        if any(map(outcome_unknown, errors["remove"] + errors["add"])) and isinstance(e, (OcsTimeout,
+                                                                                            OcsConnectionError)):
+            # no reply to the commands, and none to the read-back (within the caller's deadline, if it set one):
+            # what the device did is unknown, and the commit is in doubt (see CommitInDoubt)
+            first = errors["remove"][0] if errors["remove"] else errors["add"][0]
+            return [(DeviceStep(name, action, tuple(pairs), (), "unknown", "; ".join(map(str, errors[action] or [first]))
+                                + f"; read-back: {e}"), errors[action] or [first]) for action, pairs in actions]
         errors["remove" if errors["remove"] else "add"].append(e)
         table = None
     out: list[_Outcome] = []
@@ -136,7 +166,8 @@ def _pipelined_step(name: str, client: OcsDeviceClient, removals: Sequence[Simpl
         errors["remove"] += bulk_errors(removed, name, "remove")
         errors["add"] += bulk_errors(added, name, "add")
     except OcsError as e:  # charged to the command it names, or else to the removal (the addition if none)
-        errors["add" if (e.command == "ENT-PATCH" and additions) or not removals else "remove"].append(e)
+        adding = e.command in ("ENT-PATCH", "edit-config", "Set")  # a step of one command is charged to its addition
+        errors["add" if (adding and additions) or not removals else "remove"].append(e)
     return _outcomes(name, client, removals, additions, errors)
 
 
@@ -189,12 +220,16 @@ def _device_job(name: str, client: OcsDeviceClient, removals: _Pairs,
 
     A client with the split API (:meth:`fabric.ocs.driver.Tl1Driver.send_disconnect_then_connect`)
     gets both commands in one round trip, written before any device of the step is read back; a
-    client that only pipelines gets them in one round trip on a thread; any other one after the
-    other, stopping at the first error.
+    client that only pipelines (or applies a step as one transaction: ``apply_step`` of the NETCONF and
+    gNMI adapters) gets them in one round trip on a thread; any other one after the other, stopping at
+    the first error.
     """
     if hasattr(client, "send_disconnect_then_connect"):
         return SendCollect(partial(_send_step, client, removals, additions),
                            partial(_collect_step, name, client, removals, additions))
+    if (removals or additions) and hasattr(client, "apply_step"):  # NETCONF, gNMI: one edit-config / SetRequest
+        return partial(_pipelined_step, name, client, removals, additions,
+                       partial(client.apply_step, list(removals), list(additions)))  # type: ignore[attr-defined]
     if removals and additions and hasattr(client, "disconnect_then_connect"):
         pipelined = partial(client.disconnect_then_connect,  # type: ignore[attr-defined]
                             [i for i, _ in removals], additions)
@@ -224,6 +259,11 @@ def _apply_diff(store: FabricStore, scope: str, cid: int, diff: PlanDiff,
     failed = [(d, step, errors) for d in touched for step, errors in outcomes[d] if errors]
     if not failed:
         return steps
+    unknown = sorted({d for d, step, _ in failed if step.status == "unknown"})
+    if unknown:  # journal what is known; leave the commit in flight for the next read-back to settle
+        store.record_steps(cid, sorted(steps, key=lambda st: st.status != "ok"))
+        d0, _, errs = next(f for f in failed if f[0] == unknown[0])
+        raise CommitInDoubt(cid, scope, touched, f"{d0}: {errs[0]}")
     # what the devices did, refusals last, journalled before the rollback changes it again
     store.record_steps(cid, sorted(steps, key=lambda st: st.status != "ok"))
     name, step, errors = failed[0]

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from orchestrl.agents.lab import EmulatedFabric
 from orchestrl.fabric.ocs.errors import OcsTimeout
 from tests.agents.conftest import TOPOLOGY_64, Api, intent, wanted_tables, warm_up
 
 PERIOD_S = 0.2
+# Parity (issue 29): the scenarios run over every adapter, each against its own emulator.
+every_protocol = pytest.mark.parametrize("protocol", ["tl1", "netconf", "gnmi"])
 
 
 def _lab_with_job(lab: EmulatedFabric, *extra: str) -> tuple[Api, Api, float]:
@@ -42,8 +46,9 @@ def _journal_tables(lab: EmulatedFabric, api: Api) -> dict:
     return wanted_tables(api.call("GET", "/v1/plan")[1]["jobs"]["rl"]["plan"], lab.topology)
 
 
-def test_a_switch_that_loses_its_table_is_reported_and_repaired_in_the_jobs_next_safe_window(tmp_path):
-    with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test") as lab:
+@every_protocol
+def test_a_switch_that_loses_its_table_is_reported_and_repaired_in_the_jobs_next_safe_window(tmp_path, protocol):
+    with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test", protocol=protocol) as lab:
         op, api, t = _lab_with_job(lab)
         wanted = _journal_tables(lab, api)
         assert lab.tables() == wanted
@@ -115,8 +120,9 @@ def test_alert_policy_only_reports_and_an_operator_reconciles_with_a_dry_run_fir
         assert job.call("POST", "/v1/reconcile", {})[0] == 403
 
 
-def test_a_half_applied_bulk_leaves_the_service_usable_and_consistent(tmp_path):
-    with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test") as lab:
+@every_protocol
+def test_a_half_applied_bulk_leaves_the_service_usable_and_consistent(tmp_path, protocol):
+    with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test", protocol=protocol) as lab:
         op, api, t = _lab_with_job(lab)
         for name in lab.switches:
             lab.control(name).partial_bulk(2)  # each bulk connect applies 2 pairs, then stops
@@ -142,12 +148,13 @@ def test_a_half_applied_bulk_leaves_the_service_usable_and_consistent(tmp_path):
         assert lab.tables() == _journal_tables(lab, api)
 
 
-def test_a_device_down_at_start_up_is_named_and_health_returns_to_ok_when_it_comes_up(tmp_path):
-    with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test") as lab:
+@every_protocol
+def test_a_device_down_at_start_up_is_named_and_health_returns_to_ok_when_it_comes_up(tmp_path, protocol):
+    with EmulatedFabric(TOPOLOGY_64, tmp_path, profile="test", protocol=protocol) as lab:
         lab.start_switches()
         try:
-            # down while the proxy starts: 8 s, since a loaded CI runner can take over 2.5 s to start it
-            lab.control("core0").restart(keep_table=True, down_ms=8000, wait_s=0)
+            # down while the proxy starts: 12 s, since a loaded runner can take 8 s to start it (it tries core0 at each phase)
+            lab.control("core0").restart(keep_table=True, down_ms=12000, wait_s=0)
         except OcsTimeout:
             pass  # not back yet: that is the point
         lab.start_proxy("--audit-period", str(PERIOD_S))

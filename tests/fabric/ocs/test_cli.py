@@ -25,15 +25,18 @@ def test_connect_list_status_disconnect(emulator, control, capsys):
     assert json.loads(out) == {"1": 17, "2": 18}
     control.fail_ports([5], alarm="LOS")
     code, out, _ = _run(capsys, "status", *dev)
-    assert out.split() == ["5", "failed", "LOS"]
+    assert out.split() == ["5", "failed", "LOS", "(-60.00", "dBm)"]  # read as Polatis clients do: RTRV-PORT-POWER
     code, out, _ = _run(capsys, "disconnect", *dev, "17", "2")
     assert out.splitlines() == ["removed 1 -> 17", "removed 2 -> 18"]
 
 
 def test_duplex_circuits_by_device_name(emulator, control, capsys, tmp_path):
     devices = tmp_path / "devices.yaml"
-    devices.write_text(yaml.safe_dump({"devices": {"pod0/agg0": {
-        "host": emulator.host, "port": emulator.port, "ports": N, "profile": "rotor", "password": "admin"}}}))
+    secrets = tmp_path / "secrets.yaml"
+    secrets.write_text(yaml.safe_dump({"credentials": {"default": {"user": "admin", "password": "admin"}}}))
+    secrets.chmod(0o600)
+    devices.write_text(yaml.safe_dump({"secrets": "secrets.yaml", "devices": {"pod0/agg0": {
+        "host": emulator.host, "port": emulator.port, "ports": N, "profile": "rotor"}}}))
     dev = ["--device", "pod0/agg0", "--devices", str(devices)]
     code, out, _ = _run(capsys, "connect", *dev, "--duplex", "1,2")
     assert code == 0 and out.splitlines() == [f"1 -> {N + 2}  ok", f"2 -> {N + 1}  ok"]

@@ -22,7 +22,7 @@ def test_a_failed_port_refuses_connects_and_shows_failed_until_repaired(make_dri
         drv.connect([(4, 21)])
     assert info.value.ports == (21,)
     status = drv.port_status()
-    assert (status[3].state, status[3].alarm) == (PortState.FAILED, "LOS; fibre cut")
+    assert (status[3].state, status[3].alarm) == (PortState.FAILED, "LOS (-60.00 dBm)")  # no light in (power read)
     assert status[4].state is PortState.NORMAL
     assert drv.alarms() == {3: "MJ,LOS; fibre cut", 21: "MJ,LOS; fibre cut"}
     assert any("3:MJ,LOS; fibre cut" in a.data for a in drv.autonomous)  # the alarm report was skipped, kept

@@ -125,3 +125,18 @@ def test_bad_lists_are_refused_with_the_expected_shape():
 def test_keywords_round_trip_with_quoting():
     values = {"FAIL": "3&7", "ALARM": "fibre cut, rack 2; urgent", "DROP": "0.5"}
     assert parse_keywords(format_keywords(values)) == values
+
+
+def test_replies_real_switches_send_parse_sids_with_spaces_in_progress_acks_and_errcde_denials():
+    """Issue 29: valid TL1 the parser refused (SID with a space, GR-831 'IP' acks, DENY 'aid:ERRCDE=')."""
+    from orchestrl.fabric.ocs.tl1 import Acknowledgement, Tl1Splitter, parse_response
+
+    stream = ('IP 7\r\n<'
+              '\r\n\r\n   "Polatis OXC" 24-05-01 12:00:00\r\nM  7 COMPLD\r\n   "1,17"\r\n;'
+              '\r\n\r\n   Polatis OXC 24-05-01 12:00:01\r\nM  8 DENY\r\n   "3:ERRCDE=SAAL"\r\n   /* in use */\r\n;')
+    blocks = Tl1Splitter().feed(stream.encode())
+    msgs = [parse_response(b) for b in blocks if b.strip(" \r\n\t;<>")]
+    assert msgs[0] == Acknowledgement("IP", "7")
+    assert msgs[1].sid == "Polatis OXC" and msgs[1].ok and msgs[1].data == ("1,17",)
+    assert msgs[2].sid == "Polatis OXC" and msgs[2].code == "SAAL" and msgs[2].data == ("3",)
+    assert msgs[2].comment == "in use"
