@@ -124,6 +124,22 @@ def _rows(path: Path) -> list[dict[str, str]]:
                           "a CSV in Vidur's profiling format") from None
 
 
+def _column(path: Path, rows: list[dict[str, str]], key: str) -> np.ndarray:
+    """One column as floats; a missing column or a bad value is refused naming the file, column and line."""
+    if key not in rows[0]:
+        raise ConfigError(str(path), key, "column missing", "Vidur's profiling columns")
+    try:
+        out = np.array([r[key] for r in rows], dtype=float)
+    except ValueError:
+        for i, r in enumerate(rows, start=2):
+            _num(path, r, key, i)  # raises for the first bad value
+        raise
+    bad = np.flatnonzero(~np.isfinite(out) | (out < 0))
+    if len(bad):
+        raise ConfigError(str(path), f"{key} (line {bad[0] + 2})", f"{out[bad[0]]}", "a finite number >= 0")
+    return out
+
+
 def _num(path: Path, row: dict[str, str], key: str, line: int) -> float:
     try:
         value = float(row[key])
@@ -149,22 +165,30 @@ def read_operator_csv(path: str | os.PathLike[str], gpu: str, model: str) -> Ope
     if not rows:
         raise ConfigError(str(p), "<rows>", "no rows", "one row per (num_tokens, num_tensor_parallel_workers)")
     shape = {k: rows[0].get(k) for k in _SHAPE_COLS}
-    acc: dict[tuple[str, int, int], list[float]] = {}
     for i, r in enumerate(rows, start=2):
         if any(r.get(k) != v for k, v in shape.items()):
             raise ConfigError(str(p), f"line {i}", "model shape differs from the first row's", "one model per file")
-        tp, n = int(_num(p, r, "num_tensor_parallel_workers", i)), int(_num(p, r, "num_tokens", i))
-        for op in LINEAR_OPS + SMALL_OPS:
-            # a block without the operator (phi-2 has one norm per block) has no column: it costs nothing
-            absent = op in SMALL_OPS and f"time_stats.{op}.median" not in r
-            acc.setdefault((op, tp, n), []).append(0.0 if absent else _num(p, r, f"time_stats.{op}.median", i))
+    tps = _column(p, rows, "num_tensor_parallel_workers").astype(int)
+    ns = _column(p, rows, "num_tokens").astype(int)
+    cols = {op: (np.zeros(len(rows)) if op in SMALL_OPS and f"time_stats.{op}.median" not in rows[0]
+                 # a block without the operator (phi-2 has one norm per block) has no column: it costs nothing
+                 else _column(p, rows, f"time_stats.{op}.median")) for op in LINEAR_OPS + SMALL_OPS}
     tokens: dict[int, np.ndarray] = {}
     times: dict[tuple[str, int], np.ndarray] = {}
-    for tp in sorted({k[1] for k in acc}):
-        ns = np.array(sorted({k[2] for k in acc if k[1] == tp}), dtype=float)
-        tokens[tp] = ns
-        for op in LINEAR_OPS + SMALL_OPS:
-            times[op, tp] = np.array([float(np.median(acc[op, tp, int(n)])) for n in ns])
+    for tp in sorted(set(tps.tolist())):
+        sel = tps == tp
+        uniq, inv = np.unique(ns[sel], return_inverse=True)
+        tokens[tp] = uniq.astype(float)
+        counts = np.bincount(inv, minlength=len(uniq))
+        first = np.full(len(uniq), -1)
+        first[inv[::-1]] = np.arange(len(inv))[::-1]  # the first row of each token count
+        twice = np.flatnonzero(counts > 1)  # a few counts were profiled twice: their median
+        for op, col in cols.items():
+            vals = col[sel]
+            t = vals[first].copy()
+            for k in twice:
+                t[k] = float(np.median(vals[inv == k]))
+            times[op, tp] = t
     try:
         ints = {k: int(float(shape[k] or "")) for k in ("n_head", "n_kv_head", "n_embd", "n_expanded_embd")}
     except ValueError:

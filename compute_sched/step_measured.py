@@ -28,12 +28,15 @@ all-reduces change (NVLink 200 vs 450 GB/s each way); the H20 keeps each kernel'
 efficiency while its roofline moves to 148 TFLOP/s and 4.0 TB/s. That is an assumption, checked
 against RollArt §3.1 in ``bench/step_model.py``.
 
-Every instance configuration's step time is tabulated once over batch sizes (and, for attention,
-a log grid of batch x context), so a call costs two interpolations (the simulator makes ~10^6).
+Every instance configuration's step time is tabulated once over batch sizes (attention is one
+function of the KV bytes read), so a call costs two interpolations (the simulator makes ~10^6).
+The tables are non-decreasing in batch and context and convex in context (:class:`_Tables`), which
+the makespan lower bound (:mod:`compute_sched.bounds`) needs of any step model.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -53,8 +56,6 @@ __all__ = ["MeasuredPerfModel", "OperatorSet", "operator_set", "BlockShapes", "b
 MEASURED_BASE = {"H100": "h100", "A100": "a100"}
 _DEFAULT_BASE = "H100"
 _BATCH_KNOTS = 4096  # decode steps tabulated for every batch 1..this; beyond, linear in the last slope
-_GRID_STEP = 0.125  # log2 step of the attention grid
-_LOG_B_MAX, _LOG_C_MAX = 14.0, 20.0  # attention grid: batch up to 16K, mean context up to 1M tokens
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,18 @@ class OperatorSet:
 
     def gemm_s(self, m: np.ndarray, k: float, n: float) -> np.ndarray:
         t = self.gemm.time_s(m, k, n)
+        return t if self.ratios.identity else t * self._carry(np.asarray(m, dtype=float), k, n)
+
+    def gemm_many_s(self, m: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """:meth:`gemm_s` of many shapes at once (each point its own ``m``, ``k``, ``n``)."""
+        t = self.gemm.time_many(m, k, n)
         if self.ratios.identity:
             return t
-        mm = np.asarray(m, dtype=float)
-        return t * self.ratios.roofline_ratio(DTYPE_BYTES * (k * n + mm * (k + n)), 2.0 * mm * k * n)
+        m, k, n = (np.asarray(v, dtype=float).ravel() for v in np.broadcast_arrays(m, k, n))
+        return t * self._carry(m, k, n)
+
+    def _carry(self, m, k, n):
+        return self.ratios.roofline_ratio(DTYPE_BYTES * (k * n + m * (k + n)), 2.0 * m * k * n)
 
     def elementwise_s(self, tokens: np.ndarray, elements: dict[str, float]) -> np.ndarray:
         t = self.elementwise.time_s(tokens, elements)
@@ -85,6 +94,12 @@ class OperatorSet:
         t = self.attention.decode_s(seq_heads, context)
         r = self.attention_ratios
         return t if r.identity else t * r.measured_hbm_bytes_per_s / r.target_hbm_bytes_per_s
+
+    def attention_knots(self) -> tuple[np.ndarray, np.ndarray]:
+        """Vertices (KV bytes per GPU and layer, seconds) of decode attention on the target GPU."""
+        x, y = self.attention.bytes_knots
+        r = self.attention_ratios
+        return x, (y if r.identity else y * r.measured_hbm_bytes_per_s / r.target_hbm_bytes_per_s)
 
     def attention_prefill_s(self, q_heads: float, chunk: np.ndarray) -> np.ndarray:
         t = self.attention.prefill_s(q_heads, chunk)
@@ -165,15 +180,36 @@ def block_shapes(model: ModelSpec, tp: int, mlp_split: int | None = None) -> Blo
                        kv, elements)
 
 
-class _Tables:
-    """Step-time tables of one instance configuration: GPU time by batch, attention by (batch, context)."""
+def _interp(x: float, xs: list[float], ys: list[float]) -> float:
+    """Piecewise-linear interpolation in Python lists (a scalar call ~10x faster than numpy's); linear past the ends."""
+    if x <= xs[0]:
+        return ys[0] * x / xs[0] if xs[0] > 0 else ys[0]
+    if x >= xs[-1]:
+        return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (x - xs[-1])
+    j = bisect.bisect_right(xs, x) - 1
+    return ys[j] + (x - xs[j]) * (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
 
-    def __init__(self, linear_s: np.ndarray, attn_grid: np.ndarray, layers: int) -> None:
-        self.linear = linear_s.tolist()  # index b: seconds of everything but attention at batch b (b = 0..knots)
-        self.slope = float(linear_s[-1] - linear_s[-2])
-        self.attn = attn_grid  # [log2 batch / step, log2 mean context / step] -> seconds of one layer
-        self.nb, self.nc = attn_grid.shape
-        self.layers = layers
+
+class _Tables:
+    """Step-time tables of one instance configuration, shaped so the step model keeps the bound's premises.
+
+    ``linear[b]`` is everything but attention at batch ``b``, made non-decreasing by taking, at each
+    batch, the cheapest time of any batch at least as large (what an engine that pads batches up to
+    its captured CUDA-graph sizes gets; vLLM does). Attention is one convex, non-decreasing function
+    of the KV bytes a GPU reads (:meth:`~compute_sched.step_ops.AttentionModel.decode_bytes_s`),
+    held as its vertices. So a step never gets cheaper as its batch or context grows and is convex
+    in the context: :mod:`compute_sched.bounds` rests on both.
+    """
+
+    def __init__(self, linear_s: np.ndarray, attn_knots: tuple[np.ndarray, np.ndarray], bytes_per_token: float,
+                 layers: int) -> None:
+        lin = np.minimum.accumulate(linear_s[::-1])[::-1]
+        lin[0] = 0.0
+        self.linear = lin.tolist()  # index b: seconds of everything but attention at batch b (b = 0..knots)
+        self.slope = max(0.0, float(lin[-1] - lin[-2]))
+        x, y = attn_knots
+        self.ax, self.ay = (x / bytes_per_token).tolist(), (y * layers).tolist()  # by context tokens, all layers
+        self.a_slope = (self.ay[-1] - self.ay[-2]) / (self.ax[-1] - self.ax[-2]) if len(self.ax) > 1 else 0.0
 
     def linear_s(self, batch: float) -> float:
         n = len(self.linear) - 1
@@ -183,22 +219,16 @@ class _Tables:
         return self.linear[i] + (batch - i) * (self.linear[i + 1] - self.linear[i])
 
     def attention_s(self, batch: float, context: float) -> float:
-        """All layers' decode attention of ``batch`` sequences holding ``context`` tokens in total."""
+        """All layers' decode attention of a batch holding ``context`` tokens in total (the batch size does not enter)."""
         if context <= 0 or batch <= 0:
             return 0.0
-        x = math.log2(max(batch, 1.0)) / _GRID_STEP
-        y = math.log2(max(context / batch, 1.0)) / _GRID_STEP
-        scale = 1.0
-        if x > self.nb - 1:  # more sequences than the grid: memory-bound, linear in them
-            scale, x = batch / 2.0 ** ((self.nb - 1) * _GRID_STEP), self.nb - 1.0
-        if y > self.nc - 1:
-            scale *= (context / batch) / 2.0 ** ((self.nc - 1) * _GRID_STEP)
-            y = self.nc - 1.0
-        i, j = min(int(x), self.nb - 2), min(int(y), self.nc - 2)
-        fx, fy = x - i, y - j
-        a = self.attn
-        v = (a[i, j] * (1 - fx) + a[i + 1, j] * fx) * (1 - fy) + (a[i, j + 1] * (1 - fx) + a[i + 1, j + 1] * fx) * fy
-        return self.layers * v * scale
+        x, y = self.ax, self.ay
+        if context >= x[-1]:
+            return y[-1] + self.a_slope * (context - x[-1])
+        if context <= x[0]:
+            return y[0]
+        j = bisect.bisect_right(x, context) - 1
+        return y[j] + (context - x[j]) * (y[j + 1] - y[j]) / (x[j + 1] - x[j])
 
 
 class MeasuredPerfModel(PerfModel):
@@ -260,14 +290,16 @@ class MeasuredPerfModel(PerfModel):
         if not m.is_moe:
             return np.zeros_like(tokens)
         f = m.ffn_intermediate // ffn_split
-        tokens = np.asarray(tokens, dtype=float)
-        touched = np.asarray(touched_per_gpu, dtype=float)
-        # each distinct width is a curve lookup: evaluate on ~100 log-spaced knots, interpolate between them
-        knots = np.unique(np.concatenate([np.geomspace(1.0, max(2.0, tokens.max()), 96), [tokens.max()]]))
-        kt = np.interp(knots, tokens.ravel(), touched.ravel()) if tokens.size > 1 else np.full(knots.shape, float(touched.ravel()[0]))
+        tokens = np.asarray(tokens, dtype=float).ravel()
+        touched = np.broadcast_to(np.asarray(touched_per_gpu, dtype=float).ravel(), tokens.shape)
+        # a handful of log-spaced knots carry the whole range: the widths differ at every point, so each is a lookup
+        top = max(2.0, float(tokens.max(initial=1.0)))
+        knots = np.unique(np.concatenate([np.geomspace(1.0, top, 48), [top]]))
+        kt = np.interp(knots, tokens, touched) if tokens.size > 1 else np.full(knots.shape, float(touched[0]))
+        kt = np.maximum(kt, 1e-3)
         per_expert = np.maximum(1.0, knots * m.experts_per_token / np.maximum(self._touched(knots), 1e-9))
-        vals = np.array([float(self.ops.gemm_s(mm, m.d_model, 2 * f * max(e, 1e-3))
-                               + self.ops.gemm_s(mm, f * max(e, 1e-3), m.d_model)) for mm, e in zip(per_expert, kt)])
+        vals = (self.ops.gemm_many_s(per_expert, m.d_model, 2 * f * kt)
+                + self.ops.gemm_many_s(per_expert, f * kt, m.d_model))
         out = np.interp(tokens, knots, vals)
         return np.where(tokens > 0, out, 0.0)
 
@@ -280,14 +312,9 @@ class MeasuredPerfModel(PerfModel):
     def _lm_head_s(self, tokens: np.ndarray, tp: int) -> np.ndarray:
         return self.ops.gemm_s(tokens, self.model.d_model, self.model.vocab / tp)
 
-    def _attn_grid(self, shapes: BlockShapes) -> np.ndarray:
-        """One layer's decode attention on a (log2 batch, log2 mean context) grid for these shapes."""
-        lb = np.arange(0.0, _LOG_B_MAX + 1e-9, _GRID_STEP)
-        lc = np.arange(0.0, _LOG_C_MAX + 1e-9, _GRID_STEP)
-        b, c = np.meshgrid(2.0 ** lb, 2.0 ** lc, indexing="ij")
-        hd_scale = self.model.head_dim / self.ops.attention.head_dim  # other head sizes: by bytes read
-        t = self.ops.attention_decode_s((b * shapes.kv_heads).ravel(), (c * hd_scale).ravel())
-        return t.reshape(b.shape)
+    def _attn_bytes_per_token(self, shapes: BlockShapes) -> float:
+        """KV bytes one GPU reads per context token in one layer (what decode attention's time follows)."""
+        return shapes.kv_heads * self.ops.attention.kv_token_bytes(self.model.head_dim)
 
     def _table(self, cfg: InstanceConfig) -> _Tables:
         tab = self._tables.get(cfg)
@@ -304,7 +331,7 @@ class MeasuredPerfModel(PerfModel):
             touched = self._touched(b)
             lin = L * (self._dense_block_s(sh, b, cfg.tp, cfg) + self._experts_s(b, touched, cfg.tp))
             lin = lin + self._lm_head_s(b, cfg.tp)
-            return _Tables(np.where(b > 0, lin, 0.0), self._attn_grid(sh), L)
+            return _Tables(np.where(b > 0, lin, 0.0), self.ops.attention_knots(), self._attn_bytes_per_token(sh), L)
         if cfg.kind == "ep":
             groups = cfg.ep // cfg.tp
             sh = block_shapes(m, cfg.tp)
@@ -312,8 +339,33 @@ class MeasuredPerfModel(PerfModel):
             lin = L * (self._dense_block_s(sh, per_group, cfg.tp, cfg)
                        + self._experts_s(b, self._touched(b) / cfg.ep, 1))
             lin = lin + self._lm_head_s(per_group, cfg.tp)
-            return _Tables(np.where(b > 0, lin, 0.0), self._attn_grid(sh), L)
+            return _Tables(np.where(b > 0, lin, 0.0), self.ops.attention_knots(), self._attn_bytes_per_token(sh), L)
         raise ValueError(cfg.kind)  # AFD is composed per call (_gpu_step_s)
+
+    def decode_terms(self, cfg: InstanceConfig, batch: float, context_tokens: float) -> dict[str, float]:
+        """Seconds of each measured term of one decode step of a TP instance (what a step time is made of).
+
+        >>> from orchestrl.compute_sched.hardware import load_gpu, load_model
+        >>> pm = MeasuredPerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
+        >>> t = pm.decode_terms(InstanceConfig("tp", tp=8), 128, 128 * 8000)
+        >>> sorted(t)
+        ['all-reduce', 'attention', 'element-wise', 'host', 'linear layers', 'lm head']
+        """
+        if cfg.kind != "tp":
+            raise ValueError("decode_terms covers TP instances")
+        m, o = self.model, self.ops
+        b = np.array([float(batch)])
+        sh = block_shapes(m, cfg.tp)
+        lin = sum(o.gemm_s(b, *x) for x in (sh.qkv, sh.out, sh.mlp_up, sh.mlp_down) if x is not None)
+        lin = lin + self._experts_s(b, self._touched(b), cfg.tp)
+        gpu = self._gpu_step_s(cfg, batch, context_tokens)
+        host = self.cal.step_overhead_s + self.cal.seq_overhead_s * batch
+        return {"linear layers": m.layers * float(lin[0]),
+                "element-wise": m.layers * float(o.elementwise_s(b, sh.elements)[0]),
+                "all-reduce": m.layers * 2 * float(self._ar_s(cfg.tp, b * m.d_model * DTYPE_BYTES, cfg)[0]),
+                "attention": self._table(cfg).attention_s(batch, context_tokens),
+                "lm head": float(self._lm_head_s(b, cfg.tp)[0]),
+                "host": host - self.cal.host_overlap * min(gpu, host)}
 
     # -- the PerfModel interface -------------------------------------------------------------
     def _gpu_step_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
@@ -330,58 +382,71 @@ class MeasuredPerfModel(PerfModel):
 
     def _afd_step_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
         """AFD: attention replicas and FFN GPUs timed from measured operators, the exchange analytical."""
-        m = self.model
+        attn_side, ffn_side = self._afd_tables(cfg)
         reps = cfg.attn_gpus // cfg.tp
-        b = np.array([batch / reps])
-        attn_side = block_shapes(m, cfg.tp)
-        no_mlp = BlockShapes(attn_side.tp, attn_side.qkv, attn_side.out, None, None, attn_side.q_heads,
-                             attn_side.kv_heads, {k: v for k, v in attn_side.elements.items() if k != "mlp_act"})
-        a = m.layers * float(self._dense_block_s(no_mlp, b, cfg.tp, cfg)[0])
-        a += self._table_attn(cfg, attn_side).attention_s(batch / reps, ctx / reps)
-        full = np.array([float(batch)])
-        if m.is_moe:
-            f = m.layers * float(self._experts_s(full, self._touched(full) / cfg.ffn_gpus, 1)[0])
-            ffn = block_shapes(m, cfg.tp, cfg.ffn_gpus)
-            if ffn.mlp_up is not None:
-                f += m.layers * float(self.ops.gemm_s(full, *ffn.mlp_up)[0] + self.ops.gemm_s(full, *ffn.mlp_down)[0])
-        else:
-            ffn = block_shapes(m, cfg.tp, cfg.ffn_gpus)
-            f = m.layers * float(self.ops.gemm_s(full, *ffn.mlp_up)[0] + self.ops.gemm_s(full, *ffn.mlp_down)[0])
-        x = m.layers * self._afd_exchange_s(cfg, batch)
-        return self._afd_pipeline_s(batch, a, f, x) + float(self._lm_head_s(b, cfg.tp)[0])
+        a = attn_side.linear_s(batch) + attn_side.attention_s(batch / reps, ctx / reps)
+        f = ffn_side.linear_s(batch)
+        x = self.model.layers * self._afd_exchange_s(cfg, batch)
+        return self._afd_pipeline_s(batch, a, f, x)
 
-    def _table_attn(self, cfg: InstanceConfig, shapes: BlockShapes) -> _Tables:
-        key = InstanceConfig("tp", tp=cfg.tp)  # attention of a TP group is what the grid holds
-        tab = self._tables.get(("attn", key))  # type: ignore[call-overload]
-        if tab is None:
-            tab = _Tables(np.zeros(3), self._attn_grid(shapes), self.model.layers)
-            self._tables[("attn", key)] = tab  # type: ignore[index]
-        return tab
+    def _afd_tables(self, cfg: InstanceConfig) -> tuple[_Tables, _Tables]:
+        """(attention side, FFN side) of an AFD instance by batch; the attention side carries the LM head."""
+        key = ("afd", cfg)
+        if key not in self._tables:
+            m = self.model
+            b = np.arange(0, _BATCH_KNOTS + 1, dtype=float)
+            reps = cfg.attn_gpus // cfg.tp
+            sh = block_shapes(m, cfg.tp)
+            no_mlp = BlockShapes(sh.tp, sh.qkv, sh.out, None, None, sh.q_heads, sh.kv_heads,
+                                 {k: v for k, v in sh.elements.items() if k != "mlp_act"})
+            a = m.layers * self._dense_block_s(no_mlp, b / reps, cfg.tp, cfg) + self._lm_head_s(b / reps, cfg.tp)
+            ffn = block_shapes(m, cfg.tp, cfg.ffn_gpus)
+            f = np.zeros_like(b)
+            if m.is_moe:
+                f = f + m.layers * self._experts_s(b, self._touched(b) / cfg.ffn_gpus, 1)
+            if ffn.mlp_up is not None:
+                f = f + m.layers * (self.ops.gemm_s(b, *ffn.mlp_up) + self.ops.gemm_s(b, *ffn.mlp_down))
+            knots, per_tok = self.ops.attention_knots(), self._attn_bytes_per_token(sh)
+            self._tables[key] = (_Tables(np.where(b > 0, a, 0.0), knots, per_tok, m.layers),  # type: ignore[index]
+                                 _Tables(np.where(b > 0, f, 0.0), knots, per_tok, m.layers))
+        return self._tables[key]  # type: ignore[index]
+
+    def _prefill_table(self, cfg: InstanceConfig) -> tuple[list[float], list[float], list[float], list[float]]:
+        """Log-spaced token counts and the prefill's token-driven seconds there (everything but attention and LM
+        head), with the causal attention of one chunk of each count."""
+        key = ("prefill", cfg)
+        if key not in self._tables:
+            m = self.model
+            tokens = np.unique(np.round(np.geomspace(1.0, 2.0 ** 24, 193)))
+            groups = (cfg.ep // cfg.tp) if cfg.kind == "ep" else (cfg.attn_gpus // cfg.tp if cfg.kind == "afd" else 1)
+            sh = block_shapes(m, cfg.tp, cfg.ffn_gpus if cfg.kind == "afd" else None)
+            # TP groups: the measured all-reduces; EP and AFD: the analytical model's communication (no profile)
+            t = self._dense_block_s(sh, tokens / groups, cfg.tp if cfg.kind == "tp" else 1, cfg)
+            if m.is_moe:
+                experts_gpus = cfg.ep if cfg.kind == "ep" else (cfg.ffn_gpus if cfg.kind == "afd" else 1)
+                t = t + self._experts_s(tokens, self._touched(tokens) / experts_gpus, cfg.tp if cfg.kind == "tp" else 1)
+            attn = m.layers * self.ops.attention_prefill_s(sh.q_heads, tokens)
+            head = self._lm_head_s(tokens, cfg.tp)
+            self._tables[key] = (tokens.tolist(), (m.layers * t).tolist(), attn.tolist(),  # type: ignore[index]
+                                 head.tolist())
+        return self._tables[key]  # type: ignore[index]
 
     def prefill_s(self, cfg: InstanceConfig, tokens: float, mean_context: float | None = None) -> float:
         """Seconds to prefill ``tokens`` tokens with mean causal context ``mean_context`` (default ``tokens / 2``).
 
         The tokens are split evenly over the instance's attention groups; causal attention of all of
-        them is timed as one chunk of the same FLOPs (``n = sqrt(2 x tokens x mean_context)``).
+        them is timed as one chunk of the same FLOPs (``n = sqrt(2 x tokens x mean_context)``), and the
+        LM head runs for each sequence's last token (``tokens / (2 x mean_context)`` sequences).
         """
         if tokens <= 0:
             return 0.0
-        m = self.model
         ctx = tokens / 2.0 if mean_context is None else float(mean_context)
         groups = (cfg.ep // cfg.tp) if cfg.kind == "ep" else (cfg.attn_gpus // cfg.tp if cfg.kind == "afd" else 1)
-        per = np.array([tokens / groups])
-        sh = block_shapes(m, cfg.tp, cfg.ffn_gpus if cfg.kind == "afd" else None)
-        # TP groups: the measured all-reduces; EP and AFD: the analytical model's communication (no profile)
-        t = self._dense_block_s(sh, per, cfg.tp if cfg.kind == "tp" else 1, cfg)
-        if m.is_moe:
-            experts_gpus = cfg.ep if cfg.kind == "ep" else (cfg.ffn_gpus if cfg.kind == "afd" else 1)
-            split = cfg.tp if cfg.kind == "tp" else 1
-            full = np.array([float(tokens)])
-            t = t + self._experts_s(full, self._touched(full) / experts_gpus, split)
-        chunk = math.sqrt(max(2.0 * float(per[0]) * max(ctx, 1.0), 1.0))
-        t = t + self.ops.attention_prefill_s(sh.q_heads, np.array([chunk]))
-        seqs = max(1.0, float(per[0]) / max(1.0, 2.0 * ctx))  # logits for each sequence's last token only
-        total = m.layers * float(t[0]) + float(self._lm_head_s(np.array([seqs]), cfg.tp)[0])
+        grid, body, attn, head = self._prefill_table(cfg)
+        per = tokens / groups
+        chunk = math.sqrt(max(2.0 * per * max(ctx, 1.0), 1.0))
+        seqs = max(1.0, per / max(1.0, 2.0 * ctx))
+        total = _interp(tokens, grid, body) + _interp(chunk, grid, attn) + _interp(seqs, grid, head)
         if cfg.kind != "tp":
             total += self._prefill_comm_s(cfg, tokens)
         return self.cal.scale * total + self.cal.offset_s

@@ -16,8 +16,8 @@ interpolating inside the measured ranges and saying how it leaves them:
   (compute-bound), below one token it is zero.
 * :class:`ElementwiseModel` -- norms, rotary embedding, activation, residual add: time against the
   elements the kernel touches (pooled over the measured models), log-log interpolation.
-* :class:`AttentionModel` -- decode attention by (sequences x KV heads, context), prefill attention
-  by (query heads, chunk), from ``attention.csv`` (our own H100 run: Vidur's attention
+* :class:`AttentionModel` -- decode attention by the KV bytes one GPU reads, prefill attention by
+  (query heads, chunk), from ``attention.csv`` (our own H100 run: Vidur's attention
   profiles are not retrievable, :mod:`compute_sched.step_data`).
 * :class:`AllReduceModel` -- NCCL all-reduce on one node by group size and bytes (Vidur's DGX
   profiles), a running median over neighbouring sizes to remove the profile's jitter, made
@@ -39,11 +39,12 @@ from scipy.ndimage import median_filter
 from scipy.spatial import Delaunay, cKDTree
 
 from orchestrl.compute_sched.hardware import GpuSpec
-from orchestrl.compute_sched.step_data import (LINEAR_OPS, SMALL_OPS, AttentionTable, CollectiveTable,
+from orchestrl.compute_sched.step_data import (SMALL_OPS, AttentionTable, CollectiveTable,
                                                OperatorTable)
 from orchestrl.fabric.errors import ConfigError
 
-__all__ = ["GpuRatios", "GemmModel", "ElementwiseModel", "AttentionModel", "AllReduceModel", "BF16_BYTES"]
+__all__ = ["GpuRatios", "GemmModel", "ElementwiseModel", "AttentionModel", "AllReduceModel", "BF16_BYTES",
+           "convex_minorant_knots"]
 
 BF16_BYTES = 2
 
@@ -154,6 +155,34 @@ class GemmModel:
                 return w @ self._log_eff[self._tri.simplices[s]]
         return self._log_eff[int(self._nearest.query(x)[1])]
 
+    def curves(self, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Log efficiency curves of many ``K x N`` GEMMs at once, one row per shape (:meth:`curve` vectorised)."""
+        x = np.log(np.c_[np.asarray(k, dtype=float).ravel(), np.asarray(n, dtype=float).ravel()])
+        out = self._log_eff[self._nearest.query(x)[1]]
+        if self._tri is not None:
+            s = self._tri.find_simplex(x)
+            inside = s >= 0
+            if inside.any():
+                trans = self._tri.transform[s[inside]]
+                b = np.einsum("ijk,ik->ij", trans[:, :2], x[inside] - trans[:, 2])
+                w = np.c_[b, 1.0 - b.sum(axis=1)]
+                out[inside] = np.einsum("ij,ijt->it", w, self._log_eff[self._tri.simplices[s[inside]]])
+        return out
+
+    def time_many(self, m: np.ndarray, k: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Seconds of point ``i``'s ``m[i]`` tokens through a ``k[i] x n[i]`` weight (every argument an array)."""
+        m, k, n = (np.asarray(v, dtype=float).ravel() for v in np.broadcast_arrays(m, k, n))
+        c = self.curves(k, n)
+        mm = np.clip(m, self.tokens[0], self.tokens[-1])
+        lm = np.log(mm)
+        j = np.clip(np.searchsorted(self._log_m, lm) - 1, 0, len(self._log_m) - 2)
+        f = (lm - self._log_m[j]) / (self._log_m[j + 1] - self._log_m[j])
+        rows = np.arange(len(m))
+        eff = c[rows, j] * (1 - f) + c[rows, j + 1] * f
+        t = _gemm_roofline_s(mm, k, n, self.hbm, self.flops) / np.exp(eff)
+        t = np.where(m > self.tokens[-1], t * m / self.tokens[-1], t)
+        return np.where(m <= 0, 0.0, t)
+
     def time_s(self, m: np.ndarray | float, k: float, n: float, curve: np.ndarray | None = None) -> np.ndarray:
         """Seconds of ``m`` tokens (scalar or array) through a ``k x n`` weight."""
         m = np.asarray(m, dtype=float)
@@ -163,6 +192,24 @@ class GemmModel:
         t = _gemm_roofline_s(mm, k, n, self.hbm, self.flops) / np.exp(eff)
         t = np.where(m > self.tokens[-1], t * m / self.tokens[-1], t)  # past the data: compute-bound, linear
         return np.where(m <= 0, 0.0, t)
+
+
+def convex_minorant_knots(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vertices of the greatest convex function below the points ``(x, y)`` (``x`` ascending): the lower hull.
+
+    >>> convex_minorant_knots(np.array([0.0, 1.0, 2.0, 3.0]), np.array([1.0, 1.5, 1.0, 3.0]))
+    (array([0., 2., 3.]), array([1., 1., 3.]))
+    """
+    hull: list[int] = []
+    for k in range(len(x)):
+        while len(hull) >= 2:
+            i, j = hull[-2], hull[-1]
+            if (y[j] - y[i]) * (x[k] - x[i]) >= (y[k] - y[i]) * (x[j] - x[i]):
+                hull.pop()  # j lies on or above the chord from i to k
+            else:
+                break
+        hull.append(k)
+    return x[hull], y[hull]
 
 
 def _loglog(xs: np.ndarray, ys: np.ndarray, bins_per_octave: float = 2.0) -> tuple[np.ndarray, np.ndarray]:
@@ -219,13 +266,18 @@ class ElementwiseModel:
 class AttentionModel:
     """Attention kernels of one GPU from a measured ``attention.csv``: decode and prefill.
 
-    Decode attention streams every cached K and V once; its parallel work units are the
-    (sequence, KV head) pairs on the GPU, each reading ``context`` tokens. Its log time is
-    interpolated linearly over ``(log(batch x kv_heads_per_gpu), log context)`` between the
-    measured points (Delaunay triangles); outside them the nearest measured point, scaled by the
-    ratio of KV bytes when more are read (memory-bound). Prefill attention (causal, one chunk of
-    ``n`` tokens) is interpolated over ``(log q_heads_per_gpu, log n)`` on the measured grid, with
-    linear extrapolation in log-log outside it.
+    Decode attention streams every cached K and V once. :meth:`decode_bytes_s`, what the step
+    model uses, times it by the KV bytes one GPU reads in one layer alone: the measured points'
+    medians in half-octave bins of bytes, made non-decreasing and replaced by their greatest convex
+    minorant (the launch floor, then the bandwidth slope, the knee between rounded down), so a step
+    never gets cheaper as its batch or context grows and is convex in the context
+    (:mod:`compute_sched.bounds` rests on both). :meth:`decode_s` also uses how the bytes are
+    split, (sequences x KV heads, context per sequence), interpolating log time linearly between the
+    measured points (Delaunay triangles; outside them the nearest point scaled by bytes): more
+    accurate where the launch floor dominates, but faster with more, shorter sequences at equal
+    bytes, which a lower bound cannot use; it is reported beside the other in the validation.
+    Prefill attention (causal, one chunk of ``n`` tokens) is interpolated over
+    ``(log q_heads_per_gpu, log n)`` on the measured grid, linear in log-log outside it.
     """
 
     def __init__(self, table: AttentionTable, *, exclude_tps: Iterable[int] = ()) -> None:
@@ -242,6 +294,10 @@ class AttentionModel:
         self._dec_bytes = units * dec[:, 2]
         self._dec_lin = LinearNDInterpolator(self._dec_x, self._dec_y)
         self._dec_near = cKDTree(self._dec_x)
+        kv_bytes = self._dec_bytes * self.kv_token_bytes(table.head_dim)
+        kx, ky = _loglog(kv_bytes, dec[:, 3])
+        x, y = np.exp2(kx), np.maximum.accumulate(np.exp(ky))
+        self.bytes_knots = convex_minorant_knots(x, y)  # (bytes, seconds) vertices, convex and non-decreasing
         heads = np.array(sorted({float(table.n_q_head / tp) for tp in pre[:, 0]}))
         chunks = np.array(sorted({float(n) for n in pre[:, 1]}))
         grid = np.full((len(heads), len(chunks)), np.nan)
@@ -253,6 +309,19 @@ class AttentionModel:
             heads, grid = np.array([heads[0] * 0.5, heads[0] * 2.0]), np.vstack([grid, grid])
         self._pre = RegularGridInterpolator((np.log2(heads), np.log2(chunks)), grid, bounds_error=False,
                                             fill_value=None)
+
+    @staticmethod
+    def kv_token_bytes(head_dim: int) -> float:
+        """Bytes of K and V of one token and one KV head in one layer."""
+        return 2.0 * head_dim * BF16_BYTES
+
+    def decode_bytes_s(self, kv_bytes_per_gpu_layer: np.ndarray | float) -> np.ndarray:
+        """Seconds of one layer's decode attention reading this many KV bytes on one GPU (convex, non-decreasing)."""
+        b = np.asarray(kv_bytes_per_gpu_layer, dtype=float)
+        x, y = self.bytes_knots
+        slope = (y[-1] - y[-2]) / (x[-1] - x[-2]) if len(x) > 1 else y[-1] / x[-1]
+        t = np.interp(b, x, y)
+        return np.where(b <= 0, 0.0, np.where(b > x[-1], y[-1] + slope * (b - x[-1]), t))
 
     def decode_s(self, seq_heads: np.ndarray | float, context: np.ndarray | float) -> np.ndarray:
         """Seconds of one layer's decode attention: ``seq_heads`` = sequences x KV heads on the GPU, each over
@@ -280,8 +349,10 @@ class AttentionModel:
 class AllReduceModel:
     """NCCL all-reduce inside one node, from a measured collective table, by group size and bytes.
 
-    The bandwidth-bound part (time above the smallest message's) is carried to another GPU by the
-    NVLink ratio; the fixed part (launch, synchronisation) is kept.
+    To carry it to a GPU with other NVLink bandwidth, the per-byte cost is the slope of the measured
+    times over the messages of 8 MB and more (where NCCL is bandwidth-bound), and only that part,
+    slope x bytes, scales with the NVLink ratio; what small messages cost (launch, synchronisation,
+    protocol) is kept.
 
     Examples
     --------
@@ -294,6 +365,7 @@ class AllReduceModel:
     def __init__(self, table: CollectiveTable, *, window: int = 15, keep_every: int = 1, offset: int = 0) -> None:
         self.table = table
         self.curves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.slopes: dict[int, float] = {}  # seconds per byte where bandwidth-bound
         for w, sizes in table.sizes.items():
             t = table.times_s[w]
             idx = np.arange(offset, len(sizes), keep_every)  # keep_every > 1: every other size held out
@@ -301,6 +373,8 @@ class AllReduceModel:
             half = window // 2
             smooth = np.array([np.median(t[max(0, i - half): i + half + 1]) for i in range(len(t))])
             self.curves[w] = (s, np.maximum.accumulate(smooth))
+            big = s >= 8 * 1024 * 1024
+            self.slopes[w] = float(np.polyfit(s[big], t[big], 1)[0]) if big.sum() >= 2 else float(t[-1] / s[-1])
 
     @property
     def groups(self) -> tuple[int, ...]:
@@ -320,6 +394,7 @@ class AllReduceModel:
             raise ConfigError(self.table.source, "num_workers", f"no all-reduce over {group} GPUs measured",
                               f"groups of {', '.join(map(str, self.groups))} GPUs")
         s, t = self.curves[sizes[0]]
+        slope = self.slopes[sizes[0]]
         base = np.interp(np.log(np.clip(nbytes, s[0], s[-1])), np.log(s), t)
-        base = np.where(nbytes > s[-1], t[-1] + (t[-1] - t[0]) * (nbytes - s[-1]) / s[-1], base)
-        return t[0] + (base - t[0]) * link_ratio
+        base = np.where(nbytes > s[-1], t[-1] + slope * (nbytes - s[-1]), base)
+        return base + slope * nbytes * (link_ratio - 1.0)

@@ -45,6 +45,7 @@ __all__ = ["ClusterSettings", "FabricSettings", "TrainSettings", "GenerationSett
 
 MODES = ("sync", "async")
 GEN_POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")  # as sim.stages.generation
+GEN_STEP_MODELS = ("measured", "analytical")  # compute_sched.calibration.STEP_MODELS, the default first
 SYNC_METHODS = ("planned", "flat")
 ALLOCATIONS = ("greedy", "greedy+ls", "uniform")
 # A sanity bound on a step, 16x App. F's 16 responses per generation GPU: past it the engines only queue
@@ -113,6 +114,9 @@ class GenerationSettings:
                           min=0.0, max=1.0)
     weight_sync_tp: int = _f(8, "TP degree of the generation engines the weights are resharded into at the "
                                 "weight-sync boundary", min=1, max=64)
+    step_model: str = _f("measured", "step times of the generation engines: measured (sums of measured GPU "
+                                     "operator times, docs/step-model.md) or analytical (the roofline of "
+                                     "compute_sched/perf.py)", choices=GEN_STEP_MODELS)
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def default_stages(sim: Simulation) -> Stages:
                           sim.driver, job=job)
     gen = GenerationStage(sim.model, sim.gen_gpus, sim.gpu, sim.net, sim.driver, policy=cfg.generation.policy,
                           instance=cfg.generation.instance, switch_to=cfg.generation.switch_to,
-                          switch_at=cfg.generation.switch_at, job=job)
+                          switch_at=cfg.generation.switch_at, job=job, step_model=cfg.generation.step_model)
     sync = weight_sync_stage(sim)
 
     def batch_of(trace: Trace, _: StageResult) -> Any:
