@@ -48,6 +48,8 @@ class Calibration:
     net_hop_latency_s: float = 8e-6  # per ring hop across nodes (RDMA)
     a2a_latency_s: float = 10e-6  # fixed cost of one all-to-all / M2N exchange
     layer_overhead_s: float = 4e-6  # kernel launches per layer that parallelism does not shrink
+    extra_layer_s: float = 0.0  # time added to every layer of every step by something outside the kernels (RLSim's
+    # Figure 22: two OCS reconfigurations per MoE layer); both step models add it
     step_overhead_s: float = 1.5e-3  # scheduler, sampling and bookkeeping per engine step
     host_overlap: float = 0.0  # share of the shorter of host and GPU time hidden under the other: 0 sums them
     # (a synchronous engine loop), 1 takes their maximum (scheduling step n+1 while the GPU runs step n)
@@ -241,7 +243,7 @@ class PerfModel:
         hbm = g.hbm_bytes_per_s * c.mem_efficiency
         flops = g.bf16_flops * c.compute_efficiency
         act = batch * m.d_model * DTYPE_BYTES  # one hidden state per sequence
-        overhead = m.layers * c.layer_overhead_s
+        overhead = m.layers * (c.layer_overhead_s + c.extra_layer_s)
         expert_bytes = self._touched_experts(batch) * m.expert_bytes_each * m.layers
         if cfg.kind == "tp":
             gemm = max((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp / hbm,
@@ -328,7 +330,8 @@ class PerfModel:
         comp = flops / (cfg.gpus * g.bf16_flops * c.prefill_efficiency)
         mem = self.weights_per_gpu_bytes(cfg) / (g.hbm_bytes_per_s * c.mem_efficiency)
         comm = self._prefill_comm_s(cfg, tokens)
-        return self.cal.scale * (max(comp, mem) + comm + m.layers * c.layer_overhead_s) + self.cal.offset_s
+        return (self.cal.scale * (max(comp, mem) + comm + m.layers * (c.layer_overhead_s + c.extra_layer_s))
+                + self.cal.offset_s)
 
     def _prefill_comm_s(self, cfg: InstanceConfig, tokens: float) -> float:
         """Communication of a prefill of ``tokens``: two all-reduces per layer over the TP (EP) group."""

@@ -369,6 +369,9 @@ class MeasuredPerfModel(PerfModel):
 
     # -- the PerfModel interface -------------------------------------------------------------
     def _gpu_step_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
+        return self._measured_step_s(cfg, batch, ctx) + self.model.layers * self.cal.extra_layer_s
+
+    def _measured_step_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
         m = self.model
         if cfg.kind == "tp":
             tab = self._table(cfg)
@@ -449,4 +452,5 @@ class MeasuredPerfModel(PerfModel):
         total = _interp(tokens, grid, body) + _interp(chunk, grid, attn) + _interp(seqs, grid, head)
         if cfg.kind != "tp":
             total += self._prefill_comm_s(cfg, tokens)
+        total += self.model.layers * self.cal.extra_layer_s
         return self.cal.scale * total + self.cal.offset_s

@@ -91,6 +91,16 @@ class FabricSettings:
     switch_radix: int = _f(64, "ports of every EPS switch (Clos fabrics, RFabric's ToRs), in the simulator and "
                                "the cost model; 16 makes a 64-GPU Clos two-tier, so FT-OS is oversubscribed",
                            choices=(8, 16, 32, 64, 128))
+    oversubscription: int = _f(3, "FT-OS's leaf down:up ratio R:1 (the paper's 3); the simulator's wiring only "
+                                  "(the cost model prices the 3:1 FT-OS)", min=1, max=63)
+    mtu_bytes: int = _f(9216, "packet size: every hop adds one MTU of store-and-forward serialisation (§7.2: 9216)",
+                        min=64, max=65536)
+    same_server: str = _f("nvlink", "how a flow between GPUs of one server travels: NVLink (a DGX-style server) or "
+                                    "network (out of its NIC and back: one NIC per host, as packet simulators "
+                                    "model hosts)", choices=("nvlink", "network"))
+    ocs_delay_s: float | None = _f(None, "RFabric's OCS switching delay in seconds, any value; overrides "
+                                         "fabric.ocs's Table 2 delay. Omit for the technology's", min=0.0,
+                                   max=3600.0)
 
 
 @dataclass(frozen=True)

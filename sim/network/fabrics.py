@@ -192,7 +192,8 @@ class ClosFabric(Fabric):
 
     def __init__(self, name: str, gpus: int, config: SimConfig) -> None:
         super().__init__(name, gpus, config)
-        self.wiring = _ClosWiring(build_design_graph(DESIGN_OF[name], gpus, switch_radix=config.switch_radix), 0)
+        self.wiring = _ClosWiring(build_design_graph(DESIGN_OF[name], gpus, switch_radix=config.switch_radix,
+                                                     oversubscription=config.oversubscription), 0)
         self.leaf_of_gpu = np.array([self.wiring.nic_leaf[divmod(g, GPUS_PER_SERVER)] for g in range(gpus)])
         self.pxn = name == "ro"
 
