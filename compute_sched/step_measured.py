@@ -258,8 +258,9 @@ class MeasuredPerfModel(PerfModel):
                placement: tuple[int, ...] | None) -> "MeasuredPerfModel":
         out = MeasuredPerfModel(self.model, self.gpu, calibration, network=network, placement=placement,
                                 operators=self.ops)
-        if network is None:
-            out._tables = self._tables  # the tables hold no network terms: share them
+        # the tables hold no network terms (TP groups within a server: measured all-reduces; EP and AFD
+        # exchanges are added per call), so every copy -- one per instance of a layout -- shares them
+        out._tables = self._tables
         return out
 
     # -- operator sums -----------------------------------------------------------------------
@@ -269,7 +270,10 @@ class MeasuredPerfModel(PerfModel):
             return np.zeros_like(np.asarray(nbytes, dtype=float))
         if group <= self.gpu.gpus_per_node:
             return self.ops.allreduce_s(group, nbytes)
-        return np.vectorize(lambda b: PerfModel._allreduce_s(self, group, float(b), cfg))(nbytes)
+        # across servers the analytical ring, which is affine in the bytes: two evaluations serve the whole array
+        fixed = PerfModel._allreduce_s(self, group, 0.0, cfg)
+        per_byte = (PerfModel._allreduce_s(self, group, 1e6, cfg) - fixed) / 1e6
+        return fixed + per_byte * np.asarray(nbytes, dtype=float)
 
     def _allreduce_s(self, group: int, nbytes: float, cfg: InstanceConfig | None = None) -> float:
         return float(self._ar_s(group, np.asarray(nbytes, dtype=float), cfg))
@@ -319,7 +323,9 @@ class MeasuredPerfModel(PerfModel):
     def _table(self, cfg: InstanceConfig) -> _Tables:
         tab = self._tables.get(cfg)
         if tab is None:
-            tab = self._tables[cfg] = self._build(cfg)
+            tab = self._build(cfg)
+            if cfg.tp <= self.gpu.gpus_per_node:  # a TP group across servers times its all-reduces on the network
+                self._tables[cfg] = tab
         return tab
 
     def _build(self, cfg: InstanceConfig) -> _Tables:
@@ -430,8 +436,10 @@ class MeasuredPerfModel(PerfModel):
                 t = t + self._experts_s(tokens, self._touched(tokens) / experts_gpus, cfg.tp if cfg.kind == "tp" else 1)
             attn = m.layers * self.ops.attention_prefill_s(sh.q_heads, tokens)
             head = self._lm_head_s(tokens, cfg.tp)
-            self._tables[key] = (tokens.tolist(), (m.layers * t).tolist(), attn.tolist(),  # type: ignore[index]
-                                 head.tolist())
+            tab = (tokens.tolist(), (m.layers * t).tolist(), attn.tolist(), head.tolist())
+            if cfg.tp > self.gpu.gpus_per_node:  # all-reduces across servers depend on the network: not shared
+                return tab
+            self._tables[key] = tab  # type: ignore[index]
         return self._tables[key]  # type: ignore[index]
 
     def prefill_s(self, cfg: InstanceConfig, tokens: float, mean_context: float | None = None) -> float:
