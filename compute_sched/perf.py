@@ -301,6 +301,16 @@ class PerfModel:
             return 0.0
         return self.cal.scale * self._roofline_s(cfg, batch, context_tokens) + self.cal.offset_s
 
+    def decode_steps_s(self, cfg: InstanceConfig, batch: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
+        """:meth:`decode_step_s` over arrays of batches and contexts (one value per pair).
+
+        The analytical model evaluates each pair; the measured step model answers from its tables at once.
+        """
+        b = np.asarray(batch, dtype=float)
+        c = np.broadcast_to(np.asarray(context_tokens, dtype=float), b.shape)
+        return np.array([self.decode_step_s(cfg, float(x), float(y)) for x, y in zip(b.ravel(), c.ravel())]
+                        ).reshape(b.shape)
+
     def decode_planes(self, cfg: InstanceConfig, hints: Sequence[tuple[float, float]]) -> list[Plane]:
         """Tangent planes of the step time at each ``(batch, context_tokens)`` hint.
 

@@ -231,6 +231,9 @@ class _Tables:
         return y[j] + (context - x[j]) * (y[j + 1] - y[j]) / (x[j + 1] - x[j])
 
 
+_SHARED_TABLES: dict = {}  # (model, gpu, operator set) -> {instance shape or key: table}
+
+
 class MeasuredPerfModel(PerfModel):
     """:class:`PerfModel` whose GPU time is the sum of measured operator times (see the module note).
 
@@ -252,7 +255,10 @@ class MeasuredPerfModel(PerfModel):
                  operators: OperatorSet | None = None) -> None:
         super().__init__(model, gpu, calibration, network=network, placement=placement)
         self.ops = operators or operator_set(gpu)
-        self._tables: dict[InstanceConfig, _Tables] = {}
+        # tables depend on the model, the GPU and the measured data only (not on host constants or the network):
+        # every model object of the same three shares them, so a scheduler re-planning with fresh objects
+        # builds each instance shape's table once per process
+        self._tables: dict = _SHARED_TABLES.setdefault((model, gpu, self.ops), {})
 
     def _clone(self, calibration: Calibration, network: NetworkSeam | None,
                placement: tuple[int, ...] | None) -> "MeasuredPerfModel":
@@ -388,6 +394,30 @@ class MeasuredPerfModel(PerfModel):
             comm = m.layers * self._ep_dispatch_s(cfg, batch)
             return tab.linear_s(batch) + tab.attention_s(batch / groups, ctx / groups) + comm
         return self._afd_step_s(cfg, batch, ctx)
+
+    def decode_steps_s(self, cfg: InstanceConfig, batch: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
+        """:meth:`decode_step_s` over arrays, from the tables in a few numpy calls (TP and EP instances)."""
+        b = np.asarray(batch, dtype=float)
+        c = np.broadcast_to(np.asarray(context_tokens, dtype=float), b.shape)
+        if cfg.kind == "afd" or self.cal.extra_layer_s:
+            return super().decode_steps_s(cfg, b, c)
+        tab = self._table(cfg)
+        lin = np.asarray(tab.linear)
+        n = len(lin) - 1
+        gpu = np.where(b >= n, lin[n] + tab.slope * (b - n), np.interp(b, np.arange(n + 1, dtype=float), lin))
+        groups = cfg.ep // cfg.tp if cfg.kind == "ep" else 1
+        cc = c / groups
+        ax, ay = np.asarray(tab.ax), np.asarray(tab.ay)
+        att = np.where(cc >= ax[-1], ay[-1] + tab.a_slope * (cc - ax[-1]), np.interp(cc, ax, ay))
+        gpu = gpu + np.where((cc > 0) & (b > 0), att, 0.0)
+        if cfg.kind == "ep":  # the analytical dispatch is affine in the batch: two evaluations serve the array
+            d0 = self._ep_dispatch_s(cfg, 0.0)
+            d1 = self._ep_dispatch_s(cfg, 1.0) - d0
+            gpu = gpu + self.model.layers * (d0 + d1 * b)
+        k = self.cal
+        host = k.step_overhead_s + k.seq_overhead_s * b
+        step = gpu + host - k.host_overlap * np.minimum(gpu, host)
+        return np.where(b > 0, k.scale * step + k.offset_s, 0.0)
 
     def _afd_step_s(self, cfg: InstanceConfig, batch: float, ctx: float) -> float:
         """AFD: attention replicas and FFN GPUs timed from measured operators, the exchange analytical."""
