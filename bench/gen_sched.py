@@ -6,6 +6,11 @@ Run from the repository root::
     python bench/gen_sched.py --quick    # one §6 setting, stored leave-one-out, a smaller clairvoyant family
     python bench/gen_sched.py --json     # also print one JSON document at the end
     python bench/gen_sched.py --calibration FILE  # another calibration file for the H800 runs
+    python bench/gen_sched.py --step-model measured   # parts C, 21 and 1 on one step model (default: both)
+
+Parts C, 21 and 1 run on each step model (the measured operator sums, compute_sched/step_measured.py,
+the default; and the analytical roofline, compute_sched/perf.py), each with its own bundled H800
+calibration; parts 2-4 on the default.
 
 Everything a ratio divides by is measured in the same run; the paper's figures are printed beside
 ours as references only.
@@ -59,14 +64,15 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from orchestrl.compute_sched.bounds import makespan_lower_bound  # noqa: E402  (path set up above)
-from orchestrl.compute_sched.calibration import (CaseStudyFit, bundled_calibration, calibration_setup,  # noqa: E402
-                                       leave_one_out, load_calibration, orderings_ok, perf_model)
-from orchestrl.compute_sched.calibration_h800 import H800_PARAMETERS, base_perf  # noqa: E402
+from orchestrl.compute_sched.calibration import (DEFAULT_STEP_MODEL, STEP_MODELS, CaseStudyFit,  # noqa: E402
+                                                 bundled_calibration,
+                                                 calibration_setup, leave_one_out, load_calibration, orderings_ok,
+                                                 perf_model)
+from orchestrl.compute_sched.calibration_h800 import H800_PARAMETERS, MEASURED_PARAMETERS, base_perf  # noqa: E402
 from orchestrl.compute_sched.case_study import PAPER_POINTS, case_study_times  # noqa: E402
 from orchestrl.compute_sched.clairvoyant import clairvoyant_schedule  # noqa: E402
 from orchestrl.compute_sched.costs import CostModel  # noqa: E402
 from orchestrl.compute_sched.engine import GenerationRequest, Migration  # noqa: E402
-from orchestrl.compute_sched.hardware import load_gpu, load_model  # noqa: E402
 from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout, homogeneous  # noqa: E402
 from orchestrl.compute_sched.perf import PerfModel  # noqa: E402
 from orchestrl.compute_sched.planner import plan_layout  # noqa: E402
@@ -91,24 +97,30 @@ def _key(model: str, gpus: int, cap: int) -> str:
     return f"{model.split('-')[1].lower()}/{gpus}gpu/{cap // 1024}K"
 
 
-def part_c_calibration(calibration: str, quick: bool) -> dict:
-    path = bundled_calibration("H800") if calibration == "bundled" else calibration
+def _calibration_path(calibration: str, step_model: str):
+    return bundled_calibration("H800", step_model) if calibration == "bundled" else calibration
+
+
+def part_c_calibration(calibration: str, quick: bool, step_model: str = "analytical") -> dict:
+    path = _calibration_path(calibration, step_model)
     setup = calibration_setup(path)
-    perf = perf_model("Qwen2.5-14B", "H800", calibration)
+    perf = perf_model("Qwen2.5-14B", "H800", calibration, step_model)
     used = case_study_times(perf, setup)
-    roof = case_study_times(perf_model("Qwen2.5-14B", "H800", "roofline"), setup)
-    print(f"\nC. Performance model vs OrchestrRL §2.1 (Qwen2.5-14B, 8 H800s, batch 512), seconds; "
-          f"{os.path.basename(str(path))}\n   assumptions: {setup.describe()}")
+    roof = case_study_times(perf_model("Qwen2.5-14B", "H800", "roofline", step_model), setup)
+    params = MEASURED_PARAMETERS if step_model == "measured" else H800_PARAMETERS
+    print(f"\nC. [{step_model} step model] vs OrchestrRL §2.1 (Qwen2.5-14B, 8 H800s, batch 512), seconds; "
+          f"{os.path.basename(str(path))}\n   assumptions: {setup.describe()}; 'uncalibrated' = "
+          f"{'measured GPU time, default host constants' if step_model == 'measured' else 'the plain roofline'}")
     doc = json.loads(json.dumps(__import__("yaml").safe_load(open(path, encoding="utf-8"))))
-    fit = CaseStudyFit(load_calibration(path), H800_PARAMETERS, PAPER_POINTS,
+    fit = CaseStudyFit(load_calibration(path), params, PAPER_POINTS,
                        tuple(used[p.phase, p.tp] for p in PAPER_POINTS), setup, 0)
     if quick:
         held = {(h["phase"], h["tp"]): h["predicted_s"] for h in doc.get("leave_one_out", [])}
         source = "stored in the calibration file"
     else:
-        held = {(h.point.phase, h.point.tp): h.predicted_s for h in leave_one_out(base_perf(), fit)}
+        held = {(h.point.phase, h.point.tp): h.predicted_s for h in leave_one_out(base_perf(step_model), fit)}
         source = "refitted in this run"
-    print(f"   {'phase':<6} {'TP':>2} {'paper':>7} {'roofline':>9} {'model':>7} {'err':>6} {'held out':>9} {'err':>6}")
+    print(f"   {'phase':<6} {'TP':>2} {'paper':>7} {'uncalib.':>9} {'model':>7} {'err':>6} {'held out':>9} {'err':>6}")
     rows = []
     for p in PAPER_POINTS:
         m, h = used[p.phase, p.tp], held.get((p.phase, p.tp), float("nan"))
@@ -125,9 +137,15 @@ def part_c_calibration(calibration: str, quick: bool) -> dict:
           f"{'met' if loo_max <= TARGET_LOO and ok else 'NOT met'})")
     bound = fit.on_bound
     print("   fitted: " + ", ".join(f"{p.name}={getattr(fit.calibration, p.name):.3g}"
-                                   f"{' (on its bound)' if p.name in bound else ''}" for p in H800_PARAMETERS))
+                                   f"{' (on its bound)' if p.name in bound else ''}" for p in params))
+    checks = doc.get("checks", {})
+    print(f"   best static TP for 14B on 16 GPUs (stored check, 2 draws): "
+          f"{checks.get('verl_to_best_static_tp_14b_16gpus')} (paper §6.2.2: TP=2)")
     return {"file": os.path.basename(str(path)), "assumptions": setup.describe(), "rows": rows,
-            "loo_error_max": loo_max, "loo_source": source, "orderings_ok": ok, "on_bound": list(bound)}
+            "loo_error_max": loo_max, "loo_source": source, "orderings_ok": ok, "on_bound": list(bound),
+            "ratios": {"early_tp4_over_tp2": e[4] / e[2], "early_tp8_over_tp2": e[8] / e[2],
+                       "tail_tp4_over_tp8": t[4] / t[8], "tail_tp2_over_tp8": t[2] / t[8]},
+            "best_static_tp_14b_16gpus": checks.get("verl_to_best_static_tp_14b_16gpus")}
 
 
 def _forecast(prompts: int, cap: int):
@@ -176,12 +194,13 @@ def _row(trace, perf: PerfModel, gpus: int, policies: tuple[str, ...], quick: bo
 SEEDS_21 = (11, 12, 13, 14, 15, 16)  # trace draws of the §2.1 workload (the calibration used 0-3)
 
 
-def part21_case_study(calibration: str, quick: bool) -> dict:
-    path = bundled_calibration("H800") if calibration == "bundled" else calibration
+def part21_case_study(calibration: str, quick: bool, step_model: str = "analytical") -> dict:
+    path = _calibration_path(calibration, step_model)
     setup = calibration_setup(path)
-    perf = perf_model("Qwen2.5-14B", "H800", calibration)
+    perf = perf_model("Qwen2.5-14B", "H800", calibration, step_model)
     seeds = SEEDS_21[:2] if quick else SEEDS_21
-    print(f"\n21. The §2.1 workload: {setup.prompts * setup.responses_per_prompt} requests on {setup.gpus} H800s, "
+    print(f"\n21. [{step_model} step model] The §2.1 workload: {setup.prompts * setup.responses_per_prompt} requests "
+          f"on {setup.gpus} H800s, "
           f"cap {setup.max_tokens}, {len(seeds)} trace draws (seeds {seeds[0]}-{seeds[-1]}), seconds")
     print(f"   {'seed':>4} {'best static':>13} {'+PP':>7} {'x':>6} {'OrchRL':>7} {'x':>6} {'clairv.':>7} {'x':>6} "
           f"{'bound':>6}  +PP's layouts")
@@ -212,17 +231,17 @@ def _gmean(values) -> float:
     return float(np.exp(np.mean(np.log(list(values)))))
 
 
-def part1_settings(quick: bool, calibration: str) -> dict:
+def part1_settings(quick: bool, calibration: str, step_model: str = "analytical") -> dict:
     settings = SETTINGS[:1] if quick else SETTINGS
     seeds = SEEDS_6[:1] if quick else SEEDS_6
     policies = ("verl-to", "verl-lo", "partial-rollout", "orchestrl-pp", "orchestrl-rb", "orchestrl")
     rows: dict[str, list[dict]] = {}
-    print(f"\n1. §6 settings: generation-step makespan (simulated engine, H800), seconds, per trace draw (seeds "
-          f"{', '.join(map(str, seeds))}); x = veRL-TO / policy")
+    print(f"\n1. [{step_model} step model] §6 settings: generation-step makespan (simulated engine, H800), seconds, "
+          f"per trace draw (seeds {', '.join(map(str, seeds))}); x = veRL-TO / policy")
     print(f"   {'setting':<14} {'seed':>4} {'veRL-TO':>12} {'veRL-LO':>8} {'PR':>7} {'+PP':>7} {'+RB':>7} {'OrchRL':>7} "
           f"{'clairv.':>7} {'bound':>7} {'OrchRL x':>8} {'headroom':>8} {'clairv. x':>9}")
     for model, gpus, cap in settings:
-        perf = perf_model(model, "H800", calibration)
+        perf = perf_model(model, "H800", calibration, step_model)
         key = _key(model, gpus, cap)
         rows[key] = []
         for seed in seeds:
@@ -263,7 +282,7 @@ def part1_settings(quick: bool, calibration: str) -> dict:
 
 
 def _solve_once(gpus: int, seed: int, calibration: str) -> tuple[float, int, int]:
-    perf = perf_model("Qwen2-57B-A14B", "H800", calibration)
+    perf = perf_model("Qwen2-57B-A14B", "H800", calibration, DEFAULT_STEP_MODEL)
     rng = np.random.default_rng(seed)
     trace = heavy_tailed_trace(gpus * 2, 8, 15360, seed=seed)
     layout = homogeneous(InstanceConfig("ep", ep=8), gpus)
@@ -293,7 +312,7 @@ def part2_solve(quick: bool, calibration: str) -> dict:
 
 
 def part3_rolloutpipe(quick: bool) -> dict:
-    perf = PerfModel(load_model("Qwen2.5-14B"), load_gpu("A100"))
+    perf = perf_model("Qwen2.5-14B", "A100", "roofline", DEFAULT_STEP_MODEL)  # no A100 calibration: default host
     layout = homogeneous(InstanceConfig("tp", tp=2), 2)  # the paper's rollout node: 2 A100s, TP=2
     rows = []
     print("\n3. RolloutPipe (2x A100 TP=2 rollout, K=8, U=2; trainer compute = serial rollout time)")
@@ -369,9 +388,9 @@ def _promotion(perf: PerfModel, trace, gpus: int, big_share: float, threshold: i
 
 def part4_probes(quick: bool, calibration: str) -> dict:
     """Two measurements behind the docs' account of the unmet targets."""
-    path = bundled_calibration("H800") if calibration == "bundled" else calibration
+    path = _calibration_path(calibration, DEFAULT_STEP_MODEL)
     setup = calibration_setup(path)
-    perf = perf_model("Qwen2.5-14B", "H800", calibration)
+    perf = perf_model("Qwen2.5-14B", "H800", calibration, DEFAULT_STEP_MODEL)
     seeds = range(2) if quick else range(8)
     print(f"\n4a. Worker imbalance of the §2.1 trace (512 requests, 8 GPUs, cap {setup.max_tokens}, seeds "
           f"{seeds[0]}-{seeds[-1]}): max-to-min over instances of a static run, veRL's contiguous split")
@@ -399,26 +418,50 @@ def part4_probes(quick: bool, calibration: str) -> dict:
     return {"worker_spread_21": spread, "promotion": promo}
 
 
-def main() -> int:
+ISSUE_14_KEYS = ("speedup_vs_verl_to", "headroom_captured", "pp_only_21", "orderings_21_ok", "clairvoyant_speedup",
+                 "lower_bound_s", "loo_error_max")
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="one §6 setting, stored leave-one-out, fewer clairvoyant runs")
     ap.add_argument("--json", action="store_true", help="also print one JSON document at the end")
-    ap.add_argument("--calibration", metavar="FILE", help="use this calibration file instead of the bundled one")
-    args = ap.parse_args()
+    ap.add_argument("--calibration", metavar="FILE", help="use this calibration file instead of the bundled one "
+                    "(it applies to the step model(s) chosen with --step-model)")
+    ap.add_argument("--step-model", choices=(*STEP_MODELS, "both"), default="both",
+                    help="run parts C, 21 and 1 on this step model, or on both in one run (default)")
+    args = ap.parse_args(argv)
     calibration = args.calibration or "bundled"
+    models = STEP_MODELS if args.step_model == "both" else (args.step_model,)
     t0 = time.time()
     print(f"gen_sched benchmark, {platform.machine()} {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}"
-          f"{' (quick)' if args.quick else ''}")
-    doc = {"calibration": part_c_calibration(calibration, args.quick), "case_21": part21_case_study(calibration, args.quick),
-           "settings": part1_settings(args.quick, calibration)}
+          f"{' (quick)' if args.quick else ''}; step models: {', '.join(models)} (default: {DEFAULT_STEP_MODEL})")
+    by_model = {}
+    for sm in models:
+        part = {"calibration": part_c_calibration(calibration, args.quick, sm),
+                "case_21": part21_case_study(calibration, args.quick, sm),
+                "settings": part1_settings(args.quick, calibration, sm)}
+        part.update(speedup_vs_verl_to=part["settings"]["speedup_vs_verl_to"],
+                    headroom_captured=part["settings"]["headroom_captured"], pp_only_21=part["case_21"]["pp_only_21"],
+                    loo_error_max=part["calibration"]["loo_error_max"],
+                    orderings_21_ok=part["calibration"]["orderings_ok"],
+                    clairvoyant_speedup=part["settings"]["clairvoyant_speedup"],
+                    lower_bound_s=part["settings"]["lower_bound_s"])
+        by_model[sm] = part
+    doc: dict = {"by_step_model": by_model, **{k: {sm: by_model[sm][k] for sm in models} for k in ISSUE_14_KEYS}}
     doc.update(solve=part2_solve(args.quick, calibration), rolloutpipe=part3_rolloutpipe(args.quick),
                probes=part4_probes(args.quick, calibration))
-    doc.update(speedup_vs_verl_to=doc["settings"]["speedup_vs_verl_to"],
-               headroom_captured=doc["settings"]["headroom_captured"], pp_only_21=doc["case_21"]["pp_only_21"],
-               loo_error_max=doc["calibration"]["loo_error_max"], orderings_21_ok=doc["calibration"]["orderings_ok"],
-               clairvoyant_speedup=doc["settings"]["clairvoyant_speedup"], lower_bound_s=doc["settings"]["lower_bound_s"],
-               solve_s_1024=doc["solve"]["solve_s_1024"], wall_s=time.time() - t0,
-               date=time.strftime("%Y-%m-%d"), machine=f"{platform.machine()} {os.cpu_count()} cores")
+    doc.update(solve_s_1024=doc["solve"]["solve_s_1024"], default_step_model=DEFAULT_STEP_MODEL,
+               wall_s=time.time() - t0, date=time.strftime("%Y-%m-%d"),
+               machine=f"{platform.machine()} {os.cpu_count()} cores")
+    print("\nsummary per step model (issue 14's keys):")
+    for sm in models:
+        p = by_model[sm]
+        print(f"   {sm:<10} §2.1 orderings {'kept' if p['orderings_21_ok'] else 'NOT kept'} "
+              f"(tail TP=4/TP=8 {p['calibration']['ratios']['tail_tp4_over_tp8']:.3f}, early TP=4/TP=2 "
+              f"{p['calibration']['ratios']['early_tp4_over_tp2']:.3f}); +PP on §2.1 {p['pp_only_21']:.3f}x; "
+              f"OrchestrRL/veRL-TO min {p['speedup_vs_verl_to']['min']:.2f}x; headroom min "
+              f"{p['headroom_captured']['min']:.0%}")
     print(f"\nwall time {doc['wall_s']:.0f} s")
     if args.json:
         print(json.dumps(doc, default=str))

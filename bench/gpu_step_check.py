@@ -292,7 +292,7 @@ def _write_csv(path: str, rows: list[dict]) -> None:
 
 def _compare(out: str) -> int:
     try:
-        from orchestrl.compute_sched.step_measured import compare_gpu_check  # the measured step model, when present
+        from orchestrl.compute_sched.step_check import compare_gpu_check  # the measured step model, when present
     except ImportError as exc:
         print(f"comparison skipped: the measured step model is not importable here ({exc})")
         return 0

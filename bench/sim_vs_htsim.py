@@ -34,15 +34,11 @@ import argparse
 import json
 import os
 import platform
-import re
-import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 
 import numpy as np
 
@@ -51,48 +47,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from orchestrl.sim.network.build import build_fabric  # noqa: E402  (path set up above)
 from orchestrl.sim.network.config import SimConfig  # noqa: E402
 from orchestrl.sim.network.events import FlowSet, simulate  # noqa: E402
+from orchestrl.sim.network.htsim import HTSIM_SETTINGS, run_htsim  # noqa: E402  (writes the case, runs, parses)
 
 LINK_GBPS = 200
 MTU = 9000
-HTSIM_ARGS = ["-strat", "perm", "-q", "200", "-cwnd", "60", "-mtu", str(MTU)]
+HTSIM_ARGS = [f"-{k}={v}" for k, v in HTSIM_SETTINGS.items()]  # for the JSON record
 TARGET_MAKESPAN_ERR = 0.10
 TARGET_SPEEDUP = 1000.0
-_FINISH = re.compile(r"(?:flow_id|flowId) (\d+) .*?finished at ([0-9.e+-]+)")
-
-
-def htsim_topology(fabric) -> str:
-    """Return the htsim ``.topo`` text for a 2-tier Clos fabric, refusing wirings htsim cannot express."""
-    w = fabric.wiring
-    leaves = sorted(set(fabric.leaf_of_gpu.tolist()))
-    per_leaf = Counter(fabric.leaf_of_gpu.tolist())
-    down = set(per_leaf.values())
-    hosts = fabric.gpus
-    if len(down) != 1:
-        raise ValueError(f"leaves hold {sorted(down)} hosts; htsim needs equal leaves")
-    d0 = next(iter(down))
-    blocks = fabric.leaf_of_gpu.reshape(-1, d0)
-    if np.any(blocks != blocks[:, :1]) or len(set(blocks[:, 0].tolist())) != len(blocks):
-        raise ValueError("hosts are not numbered leaf by leaf")
-    bundles = Counter()
-    for u, v, c in zip(w.u, w.v, w.count):
-        bundles[(min(u, v), max(u, v))] = int(c)
-    spines = sorted({x for pair in bundles for x in pair} - set(leaves))
-    sizes = set(bundles.values())
-    if not spines:
-        raise ValueError("a single switch; nothing for htsim to compare")
-    if len(sizes) != 1 or len(bundles) != len(leaves) * len(spines):
-        raise ValueError("leaves reach spines with unequal bundles (round-robin remainder); htsim cannot express it")
-    d = next(iter(down))
-    bundle = next(iter(sizes))
-    up = bundle * len(spines)
-    over = d // up
-    if over * up != d:
-        raise ValueError(f"{d} down / {up} up is not an integer oversubscription")
-    return (f"Nodes {hosts}\nTiers 2\nPodsize {hosts}\n\nTier 0\nDownlink_speed_Gbps {LINK_GBPS}\nRadix_Down {d}\n"
-            f"Radix_Up {up}\nDownlink_Latency_ns 1000\nSwitch_Latency_ns 800\n"
-            + (f"Oversubscribed {over}\n" if over > 1 else "")
-            + f"\nTier 1\nDownlink_speed_Gbps {LINK_GBPS}\nRadix_Down {len(leaves) * bundle}\n"
-              f"Downlink_Latency_ns 1000\nSwitch_Latency_ns 800\nBundle {bundle}\n")
 
 
 def derangement(hosts: int, rng: np.random.Generator) -> np.ndarray:
@@ -137,36 +98,6 @@ def patterns(hosts: int, per_leaf: int, quick: bool, rng: np.random.Generator,
     if hosts <= stride_max_hosts:
         out.append(("ring stride leaf", FlowSet(src, (src + per_leaf) % hosts, big, 0.0)))
     return out
-
-
-def run_htsim(binary: str, topo: str, flows: FlowSet, hosts: int, workdir: str,
-              end_us: float) -> tuple[np.ndarray, float, float]:
-    """Run htsim on the flows; return each flow's completion time (s, nan if it did not finish), wall and CPU time.
-
-    CPU time (user + system of the child) is reported beside wall time because the machine is shared: it is
-    what the comparison costs, and it moves far less with the load than wall time does.
-    """
-    tp, cm = os.path.join(workdir, "net.topo"), os.path.join(workdir, "flows.cm")
-    with open(tp, "w") as f:
-        f.write(topo)
-    with open(cm, "w") as f:
-        f.write(f"Nodes {hosts}\nConnections {len(flows)}\n")
-        for k, (a, b, s) in enumerate(zip(flows.src, flows.dst, flows.size_bytes), 1):
-            f.write(f"{a}->{b} id {k} start 0 size {int(s)}\n")
-    cmd = [binary, "-topo", tp, "-nodes", str(hosts), "-tm", cm, "-linkspeed", str(LINK_GBPS * 1000),
-           "-end", str(int(end_us)), "-o", os.path.join(workdir, "log.dat")] + HTSIM_ARGS
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    if proc.returncode != 0:
-        raise RuntimeError(f"htsim failed ({proc.returncode}): {proc.stderr[-500:] or proc.stdout[-500:]}")
-    fct = np.full(len(flows), np.nan)
-    for m in _FINISH.finditer(proc.stdout):
-        fct[int(m.group(1)) - 1] = float(m.group(2)) * 1e-6
-    return fct, wall, cpu
 
 
 def ours(name: str, hosts: int, flows: FlowSet) -> tuple[np.ndarray, float, float]:
@@ -218,7 +149,6 @@ def main(argv=None) -> int:
         for name, hosts in topologies:
             rng = np.random.default_rng([2026, hosts, ("ft", "ft-os").index(name)])
             fab = build_fabric(name, hosts, SimConfig(intra_server="network", mtu_bytes=MTU))
-            topo = htsim_topology(fab)
             per_leaf = int(np.bincount(fab.leaf_of_gpu).max())
             cases = patterns(hosts, per_leaf, args.quick, rng, args.a2a_max_hosts, args.stride_max_hosts)
             for label, flows in cases:
@@ -226,7 +156,8 @@ def main(argv=None) -> int:
                     continue
                 fluid, our_s, our_cpu = ours(name, hosts, flows)
                 end_us = max(1000.0, float(np.nanmax(fluid)) * 1e6 * 4)
-                ht, ht_s, ht_cpu = run_htsim(binary, topo, flows, hosts, workdir, end_us)
+                run = run_htsim(binary, fab, flows, LINK_GBPS, workdir, end_us=end_us)
+                ht, ht_s, ht_cpu = run.finish_s, run.wall_s, run.cpu_s
                 done = np.isfinite(ht)
                 mk_ht, mk_ours = float(np.nanmax(ht)), float(np.max(fluid))
                 err = (fluid[done] - ht[done]) / ht[done]

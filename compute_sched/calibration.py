@@ -39,7 +39,7 @@ from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["FitParameter", "CaseStudyFit", "HeldOutPoint", "fit_case_study", "leave_one_out", "orderings_ok",
            "save_calibration", "load_calibration", "calibration_setup", "bundled_calibration", "perf_model",
-           "CALIBRATIONS_DIR"]
+           "CALIBRATIONS_DIR", "STEP_MODELS", "DEFAULT_STEP_MODEL", "step_model_class"]
 
 CALIBRATIONS_DIR = SPECS_DIR / "calibrations"
 _FIELDS = {f.name: f.type for f in fields(Calibration)}
@@ -232,7 +232,8 @@ def leave_one_out(perf: PerfModel, fit: CaseStudyFit, *, max_nfev: int = 25) -> 
 
 
 # -- files --------------------------------------------------------------------------------------
-_TOP = {"name", "gpu", "source", "engine", "applies_to", "case_study", "objective", "fixed", "fitted", "points",
+_TOP = {"name", "gpu", "step_model", "source", "engine", "applies_to", "case_study", "objective", "fixed", "fitted",
+        "points",
         "rms_log_error", "orderings_ok", "leave_one_out", "assumption_sweep", "checks"}
 _SETUP_KEYS = {f.name for f in fields(CaseStudySetup)}
 
@@ -240,18 +241,19 @@ _SETUP_KEYS = {f.name for f in fields(CaseStudySetup)}
 def save_calibration(fit: CaseStudyFit, path: str | os.PathLike[str], *, name: str, gpu: str, source: str,
                      engine: str, fixed: dict[str, tuple[object, str]], uncalibrated_s: Sequence[float],
                      held_out: Sequence[HeldOutPoint] = (), sweep: Sequence[dict] = (),
-                     checks: dict[str, object] | None = None) -> None:
+                     checks: dict[str, object] | None = None, step_model: str = "analytical") -> None:
     """Write ``fit`` as a calibration document (see the bundled files for the layout).
 
     ``fixed`` maps Calibration fields set from outside the fit to ``(value, why)``;
     ``uncalibrated_s`` are the points' times under the plain roofline, kept for comparison;
     ``held_out`` the leave-one-out predictions, ``sweep`` one row per assumption set tried, and
-    ``checks`` out-of-sample checks the fit never saw (name -> result).
+    ``checks`` out-of-sample checks the fit never saw (name -> result); ``step_model`` names the step
+    model whose constants these are (``"analytical"`` or ``"measured"``).
     """
     cal = fit.calibration
     times = fit.times
     doc = {
-        "name": name, "gpu": gpu, "source": source, "engine": engine,
+        "name": name, "gpu": gpu, "step_model": step_model, "source": source, "engine": engine,
         "applies_to": f"every model on {gpu}: the constants describe the GPU and the serving engine",
         "case_study": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(fit.setup).items()},
         "objective": "least squares of log(model/paper) per point plus the log ratio error of every two points "
@@ -320,27 +322,53 @@ def load_calibration(path: str | os.PathLike[str], base: Calibration | None = No
     return replace(base or Calibration(), **values)
 
 
-def bundled_calibration(gpu: GpuSpec | str) -> Path | None:
-    """Return the bundled calibration file of a GPU (by name), or None when there is none."""
+def bundled_calibration(gpu: GpuSpec | str, step_model: str = "analytical") -> Path | None:
+    """Return the bundled calibration file of a GPU (by name) for a step model, or None when there is none.
+
+    A file without a ``step_model`` key holds the analytical model's constants.
+    """
     name = gpu.name if isinstance(gpu, GpuSpec) else str(gpu)
     for path in sorted(CALIBRATIONS_DIR.glob("*.yaml")):
-        if str(load_document(path).raw("gpu", "")).lower() == name.lower():
+        doc = load_document(path)
+        if (str(doc.raw("gpu", "")).lower() == name.lower()
+                and str(doc.raw("step_model", "analytical")) == step_model):
             return path
     return None
 
 
-def perf_model(model: ModelSpec | str, gpu: GpuSpec | str,
-               calibration: str | os.PathLike[str] = "bundled") -> PerfModel:
-    """Return a :class:`PerfModel` with the GPU's bundled calibration, none (``"roofline"``), or a file.
+#: The step models by name; the first is the default of the scheduler and RLSim (docs/step-model.md).
+STEP_MODELS = ("measured", "analytical")
+DEFAULT_STEP_MODEL = STEP_MODELS[0]
 
-    >>> perf_model("Qwen2.5-32B", "H800").cal == Calibration()  # the H800 file applies to every model
+
+def step_model_class(step_model: str) -> type[PerfModel]:
+    """Return the class of a step model by name ("measured" or "analytical")."""
+    if step_model == "analytical":
+        return PerfModel
+    if step_model == "measured":
+        from orchestrl.compute_sched.step_measured import MeasuredPerfModel  # heavy tables: load on use
+        return MeasuredPerfModel
+    raise ConfigError("perf_model", "step_model", f"unknown step model {step_model!r}", ", ".join(STEP_MODELS))
+
+
+def perf_model(model: ModelSpec | str, gpu: GpuSpec | str, calibration: str | os.PathLike[str] = "bundled",
+               step_model: str = DEFAULT_STEP_MODEL) -> PerfModel:
+    """Return a step model with the GPU's bundled calibration, none (``"roofline"``), or a file.
+
+    ``step_model`` picks the measured operator sums (default) or the analytical roofline
+    (``"analytical"``); the bundled calibration is the one fitted for that step model.
+
+    >>> perf_model("Qwen2.5-32B", "H800", step_model="analytical").cal == Calibration()  # the H800 file applies
     False
-    >>> perf_model("Qwen2.5-32B", "H800", "roofline").cal == Calibration()
+    >>> perf_model("Qwen2.5-32B", "H800", "roofline", step_model="analytical").cal == Calibration()
     True
+    >>> perf_model("Qwen2.5-14B", "H800").step_model
+    'measured'
     """
+    cls = step_model_class(step_model)
     m = model if isinstance(model, ModelSpec) else load_model(model)
     g = gpu if isinstance(gpu, GpuSpec) else load_gpu(gpu)
     if calibration == "roofline":
-        return PerfModel(m, g)
-    path = bundled_calibration(g) if calibration == "bundled" else Path(calibration)
-    return PerfModel(m, g, load_calibration(path) if path is not None else None)
+        return cls(m, g)
+    path = bundled_calibration(g, step_model) if calibration == "bundled" else Path(calibration)
+    return cls(m, g, load_calibration(path) if path is not None else None)

@@ -1,7 +1,9 @@
 """The recipe behind the bundled H800 calibration: what is fitted, what is fixed and why, what is swept.
 
 Run ``python -m orchestrl.compute_sched.calibration_h800`` to refit and rewrite
-``specs/calibrations/qwen2.5-14b-h800-paper.yaml`` (15-30 minutes on 2 cores: one fit per
+``specs/calibrations/qwen2.5-14b-h800-paper.yaml`` (``--step-model measured``: the measured step
+model's host constants, ``qwen2.5-14b-h800-measured.yaml``, under the assumptions the analytical
+sweep chose) (15-30 minutes on 2 cores: one fit per
 assumption set of :data:`ASSUMPTIONS`, then six leave-one-out refits, the veRL-TO checks, the
 memory-share refits and the 40-draw spread for the chosen one); ``--quick`` fits the chosen
 assumptions only.
@@ -33,14 +35,14 @@ from typing import Sequence
 
 import numpy as np
 
-from orchestrl.compute_sched.calibration import (CALIBRATIONS_DIR, CaseStudyFit, FitParameter, fit_case_study, leave_one_out,
-                                       orderings_ok, save_calibration)
+from orchestrl.compute_sched.calibration import (CALIBRATIONS_DIR, CaseStudyFit, FitParameter, fit_case_study,
+                                                 leave_one_out, orderings_ok, save_calibration, step_model_class)
 from orchestrl.compute_sched.case_study import PAPER_POINTS, CaseStudySetup, case_study_times
 from orchestrl.compute_sched.hardware import load_gpu, load_model
 from orchestrl.compute_sched.perf import Calibration, PerfModel
 from orchestrl.compute_sched.traces import heavy_tailed_trace
 
-__all__ = ["H800_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "memory_share_refits",
+__all__ = ["H800_PARAMETERS", "MEASURED_PARAMETERS", "H800_FIXED", "ASSUMPTIONS", "CHOSEN", "best_static_tp", "memory_share_refits",
            "per_draw_spread", "static_makespans", "tp2_vs_tp4_per_draw", "main"]
 
 H800_PARAMETERS = (
@@ -57,6 +59,8 @@ H800_PARAMETERS = (
                  "share of the shorter of host and GPU time hidden under the other: 0 for a synchronous engine "
                  "loop, 1 when the next step is scheduled while the GPU runs this one"),
 )
+#: The measured step model takes its GPU time from measured operators: only the host constants are free.
+MEASURED_PARAMETERS = H800_PARAMETERS[1:]
 H800_FIXED: dict[str, tuple[object, str]] = {
     "custom_allreduce": (False, "veRL builds its vLLM rollout with disable_custom_all_reduce=True: TP all-reduces "
                                 "are NCCL's ring"),
@@ -84,13 +88,14 @@ ASSUMPTIONS = (  # swept; the comments of CaseStudySetup say what each field mea
 )
 CHOSEN = ASSUMPTIONS[3]  # what the bundled file was fitted under (the sweep's winner on 2026-11-24)
 DEFAULT_PATH = CALIBRATIONS_DIR / "qwen2.5-14b-h800-paper.yaml"
+MEASURED_PATH = CALIBRATIONS_DIR / "qwen2.5-14b-h800-measured.yaml"
 SOURCE = "OrchestrRL §2.1: Qwen2.5-14B, 8 H800s, TP x DP = 8, batch 512, early and tail phase"
 
 
-def base_perf() -> PerfModel:
-    """The roofline of Qwen2.5-14B on H800 with the fixed constants applied (the fit's starting point)."""
-    roofline = PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800"))
-    return roofline.with_calibration(replace(Calibration(), **{k: v for k, (v, _) in H800_FIXED.items()}))
+def base_perf(step_model: str = "analytical") -> PerfModel:
+    """Qwen2.5-14B on H800 under a step model with the fixed constants applied (the fit's starting point)."""
+    base = step_model_class(step_model)(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    return base.with_calibration(replace(Calibration(), **{k: v for k, (v, _) in H800_FIXED.items()}))
 
 
 def static_makespans(perf: PerfModel, *, gpus: int = 16, prompts: int = 128, cap: int = 15360,
@@ -196,16 +201,24 @@ def _sweep_row(setup: CaseStudySetup, fit: CaseStudyFit) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Refit the bundled H800 calibration to OrchestrRL §2.1 and write it."""
+    """Refit the bundled H800 calibration of a step model to OrchestrRL §2.1 and write it."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(DEFAULT_PATH), help="where to write the document")
+    ap.add_argument("--step-model", choices=("analytical", "measured"), default="analytical",
+                    help="whose constants to fit: the analytical roofline's (GPU and host) or the measured step "
+                         "model's (host only: its GPU time is measured)")
+    ap.add_argument("--out", default=None, help="where to write the document (default: the bundled file)")
     ap.add_argument("--quick", action="store_true", help="fit the chosen assumptions only (no sweep)")
     ap.add_argument("--max-nfev", type=int, default=40, help="least-squares evaluations per start")
     args = ap.parse_args(argv)
-    perf = base_perf()
+    measured = args.step_model == "measured"
+    out = args.out or str(MEASURED_PATH if measured else DEFAULT_PATH)
+    params = MEASURED_PARAMETERS if measured else H800_PARAMETERS
+    perf = base_perf(args.step_model)
     fits: dict[CaseStudySetup, CaseStudyFit] = {}
-    for setup in ((CHOSEN,) if args.quick else ASSUMPTIONS):
-        fits[setup] = fit_case_study(perf, H800_PARAMETERS, setup=setup, max_nfev=args.max_nfev)
+    # the measured model is fitted under the assumptions the analytical sweep chose, so the two differ only in
+    # their step times
+    for setup in ((CHOSEN,) if args.quick or measured else ASSUMPTIONS):
+        fits[setup] = fit_case_study(perf, params, setup=setup, max_nfev=args.max_nfev)
         row = _sweep_row(setup, fits[setup])
         print(f"{row['assumptions']}: rms {row['rms_log_error']:.3f}, worst {row['max_abs_rel_err']:.1%}, "
               f"orderings {'ok' if row['orderings_ok'] else 'NOT kept'}, tail TP=4/TP=8 {row['tail_tp4_over_tp8']:.3f}",
@@ -221,15 +234,17 @@ def main(argv: Sequence[str] | None = None) -> int:
               "static_makespan_s": {str(cap): {str(tp): round(v, 1) for tp, v in row.items()}
                                     for cap, row in static.items()}}
     if not args.quick:
-        checks["memory_share_refits"] = memory_share_refits(chosen, max_nfev=args.max_nfev)
+        if not measured:
+            checks["memory_share_refits"] = memory_share_refits(chosen, max_nfev=args.max_nfev)
         checks["per_draw_spread"] = per_draw_spread(perf.with_calibration(fit.calibration), chosen)
         checks["verl_to_tp2_vs_tp4_per_draw"] = tp2_vs_tp4_per_draw(perf.with_calibration(fit.calibration))
-    roof = case_study_times(PerfModel(load_model("Qwen2.5-14B"), load_gpu("H800")), chosen)
-    save_calibration(fit, args.out, name=Path(args.out).stem, gpu="H800", source=SOURCE,
+    plain = step_model_class(args.step_model)(load_model("Qwen2.5-14B"), load_gpu("H800"))
+    roof = case_study_times(plain, chosen)
+    save_calibration(fit, out, name=Path(out).stem, gpu="H800", source=SOURCE,
                      engine="veRL rollout on vLLM (the paper's testbed)", fixed=H800_FIXED,
                      uncalibrated_s=[roof[p.phase, p.tp] for p in fit.points], held_out=held,
-                     sweep=[_sweep_row(s, f) for s, f in fits.items()], checks=checks)
-    print(f"wrote {args.out}; leave-one-out worst {max(abs(h.rel_error) for h in held):.1%}; "
+                     sweep=[_sweep_row(s, f) for s, f in fits.items()], checks=checks, step_model=args.step_model)
+    print(f"wrote {out}; leave-one-out worst {max(abs(h.rel_error) for h in held):.1%}; "
           f"best static TP (14B, 16 GPUs): {checks['verl_to_best_static_tp_14b_16gpus']}", file=sys.stderr)
     return 0
 

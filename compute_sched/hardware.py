@@ -163,12 +163,16 @@ def load_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:
     return spec
 
 
+#: Upper bounds of a GPU file's rates and sizes: 10-100x today's largest parts, so a typo or a unit slip
+#: (bits for bytes, 1e30) is refused with the field named instead of silently dominating a result.
+GPU_FIELD_MAX = {"hbm_bytes": 2e12, "hbm_bytes_per_s": 1e14, "bf16_flops": 1e17, "nvlink_bytes_per_s": 1e13,
+                 "nic_bps": 1e13, "pcie_bytes_per_s": 1e12}
+
+
 def load_gpu(name_or_path: str | os.PathLike[str]) -> GpuSpec:
     """Return the GPU in a YAML file, or the bundled GPU of that name (``"H800"``)."""
     r: Reader = load_document(_resolve(name_or_path, "gpus"))
     r.reject_unknown({"name", "hbm_bytes", "hbm_bytes_per_s", "bf16_flops", "nvlink_bytes_per_s", "nic_bps",
                       "pcie_bytes_per_s", "gpus_per_node"})
-    floats = {k: r.float(k, minimum=0.0, exclusive_minimum=True)
-              for k in ("hbm_bytes", "hbm_bytes_per_s", "bf16_flops", "nvlink_bytes_per_s", "nic_bps",
-                        "pcie_bytes_per_s")}
+    floats = {k: r.float(k, minimum=0.0, exclusive_minimum=True, maximum=GPU_FIELD_MAX[k]) for k in GPU_FIELD_MAX}
     return GpuSpec(name=r.str("name"), gpus_per_node=r.int("gpus_per_node", default=8, minimum=1), **floats)

@@ -48,6 +48,8 @@ class Calibration:
     net_hop_latency_s: float = 8e-6  # per ring hop across nodes (RDMA)
     a2a_latency_s: float = 10e-6  # fixed cost of one all-to-all / M2N exchange
     layer_overhead_s: float = 4e-6  # kernel launches per layer that parallelism does not shrink
+    extra_layer_s: float = 0.0  # time added to every layer of every step by something outside the kernels (RLSim's
+    # Figure 22: two OCS reconfigurations per MoE layer); both step models add it
     step_overhead_s: float = 1.5e-3  # scheduler, sampling and bookkeeping per engine step
     host_overlap: float = 0.0  # share of the shorter of host and GPU time hidden under the other: 0 sums them
     # (a synchronous engine loop), 1 takes their maximum (scheduling step n+1 while the GPU runs step n)
@@ -107,18 +109,26 @@ class PerfModel:
         self.network = network  # None: cross-node bytes at the NIC rate (the profiled model of §4.1)
         self.placement = placement  # cluster-local GPUs of the one instance this model times (None: any)
 
+    #: Name of the step model (``perf_model(..., step_model=...)``): this class is the analytical roofline.
+    step_model = "analytical"
+
+    def _clone(self, calibration: Calibration, network: NetworkSeam | None,
+               placement: tuple[int, ...] | None) -> "PerfModel":
+        """A copy with other constants or rates; subclasses (the measured step model) keep their class."""
+        return type(self)(self.model, self.gpu, calibration, network=network, placement=placement)
+
     def with_calibration(self, calibration: Calibration) -> "PerfModel":
-        return PerfModel(self.model, self.gpu, calibration, network=self.network, placement=self.placement)
+        return self._clone(calibration, self.network, self.placement)
 
     def with_network(self, network: NetworkSeam | None) -> "PerfModel":
         """Return this model with its cross-node rates taken from ``network`` (None: the NIC)."""
-        return PerfModel(self.model, self.gpu, self.cal, network=network)
+        return self._clone(self.cal, network, None)
 
     def at(self, gpu_ids: tuple[int, ...]) -> "PerfModel":
         """Return this model for the instance on ``gpu_ids`` (itself when there is no network seam)."""
         if self.network is None:
             return self
-        return PerfModel(self.model, self.gpu, self.cal, network=self.network, placement=tuple(gpu_ids))
+        return self._clone(self.cal, self.network, tuple(gpu_ids))
 
     # -- memory -------------------------------------------------------------------------------
     def _ffn_side_bytes(self) -> float:
@@ -233,7 +243,7 @@ class PerfModel:
         hbm = g.hbm_bytes_per_s * c.mem_efficiency
         flops = g.bf16_flops * c.compute_efficiency
         act = batch * m.d_model * DTYPE_BYTES  # one hidden state per sequence
-        overhead = m.layers * c.layer_overhead_s
+        overhead = m.layers * (c.layer_overhead_s + c.extra_layer_s)
         expert_bytes = self._touched_experts(batch) * m.expert_bytes_each * m.layers
         if cfg.kind == "tp":
             gemm = max((m.dense_params * DTYPE_BYTES + expert_bytes) / cfg.tp / hbm,
@@ -249,10 +259,8 @@ class PerfModel:
             gemm = max((m.dense_params * DTYPE_BYTES / cfg.tp + touched_per_gpu * m.expert_bytes_each * m.layers) / hbm,
                        (2.0 * m.dense_params * b / cfg.tp + expert_flops) / flops)
             attn = self._attention_s(cfg.tp, cx, hbm, flops)
-            bw, _ = self._link(cfg.ep, cfg)
-            a2a_bytes = batch / cfg.ep * m.experts_per_token * m.d_model * DTYPE_BYTES * (cfg.ep - 1) / cfg.ep
-            comm = m.layers * (2 * (c.a2a_latency_s + a2a_bytes / bw) + 2 * self._allreduce_s(cfg.tp, b * m.d_model
-                                                                                              * DTYPE_BYTES))
+            comm = m.layers * (self._ep_dispatch_s(cfg, batch) + 2 * self._allreduce_s(cfg.tp, b * m.d_model
+                                                                                      * DTYPE_BYTES))
             return gemm + attn + comm + overhead
         # AFD: attention replicas <-> FFN GPUs every layer, pipelined over micro-batches when large.
         reps = cfg.attn_gpus // cfg.tp
@@ -264,18 +272,44 @@ class PerfModel:
         a = a_gemm + a_attn + 2 * m.layers * self._allreduce_s(cfg.tp, b * m.d_model * DTYPE_BYTES)
         ffn_read = (expert_bytes if m.is_moe else self._ffn_side_bytes()) / cfg.ffn_gpus
         f = max(ffn_read / hbm, 2.0 * ffn_active * batch / cfg.ffn_gpus / flops)
+        x = m.layers * self._afd_exchange_s(cfg, batch)
+        return self._afd_pipeline_s(batch, a, f, x) + overhead
+
+    def _ep_dispatch_s(self, cfg: InstanceConfig, batch: float) -> float:
+        """One layer's expert-parallel dispatch and combine (two all-to-alls) of ``batch`` tokens."""
+        m, c = self.model, self.cal
+        bw, _ = self._link(cfg.ep, cfg)
+        a2a_bytes = batch / cfg.ep * m.experts_per_token * m.d_model * DTYPE_BYTES * (cfg.ep - 1) / cfg.ep
+        return 2 * (c.a2a_latency_s + a2a_bytes / bw)
+
+    def _afd_exchange_s(self, cfg: InstanceConfig, batch: float) -> float:
+        """One layer's attention -> FFN -> attention exchange of AFD (the M2N hop and back) for ``batch`` tokens."""
+        m, c = self.model, self.cal
         fan = min(m.experts_per_token, cfg.ffn_gpus) if m.is_moe else 1
-        per_link = 2.0 * act * fan / min(cfg.attn_gpus, cfg.ffn_gpus)
+        per_link = 2.0 * batch * m.d_model * DTYPE_BYTES * fan / min(cfg.attn_gpus, cfg.ffn_gpus)
         bw = self._net_bytes_per_s(cfg) * c.link_efficiency
-        x = m.layers * (2 * c.a2a_latency_s + per_link / bw)
-        micro = 2 if batch >= 2 * c.afd_microbatch_min else 1
-        return (a + f + x + (micro - 1) * max(a, f, x)) / micro + overhead
+        return 2 * c.a2a_latency_s + per_link / bw
+
+    def _afd_pipeline_s(self, batch: float, a: float, f: float, x: float) -> float:
+        """AFD's attention, FFN and exchange times overlapped over two micro-batches when the batch is large."""
+        micro = 2 if batch >= 2 * self.cal.afd_microbatch_min else 1
+        return (a + f + x + (micro - 1) * max(a, f, x)) / micro
 
     def decode_step_s(self, cfg: InstanceConfig, batch: float, context_tokens: float) -> float:
         """Seconds of one decode step of ``batch`` sequences holding ``context_tokens`` in total."""
         if batch <= 0:
             return 0.0
         return self.cal.scale * self._roofline_s(cfg, batch, context_tokens) + self.cal.offset_s
+
+    def decode_steps_s(self, cfg: InstanceConfig, batch: np.ndarray, context_tokens: np.ndarray) -> np.ndarray:
+        """:meth:`decode_step_s` over arrays of batches and contexts (one value per pair).
+
+        The analytical model evaluates each pair; the measured step model answers from its tables at once.
+        """
+        b = np.asarray(batch, dtype=float)
+        c = np.broadcast_to(np.asarray(context_tokens, dtype=float), b.shape)
+        return np.array([self.decode_step_s(cfg, float(x), float(y)) for x, y in zip(b.ravel(), c.ravel())]
+                        ).reshape(b.shape)
 
     def decode_planes(self, cfg: InstanceConfig, hints: Sequence[tuple[float, float]]) -> list[Plane]:
         """Tangent planes of the step time at each ``(batch, context_tokens)`` hint.
@@ -305,10 +339,16 @@ class PerfModel:
         flops = 2.0 * m.active_params * tokens + 4.0 * m.layers * m.attention_dim * tokens * ctx / 2.0
         comp = flops / (cfg.gpus * g.bf16_flops * c.prefill_efficiency)
         mem = self.weights_per_gpu_bytes(cfg) / (g.hbm_bytes_per_s * c.mem_efficiency)
+        comm = self._prefill_comm_s(cfg, tokens)
+        return (self.cal.scale * (max(comp, mem) + comm + m.layers * (c.layer_overhead_s + c.extra_layer_s))
+                + self.cal.offset_s)
+
+    def _prefill_comm_s(self, cfg: InstanceConfig, tokens: float) -> float:
+        """Communication of a prefill of ``tokens``: two all-reduces per layer over the TP (EP) group."""
+        m = self.model
         group = cfg.tp if cfg.kind != "ep" else cfg.ep
-        comm = 2 * m.layers * self._allreduce_s(group, tokens / max(1, cfg.gpus // cfg.tp) * m.d_model * DTYPE_BYTES,
-                                                 cfg)
-        return self.cal.scale * (max(comp, mem) + comm + m.layers * c.layer_overhead_s) + self.cal.offset_s
+        return 2 * m.layers * PerfModel._allreduce_s(self, group, tokens / max(1, cfg.gpus // cfg.tp) * m.d_model
+                                                     * DTYPE_BYTES, cfg)
 
 
 def calibrate(perf: PerfModel, points: Iterable[MeasuredStep]) -> PerfModel:

@@ -72,6 +72,7 @@ class PlannerConfig:
     phase_batch_per_gpu: float = 8.0  # pending requests per GPU at or above which the step is "early"
     mip_grid_points: int = 40  # token-grid points the MIP keeps (coarsened grid)
     mip_time_limit_s: float = 0.25
+    mip_relative_gap: float = 0.01  # stop at a proven 1% of the optimum: the estimates behind the MIP are coarser
     cross_node_tp: bool = True
     afd_ratios: tuple[tuple[int, int], ...] = ((3, 1),)
     lookahead: bool = True  # score homogeneous layouts with the best later hand-over of the tail
@@ -267,8 +268,10 @@ def _solve_mix(perf: PerfModel, costs: CostModel, table: ClassTable, types: list
             solver.Add(big_m >= sw + float(lone[j]) * w)
     solver.Minimize(big_m)
     delta = cfg.kv_delta
+    params = pywraplp.MPSolverParameters()
+    params.SetDoubleParam(params.RELATIVE_MIP_GAP, cfg.mip_relative_gap)
     while True:
-        status = solver.Solve()
+        status = solver.Solve(params)
         if status in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
             break
         if delta >= 2.0:

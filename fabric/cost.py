@@ -353,7 +353,7 @@ def default_rfabric_spec(gpus: int, link_gbps: float = 200, *, switch_radix: int
 
 
 def build_design_graph(design: str, gpus: int, *, switch_radix: int = 64, min_clos_tiers: int = 1,
-                       rfabric: Topology | None = None) -> nx.MultiGraph:
+                       rfabric: Topology | None = None, oversubscription: int = 3) -> nx.MultiGraph:
     """Return the wiring of ``design`` for ``gpus`` GPUs as a cost graph (one edge per physical link).
 
     Parameters are those of :func:`count_components`. Complexity is linear in the number of links.
@@ -361,6 +361,7 @@ def build_design_graph(design: str, gpus: int, *, switch_radix: int = 64, min_cl
     simulator (:mod:`sim.network`) routes by: ``nic`` (with ``server`` and ``rank``; GPU index
     ``server * 8 + rank``), ``leaf``, ``spine``, ``agg`` (with ``clos_pod``), ``core``, ``patch``,
     ``ocs`` (MixNet's regional OCS, with ``region``), and for RFabric ``tor``, ``ocs-agg``, ``ocs-core``.
+    ``oversubscription`` is FT-OS's leaf down:up ratio (the cost model's and the paper's: 3).
     """
     _check_choice("design", design, DESIGNS)
     _check_choice("min_clos_tiers", min_clos_tiers, (1, 2, 3))
@@ -378,8 +379,11 @@ def build_design_graph(design: str, gpus: int, *, switch_radix: int = 64, min_cl
         return _topoopt(gpus)
     if design == "mixnet":
         return _mixnet(gpus, switch_radix, min_clos_tiers)
-    return _fat_tree(gpus, switch_radix, 3 if design == "fat-tree-os3" else 1, design == "rail-optimized",
-                     min_clos_tiers)
+    if design == "fat-tree-os3" and (not isinstance(oversubscription, int) or not 1 <= oversubscription < switch_radix):
+        raise ConfigError("cost model", "oversubscription", f"{oversubscription!r}",
+                          f"an integer ratio from 1 to {switch_radix - 1}")
+    return _fat_tree(gpus, switch_radix, oversubscription if design == "fat-tree-os3" else 1,
+                     design == "rail-optimized", min_clos_tiers)
 
 
 def count_links(graph: nx.MultiGraph) -> ComponentCounts:

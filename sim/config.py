@@ -45,6 +45,7 @@ __all__ = ["ClusterSettings", "FabricSettings", "TrainSettings", "GenerationSett
 
 MODES = ("sync", "async")
 GEN_POLICIES = ("orchestrl", "orchestrl-pp", "orchestrl-rb", "verl-to", "static", "two-phase")  # as sim.stages.generation
+GEN_STEP_MODELS = ("measured", "analytical")  # compute_sched.calibration.STEP_MODELS, the default first
 SYNC_METHODS = ("planned", "flat")
 ALLOCATIONS = ("greedy", "greedy+ls", "uniform")
 # A sanity bound on a step, 16x App. F's 16 responses per generation GPU: past it the engines only queue
@@ -62,7 +63,9 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    gpus: int = _f(64, "GPUs in the cluster, in servers of 8 with one NIC per GPU (§7.2)", min=16)
+    gpus: int = _f(64, "GPUs in the cluster, in servers of 8 with one NIC per GPU (§7.2); at most 16,384 "
+                       "(sim/feasibility.py: the generation planner's routing grows with the fabric)", min=16,
+                   max=16384)
     gpu: str = _f("H800", "accelerator spec: a YAML file, relative to this file (absolute paths as they are), "
                           "or else a bundled name (compute_sched/specs/gpus)")
     train_gpus: int | None = _f(None, "GPUs of the training cluster (GPUs 0..train_gpus-1; the rest generate). "
@@ -88,6 +91,16 @@ class FabricSettings:
     switch_radix: int = _f(64, "ports of every EPS switch (Clos fabrics, RFabric's ToRs), in the simulator and "
                                "the cost model; 16 makes a 64-GPU Clos two-tier, so FT-OS is oversubscribed",
                            choices=(8, 16, 32, 64, 128))
+    oversubscription: int = _f(3, "FT-OS's leaf down:up ratio R:1 (the paper's 3); the simulator's wiring only "
+                                  "(the cost model prices the 3:1 FT-OS)", min=1, max=63)
+    mtu_bytes: int = _f(9216, "packet size: every hop adds one MTU of store-and-forward serialisation (§7.2: 9216)",
+                        min=64, max=65536)
+    same_server: str = _f("nvlink", "how a flow between GPUs of one server travels: NVLink (a DGX-style server) or "
+                                    "network (out of its NIC and back: one NIC per host, as packet simulators "
+                                    "model hosts)", choices=("nvlink", "network"))
+    ocs_delay_s: float | None = _f(None, "RFabric's OCS switching delay in seconds, any value; overrides "
+                                         "fabric.ocs's Table 2 delay. Omit for the technology's", min=0.0,
+                                   max=3600.0)
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,9 @@ class GenerationSettings:
                           min=0.0, max=1.0)
     weight_sync_tp: int = _f(8, "TP degree of the generation engines the weights are resharded into at the "
                                 "weight-sync boundary", min=1, max=64)
+    step_model: str = _f("measured", "step times of the generation engines: measured (sums of measured GPU "
+                                     "operator times, docs/step-model.md) or analytical (the roofline of "
+                                     "compute_sched/perf.py)", choices=GEN_STEP_MODELS)
 
 
 @dataclass(frozen=True)
@@ -297,6 +313,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     if t.pp > model.layers:
         raise ConfigError(src, "train.pp", f"{t.pp} stages for {model.layers} layers", f"at most {model.layers}")
     _check_generation(cfg, model)
+    _check_feasible(cfg, model)
     wtp = cfg.generation.weight_sync_tp
     if model.kv_heads * model.head_dim % wtp or model.d_model % wtp:
         raise ConfigError(src, "generation.weight_sync_tp", f"TP={wtp} does not split {model.name}'s "
@@ -365,6 +382,36 @@ def _check_generation(cfg: RunConfig, model: Any) -> None:
     if g.policy != "two-phase" and g.switch_to is not None:
         raise ConfigError(src, "generation.switch_to", f"is only read by policy 'two-phase', not {g.policy!r}",
                           "remove it, or set policy: two-phase")
+
+
+def _check_feasible(cfg: RunConfig, model: ModelSpec) -> None:
+    """Refuse layouts no cluster could run (sim/feasibility.py): head/expert splits, training memory, size."""
+    from orchestrl.compute_sched.layout import parse_config
+    from orchestrl.sim.feasibility import MAX_GPUS, check_parallel_shapes, check_training_memory
+
+    c, t, g, src = cfg.cluster, cfg.train, cfg.generation, cfg.source
+    if c.gpus > MAX_GPUS:
+        raise ConfigError(src, "cluster.gpus", f"{c.gpus:,} GPUs: the generation planner routes every instance's "
+                          "traffic over the whole fabric, which takes minutes per iteration past 16K GPUs",
+                          f"at most {MAX_GPUS:,}; or simulate one slice of the cluster")
+    check_parallel_shapes(src, model, GPUS_PER_SERVER, instance_field="generation.instance", tp=t.tp, ep=t.ep)
+    for name in ("instance", "switch_to"):
+        value = getattr(g, name)
+        if value is not None:
+            shape = parse_config(value)
+            check_parallel_shapes(src, model, GPUS_PER_SERVER, instance_field=f"generation.{name}",
+                                  gen_tp=shape.tp, gen_kind=shape.kind)
+    gpu = cfg.gpu_spec()
+    user_file = os.path.isfile(cfg.resolve(c.gpu) or "")
+    if user_file and abs(gpu.nic_bps - cfg.fabric.link_gbps * 1e9) > 1.0:
+        # every number a user sets is used or refused: RLSim's NICs run at the fabric's line rate
+        raise ConfigError(src, "cluster.gpu", f"{c.gpu} sets nic_bps = {gpu.nic_bps:.3g}, but the simulated NICs run "
+                          f"at fabric.link_gbps = {cfg.fabric.link_gbps} Gb/s and would ignore it",
+                          f"nic_bps: {cfg.fabric.link_gbps}e9 in {c.gpu}, or fabric.link_gbps set to the NIC's rate")
+    # the largest training share any split can take: a bound, so refuse only what no split can hold
+    train = c.train_gpus if c.train_gpus is not None else c.gpus - GPUS_PER_SERVER
+    check_training_memory(src, model, gpu, train, tp=t.tp, cp=t.cp, ep=t.ep, pp=t.pp,
+                          field="cluster.train_gpus" if c.train_gpus is not None else "cluster.gpus")
 
 
 def _check_fields(cfg: RunConfig) -> None:

@@ -159,7 +159,8 @@ def _paths(png_path: str | os.PathLike[str]) -> tuple[str, str]:
 
 
 def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, Any]], *, panel: str, group: str,
-                 series: str, value: str, title: str, ylabel: str, reference: float | None = None) -> PlotFiles:
+                 series: str, value: str, title: str, ylabel: str, reference: float | None = None,
+                 ci: tuple[str, str] | None = None, paper: str | None = None) -> PlotFiles:
     """Write grouped bars (one panel per ``panel`` value, groups on x, one bar per ``series``) and the CSV.
 
     Parameters
@@ -172,6 +173,10 @@ def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, A
         Keys of the rows: subplot, x group, bar colour and bar height.
     reference : float, optional
         Draw a dashed horizontal line here (e.g. 1.0 for "normalised to FT").
+    ci : (str, str), optional
+        Keys of each row's interval (low, high): drawn as error bars.
+    paper : str, optional
+        Key of the paper's value for the bar, drawn as a black marker where the paper gives one.
     """
     png, csv_path = _paths(png_path)
     write_csv(csv_path, rows)
@@ -187,16 +192,27 @@ def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, A
         sub = [r for r in rows if r[panel] == p]
         groups = _unique(r[group] for r in sub)
         for k, name in enumerate(names):
-            xs, ys = [], []
+            xs, ys, lo, hi, px, py = [], [], [], [], [], []
             for i, g in enumerate(groups):
-                hit = [r[value] for r in sub if r[group] == g and r[series] == name]
+                hit = [r for r in sub if r[group] == g and r[series] == name]
                 x = i + (k - (len(names) - 1) / 2) * width
-                if hit and _finite(hit[0]):
+                if hit and _finite(hit[0][value]):
+                    y = hit[0][value]
                     xs.append(x)
-                    ys.append(hit[0])
+                    ys.append(y)
+                    if ci is not None:
+                        a, b = hit[0].get(ci[0]), hit[0].get(ci[1])
+                        lo.append(max(0.0, y - a) if _finite(a) else 0.0)
+                        hi.append(max(0.0, b - y) if _finite(b) else 0.0)
+                    if paper is not None and _finite(hit[0].get(paper)):
+                        px.append(x)
+                        py.append(hit[0][paper])
                 elif hit:  # a case without a number (e.g. a failed run): say so where its bar would be
                     ax.annotate("n/a", (x, 0), fontsize=6, rotation=90, ha="center", va="bottom")
-            ax.bar(xs, ys, width, label=str(name), color=colours[k % len(colours)])
+            ax.bar(xs, ys, width, label=str(name), color=colours[k % len(colours)],
+                   yerr=[lo, hi] if ci is not None and xs else None, capsize=2)
+            if px:
+                ax.scatter(px, py, marker="_", s=120, color="black", zorder=3)
         if reference is not None:
             ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
         ax.set_xticks(range(len(groups)), [str(g) for g in groups])
@@ -204,8 +220,14 @@ def grouped_bars(png_path: str | os.PathLike[str], rows: Sequence[Mapping[str, A
         ax.set_ylabel(ylabel)
     from matplotlib.patches import Patch  # one legend entry per series, even where a panel drew none of its bars
 
-    axes[0][-1].legend(handles=[Patch(color=colours[k % len(colours)], label=str(n)) for k, n in enumerate(names)],
-                       fontsize=7, loc="best")
+    handles = [Patch(color=colours[k % len(colours)], label=str(n)) for k, n in enumerate(names)]
+    if paper is not None:
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color="black", marker="_", linestyle="", markersize=10, label="paper"))
+    if ci is not None:
+        handles.append(Patch(color="white", label="bars: mean, 95% CI over seeds"))
+    axes[0][-1].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
@@ -257,8 +279,10 @@ def scatter_frontier(png_path: str | os.PathLike[str], rows: Sequence[Mapping[st
     write_csv(csv_path, rows)
     if not matplotlib_available():
         return PlotFiles(csv_path, None, MISSING_MATPLOTLIB)
+    if not any(_finite(r.get(x)) and _finite(r.get(y)) for r in rows):
+        raise OSError(f"{png}: no point has both {x} and {y}; an empty plot is not written (see {csv_path})")
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig, ax = plt.subplots(figsize=(7.6, 4.4))
     for name in _unique(r[series] for r in rows):
         sub = [r for r in rows if r[series] == name and _finite(r.get(x)) and _finite(r.get(y))]
         line, = ax.plot([r[x] for r in sub], [r[y] for r in sub], marker="o", label=str(name))
@@ -271,7 +295,7 @@ def scatter_frontier(png_path: str | os.PathLike[str], rows: Sequence[Mapping[st
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over a point
     fig.tight_layout()
     fig.savefig(png, dpi=120)
     plt.close(fig)

@@ -3,7 +3,16 @@
 Design note
 -----------
 Throughput per dollar (OrchestrRL §7.3.1: ``TPD = Throughput / Cost``, Cost including the network)
-needs GPU and network cost in one unit. GPUs are priced per hour as RollMux Table 1 lists them
+needs GPU and network cost in one unit, and two accountings give very different weights to the
+network, so both are reported:
+
+* **rental** (``usd_per_h``): GPUs at an hourly rental price, the network's purchase price spread
+  over ``amortization_years``. Rental prices carry the provider's margin, power and operations, so
+  the network is a few per cent of the bill (2,048 H800s on a 200 Gb/s fat-tree: ~4%);
+* **purchase** (``purchase_usd_per_h``): GPUs and network both at purchase price over the same
+  years, the accounting behind §7.2.3's "network ~37% of GPU cost". No H800 price is published;
+  :func:`implied_gpu_price_usd` takes the one §7.2.3's 37% implies for the cost model's 3-tier
+  fat-tree at 200 Gb/s (docs/cost-model.md, "GPU cross-check"), so the network weighs as in the paper. GPUs are priced per hour as RollMux Table 1 lists them
 (``000_932eeda4e8ffe0cc.txt``, citing its [61]): H800 $5.28/h, H20 $1.85/h. The network is priced
 by :func:`fabric.cost.network_cost` from OrchestrRL Table 4 (NICs, transceivers, EPS and OCS ports,
 patch-panel ports, fibres of the fabric as built for the simulated GPU count and link speed) -- a
@@ -20,11 +29,14 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.fabric.topology import Topology
 from orchestrl.sim.network.config import DESIGN_OF
 
-__all__ = ["GPU_USD_PER_HOUR", "HOURS_PER_YEAR", "ClusterCost", "cluster_cost"]
+__all__ = ["GPU_USD_PER_HOUR", "HOURS_PER_YEAR", "ClusterCost", "cluster_cost", "PAPER_NETWORK_SHARE",
+           "implied_gpu_price_usd"]
 
 #: RollMux Table 1 (hourly price, from its reference [61]).
 GPU_USD_PER_HOUR = {"H800": 5.28, "H20": 1.85}
 HOURS_PER_YEAR = 8760.0
+#: OrchestrRL §7.2.3: a fat-tree's network costs ~37% of the GPUs at 200 Gb/s and ~59% at 400 Gb/s (purchase prices).
+PAPER_NETWORK_SHARE = {200: 0.37, 400: 0.59}
 
 
 @dataclass(frozen=True)
@@ -52,8 +64,23 @@ class ClusterCost:
         return self.gpu_usd_per_h + self.network_usd_per_h
 
     def per_usd(self, rate_per_s: float) -> float:
-        """Return how many units a rate (per second) yields per dollar."""
+        """Return how many units a rate (per second) yields per dollar (rental accounting)."""
         return rate_per_s * 3600.0 / self.usd_per_h if self.usd_per_h > 0 else float("inf")
+
+    def purchase_usd_per_h(self, gpu_price_usd: float) -> float:
+        """Hourly cost when GPUs are bought at ``gpu_price_usd`` each and amortised like the network."""
+        return (self.gpus * gpu_price_usd + self.network_usd) / (self.amortization_years * HOURS_PER_YEAR)
+
+    def per_usd_purchase(self, rate_per_s: float, gpu_price_usd: float) -> float:
+        """Return how many units a rate (per second) yields per dollar (purchase accounting)."""
+        cost = self.purchase_usd_per_h(gpu_price_usd)
+        return rate_per_s * 3600.0 / cost if cost > 0 else float("inf")
+
+    def network_share(self, gpu_price_usd: float | None = None) -> float:
+        """Network cost over GPU cost: rental (``None``) or purchase at ``gpu_price_usd``."""
+        if gpu_price_usd is None:
+            return self.network_usd_per_h / self.gpu_usd_per_h
+        return self.network_usd / (self.gpus * gpu_price_usd)
 
     def to_json(self) -> dict[str, float | str | int]:
         return {"fabric": self.fabric, "gpus": self.gpus, "link_gbps": self.link_gbps,
@@ -89,3 +116,14 @@ def cluster_cost(fabric: str, gpus: int, link_gbps: int, gpu: str, *, gpu_usd_pe
                        rfabric_spec=topology.spec if topology is not None else None)
     return ClusterCost(fabric, gpus, link_gbps, float(price), row.network_usd, row.relative_to_fat_tree,
                        float(amortization_years))
+
+
+def implied_gpu_price_usd(gpus: int, link_gbps: int = 200, switch_radix: int = 64) -> float:
+    """Return the GPU purchase price at which the cost model's 3-tier fat-tree costs §7.2.3's share of the GPUs.
+
+    >>> 15_000 < implied_gpu_price_usd(2048) < 30_000
+    True
+    """
+    share = PAPER_NETWORK_SHARE.get(link_gbps, PAPER_NETWORK_SHARE[200])
+    ft = network_cost(DESIGN_OF["ft"], gpus, link_gbps, min_clos_tiers=3, switch_radix=switch_radix)
+    return ft.network_usd / share / gpus

@@ -111,7 +111,7 @@ def default_stages(sim: Simulation) -> Stages:
                           sim.driver, job=job)
     gen = GenerationStage(sim.model, sim.gen_gpus, sim.gpu, sim.net, sim.driver, policy=cfg.generation.policy,
                           instance=cfg.generation.instance, switch_to=cfg.generation.switch_to,
-                          switch_at=cfg.generation.switch_at, job=job)
+                          switch_at=cfg.generation.switch_at, job=job, step_model=cfg.generation.step_model)
     sync = weight_sync_stage(sim)
 
     def batch_of(trace: Trace, _: StageResult) -> Any:
@@ -145,12 +145,14 @@ def build(cfg: RunConfig, *, train_gpus: int | None = None, stages_factory: Stag
         cfg = validate(replace(cfg, cluster=replace(cfg.cluster, train_gpus=n_train)))
     f, c = cfg.fabric, cfg.cluster
     topo = Topology(cfg.rfabric_spec()) if f.kind == "rfabric" else None  # its file's, or the run's default
-    config = SimConfig(link_bps=f.link_gbps * 1e9, ecmp=f.ecmp, switch_radix=f.switch_radix)
+    config = SimConfig(link_bps=f.link_gbps * 1e9, ecmp=f.ecmp, switch_radix=f.switch_radix, mtu_bytes=f.mtu_bytes,
+                       intra_server=f.same_server, oversubscription=f.oversubscription)
     fabric = build_fabric(f.kind, c.gpus, config, topology=topo)
     driver = None
     if f.kind == "rfabric":
         topo = fabric.topology
-        delay = OCS_TECHNOLOGIES[f.ocs].switch_delay_s if f.ocs else None
+        delay = f.ocs_delay_s if f.ocs_delay_s is not None else (OCS_TECHNOLOGIES[f.ocs].switch_delay_s if f.ocs
+                                                                   else None)
         driver = RFabricDriver(fabric, method=f.allocation, switch_delay_s=delay)
     net = NetworkSim(fabric, circuits="fixed" if driver else "per-pattern", method=f.allocation)
     gpu = cfg.gpu_spec()

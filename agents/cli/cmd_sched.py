@@ -36,9 +36,12 @@ def register(groups: argparse._SubParsersAction) -> None:
     rep.add_argument("--tick", type=float, default=2.0, metavar="S", help="monitoring tick of the balancer")
     rep.add_argument("--initial-tp", default="verl-to",
                      help="where the orchestrl policies start: 'verl-to' (its sweep's best TP, default) or a TP degree")
+    rep.add_argument("--step-model", default="measured", choices=("measured", "analytical"),
+                     help="step times: sums of measured GPU operator times (default, docs/step-model.md) or the "
+                          "analytical roofline")
     rep.add_argument("--calibration", default="bundled", metavar="FILE|roofline",
-                     help="performance-model calibration: the GPU's bundled file (default; H800 is fitted to "
-                          "OrchestrRL §2.1), 'roofline' for none, or a calibration YAML")
+                     help="step-model calibration: the GPU's bundled file for the step model (default; H800's are "
+                          "fitted to OrchestrRL §2.1), 'roofline' for none, or a calibration YAML")
     rep.add_argument("--plot", action="store_true", help="draw remaining requests over time in the terminal")
     rep.add_argument("--curve-csv", metavar="FILE", help="write time,policy,remaining rows")
     rep.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -98,7 +101,7 @@ def _replay(args: argparse.Namespace) -> int:
         raise ConfigError("--gpus", "gpus", f"{args.gpus}", "a positive number of GPUs")
     if args.plan_interval <= 0 or args.tick <= 0:
         raise ConfigError("--plan-interval/--tick", "seconds", f"{args.plan_interval}/{args.tick}", "numbers > 0")
-    perf = perf_model(args.model, args.gpu, args.calibration)
+    perf = perf_model(args.model, args.gpu, args.calibration, args.step_model)
     trace = load_trace(args.trace)
     forecast, forecast_label = _forecast(args, trace)
     opts = ReplayOptions(scheduler=SchedulerConfig(plan_interval_s=args.plan_interval, tick_s=args.tick),

@@ -65,12 +65,27 @@ def register(groups: argparse._SubParsersAction) -> None:
         p.add_argument("--method", default="greedy", choices=("greedy", "greedy+ls", "uniform"),
                        help="rfabric only: circuit allocation of the controller (default greedy, Algorithm 3)")
         p.add_argument("--json", action="store_true", help="print a JSON document instead of one line")
+        p.add_argument("--switch-radix", type=int, default=64, metavar="K",
+                       help="ports of every EPS switch (Clos fabrics, RFabric's ToRs; default 64)")
+        p.add_argument("--oversubscription", type=int, default=3, metavar="R",
+                       help="ft-os only: leaf down:up ratio R:1 (default 3)")
+        p.add_argument("--mtu", type=int, default=9216, metavar="BYTES",
+                       help="packet size: one MTU of store-and-forward per hop (default 9216, §7.2)")
+        p.add_argument("--same-server", choices=("nvlink", "network"), default="nvlink",
+                       help="how a flow between two GPUs of one server travels: over NVLink (a DGX; default) or "
+                            "out of its NIC and back (one NIC per host, as packet simulators model hosts)")
+
 
     net = sub.add_parser("net", help="run a flow file on a fabric to completion",
                          description='FILE is {"flows": [{"src": gpu, "dst": gpu, "bytes": int, "start_s": '
                                      'float}]}; GPU g is NIC g %% 8 of server g // 8.')
     common(net)
     net.add_argument("--flows", required=True, metavar="FILE.json", help="flow file")
+    net.add_argument("--engine", choices=("fluid", "htsim"), default="fluid",
+                     help="fluid: the flow-level simulator (default); htsim: write the case for the packet-level "
+                          "htsim, run it and read its completions back beside the fluid ones (ft/ft-os only; "
+                          "needs an htsim binary, docs/sim.md)")
+    net.add_argument("--htsim", metavar="PATH", help="htsim_ndp binary (default: $ORCHESTRL_HTSIM, or on the PATH)")
     net.set_defaults(func=_net)
 
     col = sub.add_parser("collective", help="time one collective and report NCCL-tests bus bandwidth",
@@ -159,9 +174,12 @@ def _sim(args: argparse.Namespace, ticker: Ticker):
         raise ConfigError("command line", "--gbps", f"{args.gbps} is not a link speed", "a number of Gb/s > 0")
     if args.topology and args.fabric != "rfabric":
         raise ConfigError("command line", "--topology", f"describes an RFabric, not {args.fabric}", "--fabric rfabric")
+    if args.oversubscription != 3 and args.fabric != "ft-os":
+        raise ConfigError("command line", "--oversubscription", f"applies to ft-os, not {args.fabric}", "--fabric ft-os")
     ticker.step("building the fabric")
     topo = load_topology(args.topology) if args.topology else None
-    config = SimConfig(link_bps=args.gbps * 1e9, ecmp=args.ecmp)
+    config = SimConfig(link_bps=args.gbps * 1e9, ecmp=args.ecmp, switch_radix=args.switch_radix, mtu_bytes=args.mtu,
+                       intra_server=args.same_server, oversubscription=args.oversubscription)
     return NetworkSim(args.fabric, args.gpus, config, topology=topo, method=args.method)
 
 
@@ -178,6 +196,8 @@ def _net(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     res = sim.time_flows(flows, progress=ticker.events)
     ticker.step("")
+    if args.engine == "htsim":
+        return _htsim(args, sim, flows, res, time.perf_counter() - started)
     if args.json:
         doc = result_document(args.fabric, args.gpus, flows, res)
         doc["solve_s"] = time.perf_counter() - started
@@ -187,6 +207,46 @@ def _net(args: argparse.Namespace) -> int:
     tail = f"; {stuck} flows never finish (no path)" if stuck else ""
     print(f"{args.fabric} {args.gpus} GPUs @ {args.gbps:g} Gb/s: {len(flows)} flows, makespan "
           f"{_fmt_s(res.makespan_s)}, {res.events} events, solved in {_fmt_s(time.perf_counter() - started)}{tail}")
+    return 0
+
+
+def _htsim(args: argparse.Namespace, sim, flows, res, fluid_s: float) -> int:
+    """``sim net --engine htsim``: the same flows through htsim, each flow's completion beside the fluid one."""
+    import tempfile
+
+    import numpy as np
+
+    from orchestrl.sim.network.htsim import HTSIM_SETTINGS, find_htsim, missing_htsim_message, run_htsim
+
+    binary = find_htsim(args.htsim)
+    if binary is None:
+        raise ConfigError("command line", "--htsim", missing_htsim_message(args.htsim),
+                          "an htsim_ndp binary (or --engine fluid)")
+    if args.same_server != "network":
+        raise ConfigError("command line", "--same-server", "htsim hosts have one NIC each; the fluid side must route "
+                          "same-server pairs through the NICs too to be comparable", "--same-server network")
+    with tempfile.TemporaryDirectory(prefix="orchestrl-htsim-") as work:
+        run = run_htsim(binary, sim.fabric, flows, args.gbps, work,
+                        settings={"mtu": args.mtu if args.mtu != 9216 else HTSIM_SETTINGS["mtu"]})
+    fluid = res.finish_s
+    done = np.isfinite(run.finish_s) & np.isfinite(fluid)
+    err = (fluid[done] - run.finish_s[done]) / run.finish_s[done]
+    doc = {"fabric": args.fabric, "gpus": args.gpus, "engine": "htsim", "htsim": binary,
+           "htsim_settings": HTSIM_SETTINGS, "flows": len(flows), "htsim_finished": int(done.sum()),
+           "htsim_makespan_s": run.makespan_s if np.isfinite(run.makespan_s) else None,
+           "fluid_makespan_s": float(res.makespan_s), "makespan_err": (float(res.makespan_s) / run.makespan_s - 1
+                                                                        if np.isfinite(run.makespan_s) else None),
+           "median_fct_err": float(np.median(err)) if len(err) else None,
+           "htsim_finish_s": [None if not np.isfinite(x) else float(x) for x in run.finish_s],
+           "htsim_wall_s": run.wall_s, "htsim_cpu_s": run.cpu_s, "fluid_wall_s": fluid_s}
+    if args.json:
+        print(json.dumps(doc))
+    else:
+        mk = "did not finish" if doc["htsim_makespan_s"] is None else _fmt_s(doc["htsim_makespan_s"])
+        rel = "" if doc["makespan_err"] is None else f" (fluid {doc['makespan_err']:+.1%})"
+        print(f"{args.fabric} {args.gpus} hosts @ {args.gbps:g} Gb/s: {len(flows)} flows; htsim makespan {mk}, fluid "
+              f"{_fmt_s(res.makespan_s)}{rel}; median flow error "
+              f"{doc['median_fct_err']:+.1%}" if doc["median_fct_err"] is not None else "no flow finished in htsim")
     return 0
 
 

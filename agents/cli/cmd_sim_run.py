@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fabric", choices=FABRICS, help="run on this fabric instead of the file's fabric.kind")
     p.add_argument("--iterations", type=int, metavar="N", help="override loop.iterations")
     p.add_argument("--fields", action="store_true", help="print every field of a run file and exit")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="run N trace seeds (loop.seed, +1, ...) on the sweep backend and report each number's mean "
+                        "and 95%% interval (default 1: one run, with its timeline)")
+    p.add_argument("--workers", type=int, metavar="N", help="--seeds: processes of the local pool (default: CPUs)")
+    p.add_argument("--ray", metavar="ADDRESS", help="--seeds: run the seeds on this Ray cluster ('local': here)")
     p.set_defaults(func=_run)
 
 
@@ -69,6 +74,10 @@ def _run(args: argparse.Namespace, stages_factory=None, stream: TextIO | None = 
         if args.iterations < 1:
             raise ConfigError("command line", "--iterations", f"{args.iterations}", "an integer >= 1")
         cfg = validate(replace(cfg, loop=replace(cfg.loop, iterations=args.iterations)))
+    if not 1 <= args.seeds <= 100:
+        raise ConfigError("command line", "--seeds", f"{args.seeds}", "1 to 100 trace seeds")
+    if args.seeds > 1:
+        return _run_seeds(args, cfg, err)
     c, w = cfg.cluster, cfg.workload
     split = f"{c.train_gpus} train" if c.train_gpus else "balanced split"
     step = (f"{w.prompts_per_step * w.responses_per_prompt:,} responses per step" if w.prompts_per_step
@@ -171,6 +180,47 @@ class _Heartbeat:
         self._thread.join()
 
 
+def _run_seeds(args: argparse.Namespace, cfg, err: TextIO) -> int:
+    """``--seeds N``: N independent runs, one line per metric with its mean and 95% interval."""
+    from orchestrl.sim.seeds import METRICS, run_seeds
+    from orchestrl.sim.sweep import check_ray_address
+
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("command line", "--workers", f"{args.workers} is not a number of processes", ">= 1")
+    check_ray_address(args.ray)
+    if args.plot:
+        err.write("[sim run] --plot draws one run's timeline: it is written for the first seed only\n")
+    err.write(f"[sim run] {cfg.name}: {args.seeds} seeds from {cfg.loop.seed} on {cfg.fabric.kind}, "
+              f"{cfg.cluster.gpus} GPUs\n")
+    started = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        err.write(f"[sim run] {done}/{total} seeds ({time.perf_counter() - started:.0f} s)\n")
+        err.flush()
+
+    summary = run_seeds(cfg, args.seeds, workers=args.workers, ray_address=args.ray, progress=progress)
+    if args.json:
+        print(json.dumps(_finite({"name": cfg.name, "model": cfg.model, "fabric": cfg.fabric.kind,
+                                  "gpus": cfg.cluster.gpus, **summary.to_json(),
+                                  "wall_s": time.perf_counter() - started})))
+    else:
+        print(f"{cfg.name}: {cfg.model} on {cfg.fabric.kind}, {cfg.cluster.gpus} GPUs, {args.seeds} seeds "
+              f"(mean, 95% interval):")
+        for m in METRICS:
+            mean, lo, hi = summary.stat(m)
+            print(f"  {m:<16} {mean:12.4g}  [{lo:.4g}, {hi:.4g}]")
+    sys.stdout.flush()
+    if args.plot:
+        args1 = argparse.Namespace(**{**vars(args), "seeds": 1, "json": False})
+        with open(os.devnull, "w") as sink:
+            saved, sys.stdout = sys.stdout, sink
+            try:
+                return _run(args1, stream=err)
+            finally:
+                sys.stdout = saved
+    return 0
+
+
 def summary_line(cfg, result, wall_s: float) -> str:
     """Return the one-line summary of a run."""
     d, th, cost = result.detail, result.throughput, result.cost
@@ -226,15 +276,25 @@ def write_plot(result, path: str, title: str = "") -> None:
 
     colour = {"gen": "tab:blue", "train": "tab:orange", "weight-sync": "tab:green"}
     lane = {"gen": 1, "train": 0}
-    fig, ax = plt.subplots(figsize=(10, 2.6))
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    span = max((r["end_s"] for r in rows), default=1.0) - min((r["start_s"] for r in rows), default=0.0)
+    floor = span / 400.0  # a bar narrower than ~2 px would vanish: draw it that wide, and label it
     for r in rows:
+        shade = 0.55 if r["iteration"] % 2 else 1.0  # alternate iterations: neighbours never merge
         for y in ((0, 1) if r["cluster"] == "both" else (lane[r["cluster"]],)):
-            ax.broken_barh([(r["start_s"], max(r["duration_s"], 1e-9))], (y - 0.35, 0.7), color=colour[r["stage"]])
+            ax.broken_barh([(r["start_s"], max(r["duration_s"], floor))], (y - 0.35, 0.7), color=colour[r["stage"]],
+                           alpha=shade, edgecolor="black", linewidth=0.4)
+        if r["stage"] == "weight-sync" and r["duration_s"] < floor * 4:
+            ax.annotate(f"{r['duration_s'] * 1e3:.0f} ms" if r["duration_s"] < 1 else f"{r['duration_s']:.1f} s",
+                        (r["start_s"], 1.42), fontsize=6, ha="center")
+        if r["stage"] == "gen":
+            ax.annotate(f"it {r['iteration']}", (r["start_s"], 1.42), fontsize=6, ha="left", color="grey")
     ax.set_yticks([0, 1], ["Train cluster", "Gen cluster"])
+    ax.set_ylim(-0.6, 1.7)
     ax.set_xlabel("simulated time (s)")
     ax.set_title(title)
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in colour.values()], labels=list(colour),
-              loc="upper right", fontsize="small")
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.config import RunConfig, load_run_config, validate
-from orchestrl.sim.experiments.common import Row, figure_document, format_rows
+from orchestrl.sim.experiments.common import DEFAULT_SEEDS, QUICK_SEEDS, Row, figure_document, format_rows
 from orchestrl.sim.network.config import FABRICS
 from orchestrl.sim.plot import PlotFiles, check_output, grouped_bars, write_failure
 from orchestrl.sim.run import Simulation, _pod_gpus, balanced_split, build, default_stages
@@ -71,6 +71,7 @@ class RLCase:
     train_gpus: int | None = None  # None: the throughput-best split of the candidates (module note)
     quick: bool = False  # short steps (QUICK_WORKLOAD)
     iterations: int = 2  # two iterations give one steady-state window of the asynchronous loop
+    seed: int = 0  # the run's trace seed (loop.seed)
 
 
 def case_config(case: RLCase) -> RunConfig:
@@ -82,7 +83,7 @@ def case_config(case: RLCase) -> RunConfig:
     cfg = replace(base, name=f"{case.model}-{case.gpus}-{case.fabric}-{case.link_gbps}g",
                   cluster=replace(base.cluster, gpus=case.gpus, train_gpus=case.train_gpus),
                   fabric=replace(base.fabric, kind=case.fabric, link_gbps=case.link_gbps), workload=work,
-                  loop=replace(base.loop, iterations=case.iterations))
+                  loop=replace(base.loop, iterations=case.iterations, seed=case.seed))
     return validate(cfg)
 
 
@@ -150,7 +151,7 @@ def _run_case(case: RLCase, t0: float) -> dict[str, Any]:
 
 
 def _group(c: RLCase) -> tuple:
-    return (c.model, c.gpus, c.link_gbps, c.quick, c.iterations)
+    return (c.model, c.gpus, c.link_gbps, c.quick, c.iterations, c.seed)
 
 
 def sweep(cases: Sequence[RLCase], *, workers: int | None = None, ray_address: str | None = None,
@@ -173,7 +174,7 @@ def sweep(cases: Sequence[RLCase], *, workers: int | None = None, ray_address: s
 
     cases = list(cases)
     need = {_group(c) for c in cases if c.train_gpus is None}
-    first = [RLCase(*g[:2], "ft", g[2], None, g[3], g[4]) for g in sorted(need)]
+    first = [RLCase(g[0], g[1], "ft", g[2], None, g[3], g[4], g[5]) for g in sorted(need)]
     done = dict(zip(first, batch(first, "FT picks the splits"))) if first else {}
     split = {_group(c): r["train_gpus"] for c, r in done.items() if r["train_gpus"] is not None}
     for c, r in done.items():
@@ -232,19 +233,57 @@ NOTES = ("ours: steady-state samples/s of the one-step asynchronous loop over FT
          "FT-OS has no number in the text")
 
 
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None
+def seeded(cases_: Sequence[RLCase], seeds: int) -> list[RLCase]:
+    """Every case under ``seeds`` trace seeds (its own, then the next ones), seed by seed."""
+    return [replace(c, seed=c.seed + k) for k in range(seeds) for c in cases_]
+
+
+def seed_rows(rows_of_fn: Callable[[Sequence[dict[str, Any]]], list[Row]], results: Sequence[dict[str, Any]]
+              ) -> list[Row]:
+    """The figure's rows per seed, then mean and 95% interval per label (sim/experiments/common.py)."""
+    from orchestrl.sim.experiments.rowsplot import rows_over_seeds
+
+    return rows_over_seeds(lambda rs: rows_of_fn(rs), list(results))
+
+
+def mean_over_seeds(results: Sequence[dict[str, Any]], keys: Sequence[str]) -> list[dict[str, Any]]:
+    """One result per case (``keys``): numbers averaged over its seeds, with ``<name>_ci_low/high``; the rest
+    from its first seed."""
+    from orchestrl.sim.experiments.common import mean_ci
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    out = []
+    for rs in groups.values():
+        row = dict(rs[0])
+        for k, v in rs[0].items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in keys and k != "seed":
+                m, lo, hi = mean_ci([r.get(k) for r in rs])
+                row[k], row[f"{k}_ci_low"], row[f"{k}_ci_high"] = m, lo, hi
+        row["seeds"] = len(rs)
+        out.append(row)
+    return out
+
+
+def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None, seeds: int = 1
         ) -> tuple[list[Row], list[dict[str, Any]]]:
-    """Return the figure's rows and the per-case results behind them."""
-    results = sweep(cases(quick), workers=workers, ray_address=ray_address, label="fig13")
-    return rows_of(results), results
+    """Return the figure's rows (mean and 95% interval over ``seeds`` trace seeds) and the per-case results."""
+    results = sweep(seeded(cases(quick), seeds), workers=workers, ray_address=ray_address, label="fig13")
+    return seed_rows(rows_of, results), results
 
 
 def plot(results: Sequence[dict[str, Any]], out_dir: str) -> PlotFiles:
-    """Write fig13.png (throughput over FT, one panel per model) and fig13.csv (every case)."""
-    rows = [{k: v for k, v in r.items() if k != "split_profile"} | {"vs_ft": r.get("vs_ft", 1.0)} for r in results]
+    """Write fig13.png (throughput over FT, one panel per model; mean and 95% interval over seeds, the paper's
+    values as markers) and fig13.csv (every case, averaged over its seeds)."""
+    for r in results:
+        r.setdefault("vs_ft", 1.0)
+    mean = mean_over_seeds(results, ("model", "gpus", "fabric", "link_gbps"))
+    rows = [{k: v for k, v in r.items() if k != "split_profile"} | {"paper_vs_ft": PAPER_VS_FT.get(r["fabric"])}
+            for r in mean]
     return grouped_bars(Path(out_dir) / "fig13.png", rows, panel="model", group="gpus", series="fabric",
                         value="vs_ft", title="Figure 13: RL throughput normalised to FT", ylabel="throughput / FT",
-                        reference=1.0)
+                        reference=1.0, ci=("vs_ft_ci_low", "vs_ft_ci_high"), paper="paper_vs_ft")
 
 
 # ------------------------------------------------------------------ command line (shared by fig14, fig16)
@@ -259,6 +298,9 @@ def add_sweep_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--ray", metavar="ADDRESS", help="run the cases as Ray tasks on the cluster at ADDRESS "
                                                      "('local' starts a local Ray instance)")
     ap.add_argument("--out", default=".", metavar="DIR", help="folder for NAME.png and NAME.csv (default: .)")
+    ap.add_argument("--seeds", type=int, default=None, metavar="N",
+                    help=f"trace seeds per case, reported as mean and 95%% interval (default {DEFAULT_SEEDS}; --quick: "
+                         f"{QUICK_SEEDS})")
 
 
 def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -271,7 +313,10 @@ def sweep_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.ray is not None and args.workers is not None:
         raise ConfigError("command line", "--workers", "sizes the local pool, not a Ray cluster", "--workers or --ray")
     check_ray_address(args.ray)
-    return {"quick": args.quick, "workers": args.workers, "ray_address": args.ray}
+    seeds = args.seeds if args.seeds is not None else (QUICK_SEEDS if args.quick else DEFAULT_SEEDS)
+    if not 1 <= seeds <= 100:
+        raise ConfigError("command line", "--seeds", f"{seeds} seeds", "1 to 100")
+    return {"quick": args.quick, "workers": args.workers, "ray_address": args.ray, "seeds": seeds}
 
 
 def figure_main(name: str, title: str, unit: str, notes: Sequence[str], run_fn: Callable[..., tuple],

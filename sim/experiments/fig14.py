@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from orchestrl.sim.experiments.common import Row
-from orchestrl.sim.experiments.fig13 import RLCase, figure_main, sweep
+from orchestrl.sim.experiments.fig13 import RLCase, figure_main, mean_over_seeds, seed_rows, seeded, sweep
 from orchestrl.sim.network.config import FABRICS
 from orchestrl.sim.plot import PlotFiles, grouped_bars
 
@@ -44,7 +44,7 @@ def rows_of(results: Sequence[dict[str, Any]]) -> list[Row]:
     """Return one row per (stage, fabric other than FT): the stage's time over FT's."""
     ft = next(r for r in results if r["fabric"] == "ft")
     rows = []
-    for r in results:
+    for r in mean_over_seeds(results, ("model", "gpus", "fabric", "link_gbps")):
         for stage, key in STAGES:
             ratio = r[key] / ft[key] if ft[key] > 0 else float("nan")
             r[f"{stage}_vs_ft"] = ratio
@@ -59,17 +59,17 @@ NOTES = ("ours: mean stage time over the run's iterations divided by FT's, every
          "paper: §7.2.2 text; 'close to FT' read as 1.0 for RFabric and RO Train and Gen, no numbers otherwise")
 
 
-def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None
+def run(quick: bool = False, workers: int | None = None, ray_address: str | None = None, seeds: int = 1
         ) -> tuple[list[Row], list[dict[str, Any]]]:
     """Return the figure's rows and the per-fabric results behind them."""
-    results = sweep(cases(quick), workers=workers, ray_address=ray_address, label="fig14")
-    return rows_of(results), results
+    results = sweep(seeded(cases(quick), seeds), workers=workers, ray_address=ray_address, label="fig14")
+    return seed_rows(rows_of, results), results
 
 
 def plot(results: Sequence[dict[str, Any]], out_dir: str) -> PlotFiles:
     """Write fig14.png (stage time over FT per stage and fabric) and fig14.csv (one row per stage and fabric)."""
     rows = []
-    for r in results:
+    for r in mean_over_seeds(results, ("model", "gpus", "fabric", "link_gbps")):
         for stage, key in STAGES:
             rows.append({"panel": f"Qwen2-57B-A14B, {r['gpus']} GPUs", "stage": stage, "fabric": r["fabric"],
                          "time_s": r[key], "vs_ft": r.get(f"{stage}_vs_ft"), "train_gpus": r["train_gpus"],

@@ -50,6 +50,8 @@ class SimConfig:
         have one NIC each does (used to compare with htsim).
     switch_radix : int
         Ports of every EPS switch of the Clos fabrics (cost model default 64).
+    oversubscription : int
+        FT-OS's leaf down:up ratio (§7.2: 3).
     merge_bundles : bool
         Merge switch links that every route loads alike into one bundle (exact; see docs/sim.md).
     """
@@ -65,6 +67,7 @@ class SimConfig:
     intra_server: str = "nvlink"
     switch_radix: int = 64
     merge_bundles: bool = True
+    oversubscription: int = 3
 
     def __post_init__(self) -> None:
         src = "SimConfig"
@@ -82,6 +85,11 @@ class SimConfig:
             raise ConfigError(src, "ecmp", f"unknown ECMP mode {self.ecmp!r}", "fluid, hash")
         if self.intra_server not in ("nvlink", "network"):
             raise ConfigError(src, "intra_server", f"unknown mode {self.intra_server!r}", "nvlink, network")
+        if not isinstance(self.oversubscription, int) or not 1 <= self.oversubscription < self.switch_radix:
+            raise ConfigError(src, "oversubscription", f"{self.oversubscription!r}",
+                              f"an integer ratio from 1 to {self.switch_radix - 1}")
+        if not 64 <= self.mtu_bytes <= 65536:
+            raise ConfigError(src, "mtu_bytes", f"{self.mtu_bytes}", "64 to 65536 bytes")
 
     @property
     def nvlink_bps(self) -> float:

@@ -31,7 +31,7 @@ import numpy as np
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.network.state import Incidence, NetState
 
-__all__ = ["FlowSet", "FlowResult", "simulate"]
+__all__ = ["FlowSet", "FlowResult", "simulate", "SimulationInvariantError"]
 
 _END_TIE = 1e-9  # relative: flows ending this close together end in one event
 
@@ -147,6 +147,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
         return FlowResult(finish, 0.0, 0, 0, time.perf_counter() - started)
     bits = flows.size_bytes * 8.0
     left = bits.copy()
+    sent = np.zeros(n)  # bits delivered, for the conservation check at the end
     deps = _Deps(flows)
     free = np.flatnonzero(deps.pending == 0)
     order = free[np.argsort(flows.start_s[free], kind="stable")]
@@ -193,6 +194,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
                 res = prob.solve(timeline[si][1].capacity_bps, runnable)
                 rate = res.rate_bps
                 levels += res.levels
+                _check_capacity(prob, rate, timeline[si][1], t)
             events += 1
             dirty = False
             if progress is not None:
@@ -205,6 +207,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
         if not np.isfinite(dt):
             break  # nothing can move any more: remaining flows are stuck
         left[moving] -= rate[moving] * dt
+        sent[moving] += rate[moving] * dt
         t += dt
         if dt_end <= dt * (1 + _END_TIE):
             tie = dt_end * _END_TIE + 1e-15
@@ -223,6 +226,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
             dirty = True
         if not active.any() and k >= len(order) and not later:
             break
+    _check_conservation(bits, sent, done)
     first = float(flows.start_s.min())
     makespan = float(finish.max() - first) if np.all(np.isfinite(finish)) else np.inf
     return FlowResult(finish, makespan, events, levels, time.perf_counter() - started)
@@ -255,6 +259,42 @@ class _Deps:
                 if self.pending[d] == 0:
                     out.append((max(self.ready[d], float(start_s[d])), d))
         return out
+
+
+class SimulationInvariantError(RuntimeError):
+    """A simulation broke a physical invariant (a bundle over capacity, bits created or lost): a bug, not input."""
+
+
+_CAP_TOL = 1e-6  # relative: round-off of progressive filling
+
+
+def _check_capacity(prob, rate: np.ndarray, state: NetState, t: float) -> None:
+    """Fail loudly when the solved rates overload a bundle (NIC, link, NVLink port, circuit): one mat-vec."""
+    cap = state.capacity_bps
+    load = prob.load(rate)
+    g, gps = state.fabric.gpus, state.fabric.gpus_per_server
+    if state.n_base >= 2 * g:  # NVLink carries bytes between GPUs of a server: what leaves them enters them
+        out = load[:g].reshape(-1, gps).sum(axis=1)
+        into = load[g:2 * g].reshape(-1, gps).sum(axis=1)
+        bad = np.abs(out - into) > _CAP_TOL * np.maximum(out, into) + 1.0
+        if bad.any():
+            s = int(np.flatnonzero(bad)[0])
+            raise SimulationInvariantError(f"at t={t:.6g} s NVLink of server {s} sends {out[s]:.4g} bps but receives "
+                                           f"{into[s]:.4g} bps: a relayed flow is charged at one end only")
+    over = load > cap * (1 + _CAP_TOL) + 1.0
+    if over.any():
+        b = int(np.flatnonzero(over)[np.argmax((load / np.maximum(cap, 1.0))[over])])
+        name = state.bundle_label(b)
+        raise SimulationInvariantError(f"at t={t:.6g} s {name} carries {load[b]:.4g} bps against a capacity of "
+                                       f"{cap[b]:.4g} bps ({load[b] / max(cap[b], 1.0):.3f}x)")
+
+
+def _check_conservation(bits: np.ndarray, sent: np.ndarray, done: np.ndarray) -> None:
+    """Fail loudly unless every finished flow delivered its bits exactly once (none created, none lost)."""
+    bad = done & (np.abs(sent - bits) > 1e-6 * np.maximum(bits, 1.0) + 1.0)
+    if bad.any():
+        f = int(np.flatnonzero(bad)[0])
+        raise SimulationInvariantError(f"flow {f} finished after delivering {sent[f]:.6g} of its {bits[f]:.6g} bits")
 
 
 def _route(state: NetState, flows: FlowSet) -> tuple[Incidence, object]:

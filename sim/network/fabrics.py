@@ -192,7 +192,8 @@ class ClosFabric(Fabric):
 
     def __init__(self, name: str, gpus: int, config: SimConfig) -> None:
         super().__init__(name, gpus, config)
-        self.wiring = _ClosWiring(build_design_graph(DESIGN_OF[name], gpus, switch_radix=config.switch_radix), 0)
+        self.wiring = _ClosWiring(build_design_graph(DESIGN_OF[name], gpus, switch_radix=config.switch_radix,
+                                                     oversubscription=config.oversubscription), 0)
         self.leaf_of_gpu = np.array([self.wiring.nic_leaf[divmod(g, GPUS_PER_SERVER)] for g in range(gpus)])
         self.pxn = name == "ro"
 
@@ -238,13 +239,19 @@ def _nic_entries(state: NetState, src, dst, es, ed, exit_dist):
     i = np.arange(n)
     rows, cols, vals = [i], [2 * g + es], [np.ones(n)]
     relay_out = es != src
-    rows.append(i[relay_out])
-    cols.append(src[relay_out])
-    vals.append(np.ones(int(relay_out.sum())))
+    # a relayed flow (PXN, or around a failed NIC) crosses NVLink from src to es: src's NVLink-out and
+    # the relay's NVLink-in both carry it
+    rows += [i[relay_out], i[relay_out]]
+    cols += [src[relay_out], g + es[relay_out]]
+    vals += [np.ones(int(relay_out.sum()))] * 2
     own_col = exit_dist[:, -1]
     rows.append(i[own_col > 0])
     cols.append(3 * g + ed[own_col > 0])
     vals.append(own_col[own_col > 0])
+    fwd = (own_col > 0) & (ed != dst)  # landed on another GPU's NIC: that GPU forwards it over NVLink
+    rows.append(i[fwd])
+    cols.append(ed[fwd])
+    vals.append(own_col[fwd])
     server = dst // gps
     for r in range(gps):  # landing on another rail of the destination server (RFabric)
         f = exit_dist[:, r]
@@ -253,6 +260,11 @@ def _nic_entries(state: NetState, src, dst, es, ed, exit_dist):
             rows.append(i[m])
             cols.append(3 * g + server[m] * gps + r)
             vals.append(f[m])
+            lander = server[m] * gps + r
+            hop = lander != dst[m]
+            rows.append(i[m][hop])
+            cols.append(lander[hop])  # the landing GPU's NVLink-out towards dst
+            vals.append(f[m][hop])
     nvl_in = 1.0 - np.where(ed == dst, own_col, 0.0)
     reached = exit_dist.sum(axis=1) > 0
     m = (nvl_in > 1e-12) & reached
@@ -296,10 +308,22 @@ class _ServerNodeState(NetState):
         reached = exit_dist.sum(axis=1) > 0
         a, b = (1.0 - x_out) * reached, (1.0 - x_in) * reached
         ma, mb = a > 1e-12, b > 1e-12
-        rows = np.concatenate([i[ma], i[mb]])
-        cols = np.concatenate([src[ma], g + dst[mb]])
-        vals = np.concatenate([a[ma], b[mb]])
-        return rows, cols, vals, cfg.nvlink_latency_s * (a + b)
+        rows, cols, vals = [i[ma], i[mb]], [src[ma], g + dst[mb]], [a[ma], b[mb]]
+        # what leaves through a server-mate's NIC enters that mate over NVLink, and what lands on a mate's
+        # NIC leaves it over NVLink towards dst: charge the mates' ports too (NVLink out == in, per server)
+        gps = self.fabric.gpus_per_server
+        for r in range(gps):
+            for ends, bundles, col0, m in ((src, self.out_bundle, g, ma), (dst, self.in_bundle, 0, mb)):
+                mate = (ends // gps) * gps + r
+                sel = m & (mate != ends) & (bundles[mate] >= 0)
+                if not sel.any():
+                    continue
+                frac = on_bundle(i[sel], bundles[mate[sel]])
+                keep = frac > 1e-12
+                rows.append(i[sel][keep])
+                cols.append(col0 + mate[sel][keep])
+                vals.append(frac[keep])
+        return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), cfg.nvlink_latency_s * (a + b)
 
 
 def totient_strides(n_servers: int, degree: int) -> list[int]:

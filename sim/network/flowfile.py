@@ -12,7 +12,8 @@ import numpy as np
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.network.events import FlowResult, FlowSet
 
-__all__ = ["load_flows", "flows_from_document", "flows_to_document", "result_document"]
+__all__ = ["load_flows", "flows_from_document", "flows_to_document", "result_document", "MAX_START_S",
+           "MAX_FLOW_BYTES"]
 
 _KEYS = {"src", "dst", "bytes", "start_s"}
 
@@ -82,18 +83,26 @@ def flows_from_document(doc: Any, source: str, gpus: int) -> FlowSet:
             if kind == "bytes" and (v < 0 or (isinstance(v, float) and not v.is_integer())):
                 raise ConfigError(source, f"{where}.{key}", f"{v!r} is not a whole number of bytes >= 0",
                                   _ALLOWED[kind](gpus))
-            if kind == "time" and v < 0:
-                raise ConfigError(source, f"{where}.{key}", f"{v!r} is negative", _ALLOWED[kind](gpus))
+            if kind == "time" and not 0 <= v <= MAX_START_S:
+                raise ConfigError(source, f"{where}.{key}", f"{v!r} is outside 0..{MAX_START_S:g} s", _ALLOWED[kind](gpus))
+            if kind == "bytes" and v > MAX_FLOW_BYTES:
+                raise ConfigError(source, f"{where}.{key}", f"{v!r} bytes is over {MAX_FLOW_BYTES:.0e}",
+                                  _ALLOWED[kind](gpus))
             out[i] = v
         if src[i] == dst[i]:
             raise ConfigError(source, f"{where}.dst", f"equals src ({src[i]})", "a GPU other than src")
     return FlowSet(src, dst, size, start)
 
 
+#: A start time past a day, or a flow past a petabyte, is a unit slip, not a case: beyond these the
+#: float arithmetic of the event loop (1e300 s + a transfer time) loses the transfer altogether.
+MAX_START_S = 86400.0
+MAX_FLOW_BYTES = 1e15
+
 _ALLOWED = {
     "gpu": lambda g: f"an integer GPU index 0..{g - 1} (GPU g is NIC g % 8 of server g // 8)",
-    "bytes": lambda g: "an integer number of bytes >= 0",
-    "time": lambda g: "a start time in seconds >= 0",
+    "bytes": lambda g: f"an integer number of bytes from 0 to {MAX_FLOW_BYTES:.0e}",
+    "time": lambda g: f"a start time in seconds from 0 to {MAX_START_S:g} (one day)",
 }
 
 

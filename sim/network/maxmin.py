@@ -99,6 +99,13 @@ class MaxMinProblem:
         cnt = np.bincount(self.cls[active & (self.cls >= 0)], minlength=self.n_classes).astype(np.float64)
         return self.own.T @ active.astype(np.float64) + self.prof.T @ cnt
 
+    def load(self, rate_bps: np.ndarray) -> np.ndarray:
+        """Return each bundle's load (bps) when the flows run at ``rate_bps``: ``A @ rate``."""
+        r = np.asarray(rate_bps, dtype=np.float64)
+        has = self.cls >= 0
+        per_class = np.bincount(self.cls[has], weights=r[has], minlength=self.n_classes)
+        return self.own.T @ r + self.prof.T @ per_class
+
     def solve(self, capacity_bps: np.ndarray, active: np.ndarray | None = None) -> MaxMinResult:
         """Return the max-min fair rates of the active flows under ``capacity_bps``.
 

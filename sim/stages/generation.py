@@ -50,7 +50,8 @@ from orchestrl.compute_sched.costs import CostModel
 from orchestrl.compute_sched.engine import ClusterSnapshot, EngineCapabilities
 from orchestrl.compute_sched.hardware import GpuSpec, ModelSpec
 from orchestrl.compute_sched.layout import InstanceConfig, Layout, aligned, homogeneous, parse_config
-from orchestrl.compute_sched.perf import Calibration, PerfModel
+from orchestrl.compute_sched.calibration import DEFAULT_STEP_MODEL, step_model_class
+from orchestrl.compute_sched.perf import Calibration
 from orchestrl.compute_sched.planner import PlannerConfig
 from orchestrl.compute_sched.replay import launch_contiguous, trace_requests
 from orchestrl.compute_sched.scheduler import GenerationScheduler, ReconfigEvent, SchedulerConfig, StepReport
@@ -77,7 +78,9 @@ _PRIOR_SEED = 7919  # the first run's forecast is an independent draw, never the
 #: to the step, and under host load that limit cut solves short (40 ms each when idle, over 250 ms at a
 #: load of 8 on 2 cores), so plans -- and results -- depended on the machine's load. A limit that an
 #: idle-machine solve never reaches keeps a run reproducible.
-SIM_SCHEDULER = SchedulerConfig(planner=PlannerConfig(mip_time_limit_s=30.0))
+SIM_SCHEDULER = SchedulerConfig(planner=PlannerConfig(mip_time_limit_s=30.0, mip_grid_points=16))
+# 16 of the MIP's 40 token-grid points: on the 235B bench (256 GPUs, step 0) the plans and every stage time came
+# out identical (Gen 370.33 s at 8, 16 and 40 points) at 0.6x the CPU time; the MIP was half of RLSim's time.
 
 
 class GenerationStage:
@@ -98,7 +101,7 @@ class GenerationStage:
         Instance configuration (``tp8``, ``ep16-tp1``, ``afd24:16-tp8``, ...): the static layout, or
         where the ``orchestrl`` policies start (default: veRL-TO's best TP).
     calibration : Calibration, optional
-        Roofline constants (default: :class:`~compute_sched.perf.Calibration` defaults).
+        Step-model constants (default: :class:`~compute_sched.perf.Calibration` defaults).
     kv_transfer : bool
         Whether the engine may move KV by transfer (else recompute only).
     scheduler : SchedulerConfig, optional
@@ -121,6 +124,9 @@ class GenerationStage:
         the stage's first trace as what-ifs off the driver (as veRL-TO's sweep does) and keeps the
         faster, per configuration. Aligned pays idle GPUs, packed pays straddling instances' waits
         for Core circuits; which costs more depends on the scale and link speed.
+    step_model : str
+        ``"measured"`` (default: sums of measured operator times, :mod:`compute_sched.step_measured`)
+        or ``"analytical"`` (the roofline of :mod:`compute_sched.perf`).
 
     Examples
     --------
@@ -139,7 +145,7 @@ class GenerationStage:
                  scheduler: SchedulerConfig | None = None, sweep_tps: tuple[int, ...] = (1, 2, 4, 8),
                  max_num_seqs: int | None = None, forecast: LengthHistogram | None = None,
                  switch_to: str | None = None, switch_at: float = 0.5, static_tick_s: float = 10.0,
-                 slice_gpus: int | None = None, placement: str = "auto") -> None:
+                 slice_gpus: int | None = None, placement: str = "auto", step_model: str = DEFAULT_STEP_MODEL) -> None:
         src = "GenerationStage"
         if policy not in POLICIES:
             raise ConfigError(src, "policy", f"unknown policy {policy!r}", ", ".join(POLICIES))
@@ -149,7 +155,7 @@ class GenerationStage:
             raise ConfigError(src, "slice_gpus", f"{slice_gpus} of {len(self.gpus)} generation GPUs",
                               f"whole servers dividing {len(self.gpus)}, or None for the whole cluster")
         self.copies = len(self.gpus) // self.n
-        self.perf0 = PerfModel(model, gpu, calibration)
+        self.perf0 = step_model_class(step_model)(model, gpu, calibration)  # measured operator sums by default
         self.instance: InstanceConfig | None = None
         if instance is not None:
             self.instance = parse_config(instance)

@@ -1,4 +1,6 @@
-"""The H800 calibration: fitted to the six measured times of OrchestrRL §2.1, and reproducing them."""
+"""The analytical model's H800 calibration: fitted to the six measured times of OrchestrRL §2.1, and reproducing them.
+
+The measured step model's calibration (host constants only) is tested in test_step_model.py."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ TOLERANCE = 0.15  # relative error allowed per measured point
 
 @pytest.fixture(scope="module")
 def calibrated_times():
-    return case_study_times(perf_model("Qwen2.5-14B", "H800"), calibration_setup(bundled_calibration("H800")))
+    return case_study_times(perf_model("Qwen2.5-14B", "H800", step_model="analytical"),
+                            calibration_setup(bundled_calibration("H800")))
 
 
 def test_bundled_h800_calibration_reproduces_the_six_measured_times(calibrated_times):
@@ -28,7 +31,8 @@ def test_bundled_h800_calibration_reproduces_the_six_measured_times(calibrated_t
 
 def test_the_roofline_alone_misses_them():
     """Without the calibration file the model is far off: the test above needs the calibration."""
-    roofline = case_study_times(perf_model("Qwen2.5-14B", "H800", "roofline"), calibration_setup(bundled_calibration("H800")))
+    roofline = case_study_times(perf_model("Qwen2.5-14B", "H800", "roofline", "analytical"),
+                                calibration_setup(bundled_calibration("H800")))
     assert max(abs(roofline[p.phase, p.tp] / p.seconds - 1.0) for p in PAPER_POINTS) > 2 * TOLERANCE
 
 
@@ -61,7 +65,7 @@ def test_calibration_file_records_a_bounded_fit_and_its_residuals(calibrated_tim
 
 def test_fit_recovers_known_constants():
     setup = CaseStudySetup(prompts=16, seeds=(0,))
-    base = perf_model("Qwen2.5-14B", "H800", "roofline")
+    base = perf_model("Qwen2.5-14B", "H800", "roofline", "analytical")
     truth = replace(base.cal, step_overhead_s=4e-3, seq_overhead_s=30e-6)
     points = [PaperPoint(ph, tp, s) for (ph, tp), s in case_study_times(base.with_calibration(truth), setup).items()]
     params = [FitParameter("step_overhead_s", 1e-4, 1e-2, "host"), FitParameter("seq_overhead_s", 1e-6, 1e-4, "host")]
@@ -74,7 +78,7 @@ def test_fit_recovers_known_constants():
 def test_leave_one_out_predicts_each_point_from_the_others():
     """On data the model can produce exactly, every held-out point is predicted (near-)exactly."""
     setup = CaseStudySetup(prompts=16, seeds=(0,), snapshot="tokens", window_tokens=2048)
-    base = perf_model("Qwen2.5-14B", "H800", "roofline")
+    base = perf_model("Qwen2.5-14B", "H800", "roofline", "analytical")
     truth = replace(base.cal, step_overhead_s=4e-3)
     points = [PaperPoint(ph, tp, s) for (ph, tp), s in case_study_times(base.with_calibration(truth), setup).items()]
     fit = fit_case_study(base, [FitParameter("step_overhead_s", 1e-4, 1e-2, "host")], setup=setup, points=points,
@@ -94,7 +98,7 @@ def test_own_run_snapshot_cuts_each_layouts_whole_step_where_a_quarter_is_left()
     """Each TP's early + tail is its own whole-step makespan, and the cut sits where 25% are left."""
     from orchestrl.compute_sched.replay import replay
 
-    pm = perf_model("Qwen2.5-14B", "H800")
+    pm = perf_model("Qwen2.5-14B", "H800", step_model="analytical")
     setup = CaseStudySetup(snapshot="own-run", tail_fraction=0.25, prompts=16, seeds=(5,))
     t = case_study_times(pm, setup)
     trace = setup.traces()[0]
@@ -112,7 +116,7 @@ def test_own_run_snapshot_cuts_each_layouts_whole_step_where_a_quarter_is_left()
 def test_fit_refuses_an_underdetermined_problem():
     params = [FitParameter("step_overhead_s", 1e-4, 1e-2, "x")] * 7
     with pytest.raises(ConfigError, match="parameters"):
-        fit_case_study(perf_model("Qwen2.5-14B", "H800", "roofline"), params)
+        fit_case_study(perf_model("Qwen2.5-14B", "H800", "roofline", "analytical"), params)
     with pytest.raises(ConfigError, match="not a fittable"):
         FitParameter("scale", 0.5, 2.0, "x")
 
@@ -129,15 +133,16 @@ def test_load_calibration_names_bad_fields(tmp_path):
 
 
 def test_perf_model_picks_the_gpus_file_or_the_roofline():
-    assert perf_model("Qwen2.5-32B", "H800").cal == load_calibration(bundled_calibration("H800"))
-    assert perf_model("Qwen2.5-32B", "H800", "roofline").cal == Calibration()
-    assert perf_model("Qwen2.5-14B", "A100").cal == Calibration()  # no A100 file: the roofline
+    analytical = perf_model("Qwen2.5-32B", "H800", step_model="analytical")
+    assert analytical.cal == load_calibration(bundled_calibration("H800"))
+    assert perf_model("Qwen2.5-32B", "H800", "roofline", "analytical").cal == Calibration()
+    assert perf_model("Qwen2.5-14B", "A100", step_model="analytical").cal == Calibration()  # no A100 file
 
 
 def test_per_draw_spread_reports_where_the_papers_ratios_fall_among_single_draws():
     from orchestrl.compute_sched.calibration_h800 import per_draw_spread
 
-    pm = perf_model("Qwen2.5-14B", "H800")
+    pm = perf_model("Qwen2.5-14B", "H800", step_model="analytical")
     setup = CaseStudySetup(prompts=16, seeds=(0,))
     spread = per_draw_spread(pm, setup, seeds=range(3))
     tail = spread["ratios"]["tail_tp4_over_tp8"]

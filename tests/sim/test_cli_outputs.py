@@ -154,8 +154,8 @@ def test_fig13_prints_its_json_before_a_failing_write_and_names_the_files(tmp_pa
 def test_rowsplot_figures_print_their_table_before_a_failing_write(tmp_path, capsys):
     out = tmp_path / "figs"
 
-    def sweep_then_lose_the_folder(quick, workers, ray):
-        results = fig18.sweep(quick, workers, ray)
+    def sweep_then_lose_the_folder(quick, workers, ray, seeds=1):
+        results = fig18.sweep(quick, workers, ray, seeds)
         _replace_by_file(out)
         return results
 

@@ -10,7 +10,6 @@ from orchestrl.compute_sched.engine import GenerationRequest
 from orchestrl.compute_sched.hardware import DTYPE_BYTES, load_gpu, load_model
 from orchestrl.compute_sched.layout import homogeneous, parse_config
 from orchestrl.compute_sched.netseam import Transfer
-from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.sim_engine import SimEngine
 from orchestrl.compute_sched.traces import heavy_tailed_trace
 from orchestrl.fabric.errors import ConfigError
@@ -51,7 +50,7 @@ def test_on_a_non_blocking_fabric_at_the_nic_rate_the_seam_changes_nothing(insta
     stage, _, _ = _stage("ft", range(64), policy="static", instance=instance)
     layout = homogeneous(parse_config(instance), 64)
     trace = heavy_tailed_trace(24, 8, 4096, seed=2)
-    plain = _drive(PerfModel(MOE57, H800), layout, trace)
+    plain = _drive(type(stage.perf0)(MOE57, H800), layout, trace)  # the stage's step model, without the seam
     seamed = _drive(stage.perf, layout, trace)
     assert seamed.keys() == plain.keys() and len(plain) == 192
     assert all(seamed[r] == pytest.approx(plain[r], rel=1e-12) for r in plain)
