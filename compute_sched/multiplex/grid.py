@@ -175,7 +175,7 @@ class SlowdownModel:
     --------
     >>> m = SlowdownModel(load_grid(DATA_DIR / "h100-green-context-2026-11-27.json"))
     >>> round(m.s("train", None, 1.0, 80), 3), round(m.s("train", "decode_small", 0.5, 80), 2)
-    (1.0, 2.91)
+    (1.0, 2.83)
     >>> m.s("decode_small", "idle", 0.25, 80)  # the co-runner is idle: alone on the whole GPU
     1.0
     """

@@ -137,7 +137,7 @@ def fit(gpu_name: str = "H100") -> InterferenceParams:
 
     >>> q = fit()
     >>> round(q.alpha, 3), round(q.k, 4)
-    (0.716, 0.017)
+    (0.716, 0.0169)
     """
     prof = kind_profiles(load_model("Qwen3-4B"), load_gpu(gpu_name))
     t_c = PAPER_TARGETS["fig7_compute_bound_at_25pct"][0]

@@ -27,8 +27,8 @@ def corun(work_a: float, work_b: float, s_a: float, s_b: float) -> tuple[float, 
 
     Work is in alone-seconds; a sub-stage with slowdown ``s`` does ``1/s`` of it per second.
 
-    >>> corun(1.0, 3.0, 2.0, 1.5)  # a ends after 2 s; b did 2/1.5 of its 3 s
-    (2.0, 0.0, 1.6666666666666665)
+    >>> [round(x, 3) for x in corun(1.0, 3.0, 2.0, 1.5)]  # a ends after 2 s; b did 2/1.5 of its 3 s
+    [2.0, 0.0, 1.667]
     """
     t = min(work_a * s_a, work_b * s_b)
     return t, max(0.0, work_a - t / s_a), max(0.0, work_b - t / s_b)
