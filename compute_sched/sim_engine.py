@@ -141,6 +141,23 @@ class SimEngine:
     def idle(self) -> bool:
         return all(not i.running and not i.waiting for i in self._insts)
 
+    def next_event_s(self) -> float:
+        """A lower bound on the seconds until a pending request can finish (inf when idle).
+
+        The earliest finish of a running request is at least its remaining tokens at today's step time
+        (steps only grow with context); an instance with only waiting requests has a prefill first, so
+        it answers 0 and the caller advances by its own quantum. Event loops that drive the engine in
+        real or simulated time (the agentic runtime's workers) sleep this long instead of polling.
+        """
+        best = math.inf
+        for i in self._insts:
+            if i.running:
+                k = min(s.target - s.generated for s in i.running)
+                best = min(best, max(0, k) * i.perf.decode_step_s(i.cfg, len(i.running), i.used()))
+            elif i.waiting:
+                best = min(best, max(0.0, i.available_at - self._now))
+        return best
+
     def pending_count(self) -> int:
         """Requests running or waiting, without building a snapshot."""
         return sum(len(i.running) + len(i.waiting) for i in self._insts)

@@ -376,12 +376,14 @@ class _Group:
                     return None
             else:
                 return Action(tuple(k == c for k in range(n)), 1.0, tuple(lvl if k == c else held[k] for k in range(n)))
-        if len(roll) == 2:
+        # MuxServe shares the GPU half and half between two rollouts when both fit in half of it
+        if len(roll) == 2 and all(st.head(c).mem_min_pct <= 50.0 and held[c] in (0.0, 50.0) for c in roll):
             return Action((True, True), 0.5, (50.0, 50.0))
-        if roll:
-            c = roll[0]
-            lvl = held[c] or 50.0
-            return Action(tuple(k == c for k in range(n)), 1.0, tuple(lvl if k == c else held[k] for k in range(n)))
+        for c in roll:  # otherwise one rollout at a time, in the memory it holds (or all that is left)
+            others = sum(held[o] for o in range(n) if o != c)
+            lvl = held[c] or max([x for x in (50.0, *MEM_LEVELS_PCT) if x <= MEMORY_BUDGET_PCT - others] or [0.0])
+            if lvl + 1e-9 >= st.head(c).mem_min_pct or lvl >= MEM_LEVELS_PCT[-1]:
+                return Action(tuple(k == c for k in range(n)), 1.0, tuple(lvl if k == c else held[k] for k in range(n)))
         return None
 
     def _audit(self, st: WorkerState, a: Action) -> None:
