@@ -79,7 +79,8 @@ class LLMProxy:
                     raise GenerationFailed(f"trajectory {trajectory_id}: {tries} workers died under it") from None
             except asyncio.CancelledError:
                 if self._open.is_set() or asyncio.current_task().cancelling():
-                    raise  # the caller cancelled (a redundant trajectory, a timeout): not a suspension
+                    worker.abort(rid)  # the caller cancelled (a redundant or stale trajectory): free the engine
+                    raise
                 self.interrupted += 1  # suspended mid-turn: resubmit after resume with the context so far
             finally:
                 self._inflight.pop(rid, None)
