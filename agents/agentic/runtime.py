@@ -305,7 +305,7 @@ class RolloutRuntime:
                 p.add_done_callback(producers.discard)
 
         refill()
-        t_prev = loop.time()
+        t_prev = t_start = loop.time()
         try:
             for it in range(iterations):
                 getter = loop.create_task(self.buffer.get_batch(want))
@@ -328,11 +328,13 @@ class RolloutRuntime:
                 self.buffer.set_version(version)
                 self.proxy.resume(version)
                 await asyncio.sleep(train_step_s)
+                if self.weights is not None:  # the new version exists: its cross-cluster copy starts now
+                    self.weights.publish(version + 1)
                 now = loop.time()
                 self.metrics.step_s.append(now - t_prev)
                 t_prev = now
                 if self.progress:
-                    self.progress(f"step {it + 1}/{iterations}: {now:.1f} s, {self.metrics.trained} trajectories "
+                    self.progress(f"step {it + 1}/{iterations}: {now - t_start:.1f} s, {self.metrics.trained} trajectories "
                                   f"trained, {len(self._running)} running")
         finally:
             for p in list(producers):
