@@ -18,9 +18,19 @@ import asyncio
 import time
 from typing import Any, Callable, Mapping
 
+from pydantic import BaseModel, Field
+
 from orchestrl.fabric.errors import OrchestrlError
 
 __all__ = ["REWARD_FUNCTIONS", "RewardFailed", "LocalRewardClient", "HttpRewardClient", "reward_app"]
+
+
+class RewardRequest(BaseModel):
+    """What the service reads of a trajectory: its id, the environment's return and its turns' tokens."""
+
+    trajectory_id: str = ""
+    env_reward: float = 0.0
+    turns: list[tuple[int, int]] = Field(default_factory=list)
 
 
 class RewardFailed(OrchestrlError):
@@ -96,12 +106,6 @@ def reward_app(max_concurrency: int = 64, call_timeout_s: float = 10.0, queue_ti
                delay_s: float = 0.0):
     """The reward service as a FastAPI app (see the module note); ``delay_s`` simulates a slow model judge."""
     from fastapi import FastAPI, HTTPException
-    from pydantic import BaseModel, Field
-
-    class RewardRequest(BaseModel):
-        trajectory_id: str = ""
-        env_reward: float = 0.0
-        turns: list[tuple[int, int]] = Field(default_factory=list)
 
     app = FastAPI(title="orchestrl reward service", version="1")
     sem = asyncio.Semaphore(max_concurrency)
