@@ -10,7 +10,8 @@ machine and in simulated time under RLSim (:mod:`sim.agentic.clock` swaps the lo
   ``step`` has a timeout; a raise, a hang or a malformed observation ends the trajectory as
   ``env_failure`` (named and counted) and the group launches a replacement on a fresh instance.
 * :meth:`RolloutRuntime.group` launches ``group_size + redundancy`` managers and keeps the first
-  ``group_size`` that finish (rewarded); the rest are cancelled and counted ``redundant``.
+  ``group_size`` that finish (rewarded); the rest are cancelled and counted ``redundant``. A failed
+  one is replaced at once (up to ``max_replacements``), so the margin survives the first failures.
 * Reward: when a trajectory completes its reward is requested as a task (``reward_client``), so it
   overlaps the rollouts still running; then it enters the :class:`~agents.agentic.buffer.SampleBuffer`.
 * :meth:`RolloutRuntime.train` is the asynchronous workflow: ``get_batch`` -> ``suspend`` ->
@@ -214,7 +215,8 @@ class RolloutRuntime:
         """Run one GRPO group with redundancy: launch ``size + redundancy``, keep the first ``size``."""
         task = task or self.pick_task()
         want = self.group_size
-        jobs = {self._launch(group_id, task) for _ in range(math.ceil(want * (1 + self.redundancy)))}
+        launch = math.ceil(want * (1 + self.redundancy))
+        jobs = {self._launch(group_id, task) for _ in range(launch)}
         done: list[Trajectory] = []
         replaced = 0
         try:
@@ -223,8 +225,8 @@ class RolloutRuntime:
                 for j in finished:
                     if j.cancelled():
                         continue
-                    if j.exception() is not None:
-                        if len(done) + len(jobs) < want and replaced < self.max_replacements:
+                    if j.exception() is not None:  # replaced at once, so the redundancy margin holds
+                        if len(done) + len(jobs) < launch and replaced < self.max_replacements:
                             replaced += 1
                             self.metrics.replacements += 1
                             jobs.add(self._launch(group_id, task))

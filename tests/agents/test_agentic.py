@@ -194,7 +194,7 @@ def test_reward_service_answers_over_http_and_a_slow_or_dead_one_fails_in_bounde
             asyncio.run(call(f"http://127.0.0.1:{port}", retries=1, timeout_s=0.5, backoff_s=0.05))
         assert time.monotonic() - t0 < 3
     finally:
-        slow.terminate()
+        slow.kill()  # a graceful stop would wait for the 30 s request
         slow.wait(10)
 
 
