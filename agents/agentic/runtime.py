@@ -289,9 +289,12 @@ class RolloutRuntime:
                 out.append(t)
         return out
 
-    async def train(self, iterations: int, batch_groups: int, train_step_s: float,
+    async def train(self, iterations: int, batch_groups: int, train_step_s: float | Callable[[list], float],
                     groups_in_flight: int | None = None) -> dict:
-        """The asynchronous workflow for ``iterations`` training steps; returns the run's metrics."""
+        """The asynchronous workflow for ``iterations`` training steps; returns the run's metrics.
+
+        ``train_step_s`` is the training step's time, or a function of the batch that returns it.
+        """
         loop = asyncio.get_running_loop()
         want = batch_groups * self.group_size
         in_flight = groups_in_flight or max(batch_groups, math.ceil(batch_groups * (1 + self.buffer.bound)))
@@ -329,7 +332,7 @@ class RolloutRuntime:
                         job.cancel()
                 self.buffer.set_version(version)
                 self.proxy.resume(version)
-                await asyncio.sleep(train_step_s)
+                await asyncio.sleep(train_step_s(batch) if callable(train_step_s) else train_step_s)
                 if self.weights is not None:  # the new version exists: its cross-cluster copy starts now
                     self.weights.publish(version + 1)
                 now = loop.time()

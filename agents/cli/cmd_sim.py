@@ -129,6 +129,13 @@ _FIGURES = {
     "jigsaw-fig16": ("orchestrl.sim.experiments.jigsaw_fig16", "JigsawRL §5.3: heterogeneous models (sweep)"),
     "jigsaw-fig19": ("orchestrl.sim.experiments.jigsaw_fig19", "JigsawRL §5.4: average MFU (sweep)"),
     "jigsaw-fig20": ("orchestrl.sim.experiments.jigsaw_fig20", "JigsawRL §5.4: migration ablation (sweep)"),
+    # RollArt (docs/agentic.md): the agentic runtime on RLSim's virtual clock
+    "rollart-fig10": ("orchestrl.sim.experiments.rollart_fig10", "RollArt §7.2: step time and throughput vs veRL+ and "
+                      "StreamRL, scaling (sweep)"),
+    "rollart-fig11": ("orchestrl.sim.experiments.rollart_fig11", "RollArt §7.3: hardware affinity, asynchronous "
+                      "cross-cluster weight update (sweep)"),
+    "rollart-env": ("orchestrl.sim.experiments.rollart_env", "RollArt §3.1, §7.4: H800 vs H20, environment latency, "
+                    "redundancy, bound (sweep)"),
 }
 
 
