@@ -213,3 +213,17 @@ def test_cli_runs_a_run_file_and_refuses_a_bad_one_naming_the_field(tmp_path):
     with contextlib.redirect_stderr(err):
         assert main(["agentic", "run", str(tmp_path / "bad.yaml")]) != 0
     assert "tasks[0].env" in err.getvalue() and "FrozenPond-v9" in err.getvalue()
+
+
+def test_the_same_env_managers_run_as_ray_actors():
+    ray = pytest.importorskip("ray")
+    from orchestrl.agents.agentic.ray_actors import run_on_ray
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+    try:
+        task = TaskSpec("f", "FrozenLake-v1", "f", max_turns=3, reply_median_tokens=8, latency=LatencySpec())
+        out = run_on_ray(task, 6, env_actors=2)
+    finally:
+        ray.shutdown()
+    assert len(out) == 6 and all(r["ok"] for r in out), out
+    assert all(r["turns"] >= 1 for r in out)
