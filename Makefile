@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim]'
+	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim,agentic]'
 	touch $(STAMP)
 
 demo: setup
