@@ -134,7 +134,7 @@ _FIGURES = {
                       "StreamRL, scaling (sweep)"),
     "rollart-fig11": ("orchestrl.sim.experiments.rollart_fig11", "RollArt §7.3: hardware affinity, asynchronous "
                       "cross-cluster weight update (sweep)"),
-    "rollart-env": ("orchestrl.sim.experiments.rollart_env", "RollArt §3.1, §7.4: H800 vs H20, environment latency, "
+    "rollart-env": ("orchestrl.sim.experiments.rollart_env", "RollArt §3.1 and §7.4: H800 vs H20, environment latency, "
                     "redundancy, bound (sweep)"),
 }
 
