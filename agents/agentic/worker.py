@@ -166,7 +166,12 @@ class GenerationWorker:
             dt = now - clock
             clock = now
             self.busy_s += dt
-            for f in eng.advance(dt):
+            if hasattr(eng, "next_event_s"):  # the simulated engine: advancing is bookkeeping
+                finished = eng.advance(dt)
+            else:  # a real engine steps for dt of wall time: on a thread, so the loop keeps taking commands
+                finished = await loop.run_in_executor(None, eng.advance, max(dt, 0.005))
+                clock = loop.time()
+            for f in finished:
                 p = self._pending.pop(f.request_id, None)
                 if p is None or p.future.done():
                     continue

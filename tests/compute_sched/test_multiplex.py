@@ -150,3 +150,24 @@ def test_lookahead_is_close_to_the_exhaustive_optimum_on_small_instances():
     for _ in range(5):
         st = _random_instance(rng, (3, 2))
         assert exh.optimum(st) / sch.schedule(st).makespan_s >= 0.9
+
+
+def test_engine_hooks_turn_a_decision_into_engine_arguments(monkeypatch):
+    from orchestrl.compute_sched.multiplex.hooks import budgeted_factory, green_context_stream, training_microbatch
+    seen = {}
+
+    def factory(config, gpu_ids, **kw):
+        import os
+        seen.update(kw, mps=os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
+        return "engine"
+    monkeypatch.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", raising=False)
+    assert budgeted_factory(factory, 0.25, 40)("cfg", (0,)) == "engine"
+    assert seen == {"gpu_memory_utilization": 0.36, "mps": "25"}
+    import os
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in os.environ  # restored after the build
+    with pytest.raises(ConfigError, match="mem_pct"):
+        training_microbatch(load_model("Qwen3-32B"), load_gpu("H100"), 20, 2)
+    import torch
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="green context"):
+            green_context_stream(32)
