@@ -26,7 +26,7 @@ from orchestrl.compute_sched.layout import InstanceConfig
 from orchestrl.compute_sched.multiplex.catalog import model_for
 from orchestrl.compute_sched.multiplex.lookahead import Scheduler, Task, WorkerState
 from orchestrl.compute_sched.multiplex.substage import rollout_chain
-from orchestrl.sim.multiplex.rollout import _perf
+from orchestrl.sim.multiplex.rollout import perf_model
 from orchestrl.sim.multiplex.runner import PipelineSteps, mem_floor_pct
 
 __all__ = ["Baseline", "verl", "rollmux", "streamrl", "areal", "jigsaw_async"]
@@ -86,7 +86,7 @@ def areal(quarter: list[PipelineSteps]) -> Baseline:
     """AReaL: no rollout tail (the batch is refilled), overlapped with training as StreamRL."""
     totals = []
     for r in quarter:
-        perf = _perf(r.spec, r.gpu)
+        perf = perf_model(r.spec, r.gpu)
         cfg = InstanceConfig("tp", tp=r.spec.tp)
         tot = 0.0
         for k in range(r.steps):

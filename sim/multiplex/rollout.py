@@ -27,7 +27,7 @@ from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.sim_engine import SimEngine
 from orchestrl.sim.multiplex.workload import TASKS, PipelineSpec, Sample
 
-__all__ = ["RolloutTrace", "simulate_replica", "post_times", "veRL_shares", "fit_post_model", "MFU_TRAIN", "MFU_REF", "TOOL_GAP_S"]
+__all__ = ["RolloutTrace", "simulate_replica", "post_times", "perf_model", "veRL_shares", "fit_post_model", "MFU_TRAIN", "MFU_REF", "TOOL_GAP_S"]
 
 # veRL's training and reference passes as a fixed cost per step plus FLOPs at an MFU, fitted to Table 1's
 # two 4-GPU GSM8K rows (Qwen3-0.6B and Qwen3-4B; fit_post_model) and checked on its other three.
@@ -52,7 +52,8 @@ class RolloutTrace:
     tail_start_s: float
 
 
-def _perf(spec: PipelineSpec, gpu: str) -> PerfModel:
+def perf_model(spec: PipelineSpec, gpu: str) -> PerfModel:
+    """The performance model of ``spec``'s model on ``gpu`` (cached)."""
     return _perf_cached(spec.model, gpu)
 
 
@@ -63,7 +64,7 @@ def _perf_cached(model: str, gpu: str) -> PerfModel:
 
 def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) -> RolloutTrace:
     """Run ``samples`` on one DP worker (TP ``spec.tp`` on ``gpu``) and return its trace."""
-    perf = _perf(spec, gpu)
+    perf = perf_model(spec, gpu)
     cfg = InstanceConfig("tp", tp=spec.tp)
     eng = SimEngine(perf, homogeneous(cfg, spec.tp), {})
     eng.step_log = []
@@ -168,7 +169,7 @@ def post_times(spec: PipelineSpec, tokens: float, gpu: str, gpus: int | None = N
     The MFUs are low because they are veRL's (FSDP, small micro-batches, padding) on small models.
     """
     mt, ft, mr, fr = fitted or (MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S)
-    perf = _perf(spec, gpu)
+    perf = perf_model(spec, gpu)
     n = perf.model.active_params
     g = gpus or spec.tp
     peak = perf.gpu.bf16_flops
@@ -200,8 +201,8 @@ def fit_post_model(rows, gpu: str = "H100") -> tuple[float, float, float, float]
         spec = PipelineSpec("fit", model, task)
         _, roll, tok = veRL_shares(spec, gpu, g)
         sh = TABLE1[(model, task, g)]
-        n = _perf(spec, gpu).model.active_params
-        a.append([1.0, 2.0 * n * tok / _perf(spec, gpu).gpu.bf16_flops])
+        n = perf_model(spec, gpu).model.active_params
+        a.append([1.0, 2.0 * n * tok / perf_model(spec, gpu).gpu.bf16_flops])
         bt.append(roll * sh[2] / (sh[0] + sh[3]) / 3.0)
         br.append(roll * sh[1] / (sh[0] + sh[3]))
     xt = np.linalg.solve(np.array(a), np.array(bt))
