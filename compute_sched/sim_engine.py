@@ -34,6 +34,7 @@ from orchestrl.compute_sched.costs import CostModel
 from orchestrl.compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
                                   MigrationReport, SwitchReport, WorkerState)
 from orchestrl.compute_sched.layout import Layout
+from orchestrl.compute_sched.multiplex.substage import StepRecord
 from orchestrl.compute_sched.netseam import Transfer, crosses_nodes, kv_gpus
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.workload import RequestState
@@ -127,6 +128,9 @@ class SimEngine:
         self.preemptions = 0
         self.network = perf.network
         self.switch_log: list[dict[str, object]] = []  # per layout change on a network: switch, reload paths
+        # Forward steps as JigsawRL's sub-stage tracker reads them (multiplex.substage.StepRecord): set to a
+        # list to record; None (the default) records nothing and costs nothing.
+        self.step_log: list | None = None
         if self.network is not None:
             self._fabric_ready(self._insts, self.network.deploy(layout, self._now))
 
@@ -136,6 +140,23 @@ class SimEngine:
 
     def idle(self) -> bool:
         return all(not i.running and not i.waiting for i in self._insts)
+
+    def next_event_s(self) -> float:
+        """A lower bound on the seconds until a pending request can finish (inf when idle).
+
+        The earliest finish of a running request is at least its remaining tokens at today's step time
+        (steps only grow with context); an instance with only waiting requests has a prefill first, so
+        it answers 0 and the caller advances by its own quantum. Event loops that drive the engine in
+        real or simulated time (the agentic runtime's workers) sleep this long instead of polling.
+        """
+        best = math.inf
+        for i in self._insts:
+            if i.running:
+                k = min(s.target - s.generated for s in i.running)
+                best = min(best, max(0, k) * i.perf.decode_step_s(i.cfg, len(i.running), i.used()))
+            elif i.waiting:
+                best = min(best, max(0.0, i.available_at - self._now))
+        return best
 
     def pending_count(self) -> int:
         """Requests running or waiting, without building a snapshot."""
@@ -406,7 +427,10 @@ class SimEngine:
                 continue
             prefill = self._admit(inst)
             if sum(prefill):
-                inst.clock += self.costs.recompute_s(inst.cfg, prefill)
+                dt = self.costs.recompute_s(inst.cfg, prefill)
+                if self.step_log is not None:
+                    self.step_log.append(StepRecord(inst.index, inst.clock, dt, int(sum(prefill))))
+                inst.clock += dt
                 continue
             if not inst.running:
                 nxt = min((s.ready_at for s in inst.waiting if s.ready_at > inst.clock), default=horizon)
@@ -434,7 +458,10 @@ class SimEngine:
             if inst.waiting and not pending_ready:  # admissions wait for room: re-check every few iterations
                 k = min(k, 256)
             k = max(1, k)
-            inst.clock += k * perf.decode_step_s(inst.cfg, b, used + b * (k - 1) / 2.0)
+            dt = k * perf.decode_step_s(inst.cfg, b, used + b * (k - 1) / 2.0)
+            if self.step_log is not None:
+                self.step_log.append(StepRecord(inst.index, inst.clock, dt, b, k))
+            inst.clock += dt
             inst.window_tokens += b * k
             inst.kv_used += b * k
             still = []

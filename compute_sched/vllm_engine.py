@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from orchestrl.compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
                                   MigrationReport, SwitchReport, WorkerState)
 from orchestrl.compute_sched.layout import InstanceConfig, Layout
+from orchestrl.compute_sched.multiplex.substage import StepRecord
 from orchestrl.compute_sched.workload import RequestState
 from orchestrl.fabric.errors import ConfigError, OrchestrlError
 
@@ -118,16 +119,28 @@ def _stop_workers(workers: list[_Worker]) -> None:
         w.close(wait_s=False)
 
 
-def _step_until(engine: Any, deadline: float, t0: float) -> dict[str, tuple[bool, list[int], float]]:
+def _step_until(engine: Any, deadline: float, t0: float, log: list | None = None, instance: int = 0,
+                seen: set | None = None) -> dict[str, tuple[bool, list[int], float]]:
     """Step ``engine`` until ``deadline`` or idle, on its own thread; return each request's last output.
 
     The value is ``(finished, cumulative token ids, seconds since t0 when this output arrived)``;
-    outputs are cumulative, so the last one per request carries everything.
+    outputs are cumulative, so the last one per request carries everything. With ``log`` each step is
+    appended as a :class:`~compute_sched.multiplex.substage.StepRecord`: one token per request that
+    produced output, plus its prompt the first time it appears (``seen``), as JigsawRL's tracker counts.
     """
     last: dict[str, tuple[Any, float]] = {}
     while time.monotonic() < deadline and engine.has_unfinished_requests():
+        began = time.monotonic()
         outs = engine.step()
         now = time.monotonic() - t0
+        if log is not None:
+            tokens = 0
+            for out in outs:
+                tokens += 1
+                if seen is not None and out.request_id not in seen:
+                    seen.add(out.request_id)
+                    tokens += len(getattr(out, "prompt_token_ids", None) or ())
+            log.append(StepRecord(instance, began - t0, now - (began - t0), tokens))
         for out in outs:
             last[out.request_id] = (out, now)
     return {rid: (bool(out.finished), list(out.outputs[0].token_ids) if out.outputs else [], at)
@@ -189,6 +202,8 @@ class VllmEngine:
         self._rate = [0.0] * len(self._workers)
         self._t0 = time.monotonic()
         self._finished = 0
+        self.step_log: list | None = None  # set to a list to record forward steps (JigsawRL's tracker reads them)
+        self._seen: dict[int, set] = {}  # per instance: requests whose prompt was counted as prefill
 
     def _start(self, config: InstanceConfig, gpu_ids: tuple[int, ...]) -> _Worker:
         w = _Worker(f"{config.name} on GPUs {list(gpu_ids)}", self._factory, config, gpu_ids)
@@ -359,7 +374,8 @@ class VllmEngine:
         start = time.monotonic()
         deadline = start + max(0.0, seconds)
         busy = sorted({t.instance for t in self._reqs.values()})
-        futures = {k: self._workers[k].submit(_step_until, self._workers[k].engine, deadline, self._t0) for k in busy}
+        futures = {k: self._workers[k].submit(_step_until, self._workers[k].engine, deadline, self._t0, self.step_log, k,
+                                              self._seen.setdefault(k, set())) for k in busy}
         wait(futures.values())
         tokens = [0] * len(self._workers)
         done: list[FinishedRequest] = []

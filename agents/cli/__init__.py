@@ -18,7 +18,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     from orchestrl.agents import demo
-    from orchestrl.agents.cli import cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched, cmd_sim
+    from orchestrl.agents.cli import cmd_agentic, cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched, cmd_sim
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmd_sched.register(groups)
     cmd_groups.register(groups)
     cmd_sim.register(groups)
+    cmd_agentic.register(groups)
     demo.register(groups)
     return parser
 

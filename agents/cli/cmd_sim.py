@@ -134,6 +134,23 @@ _FIGURES = {
     "fig22": ("orchestrl.sim.experiments.fig22", "§7.2.5 / Appendix I: each RL stage's sensitivity to the OCS "
                                        "reconfiguration delay (sweep)"),
     "fig23": ("orchestrl.sim.experiments.fig23", "Appendix I: traffic-aware (Algorithm 3) vs uniform circuit allocation"),
+    # JigsawRL (docs/jigsaw.md): several pipelines on shared GPUs
+    "jigsaw-fig12": ("orchestrl.sim.experiments.jigsaw_fig12", "JigsawRL §5.2: two pipelines on 8 H100s vs veRL, "
+                     "RollMux, MuxServe (sweep)"),
+    "jigsaw-fig13": ("orchestrl.sim.experiments.jigsaw_fig13", "JigsawRL §5.2: 8-64 A100s, 14B and 32B (sweep)"),
+    "jigsaw-fig14": ("orchestrl.sim.experiments.jigsaw_fig14", "JigsawRL §5.2: per-pipeline latency increase (sweep)"),
+    "jigsaw-fig15": ("orchestrl.sim.experiments.jigsaw_fig15", "JigsawRL §5.3: asynchronous, vs StreamRL and AReaL "
+                     "(sweep)"),
+    "jigsaw-fig16": ("orchestrl.sim.experiments.jigsaw_fig16", "JigsawRL §5.3: heterogeneous models (sweep)"),
+    "jigsaw-fig19": ("orchestrl.sim.experiments.jigsaw_fig19", "JigsawRL §5.4: average MFU (sweep)"),
+    "jigsaw-fig20": ("orchestrl.sim.experiments.jigsaw_fig20", "JigsawRL §5.4: migration ablation (sweep)"),
+    # RollArt (docs/agentic.md): the agentic runtime on RLSim's virtual clock
+    "rollart-fig10": ("orchestrl.sim.experiments.rollart_fig10", "RollArt §7.2: step time and throughput vs veRL+ and "
+                      "StreamRL, scaling (sweep)"),
+    "rollart-fig11": ("orchestrl.sim.experiments.rollart_fig11", "RollArt §7.3: hardware affinity, asynchronous "
+                      "cross-cluster weight update (sweep)"),
+    "rollart-env": ("orchestrl.sim.experiments.rollart_env", "RollArt §3.1 and §7.4: H800 vs H20, environment latency, "
+                    "redundancy, bound (sweep)"),
 }
 
 

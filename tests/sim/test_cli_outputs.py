@@ -228,13 +228,15 @@ def test_figure_help_lists_every_figure_with_its_section(capsys):
         main(["sim", "figure", "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    modules = sorted(p.stem for p in (REPO / "sim" / "experiments").glob("fig[0-9]*.py"))
-    assert sorted(_FIGURES) == modules  # every figure module is a command
+    exp = REPO / "sim" / "experiments"
+    modules = sorted(p.stem for pat in ("fig[0-9]*.py", "jigsaw_fig*.py", "rollart_*.py") for p in exp.glob(pat)
+                     if not p.stem.endswith("_common"))
+    assert sorted(_FIGURES) == sorted(m.replace("_", "-") for m in modules)  # every figure module is a command
     for name, (module, _) in _FIGURES.items():
         line = next((ln for ln in text.splitlines() if ln.startswith(f"  {name}  ")), None)
         assert line is not None, f"{name} is not described in --help"
         first = __import__(module, fromlist=["_"]).__doc__.splitlines()[0]  # "OrchestrRL §7.2.1, Figure 13: ..."
-        section = re.match(r"OrchestrRL (.+?), Figure \d+:", first).group(1)
+        section = re.match(r"(?:OrchestrRL|JigsawRL|RollArt) (.+?)(?:, Figure \d+)?:", first).group(1)
         assert section in line, (name, section, line)
 
 

@@ -1,0 +1,54 @@
+"""Build a whole agentic run from a :class:`~agents.agentic.config.RunConfig` and run it (one event loop).
+
+Used by ``orchestrl agentic run``, the benchmark and RLSim's RollArt experiments: workers per pool on
+the simulated engine, the proxy, the reward client (in-process or HTTP), the weight updater, and the
+rollout runtime's asynchronous loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+from orchestrl.agents.agentic.config import RunConfig
+from orchestrl.agents.agentic.proxy import LLMProxy
+from orchestrl.agents.agentic.reward import HttpRewardClient, LocalRewardClient
+from orchestrl.agents.agentic.runtime import RolloutRuntime
+from orchestrl.agents.agentic.weights import LinkSpec, WeightUpdater
+from orchestrl.agents.agentic.worker import sim_worker
+
+__all__ = ["build", "run_config"]
+
+
+def build(cfg: RunConfig, progress: Callable[[str], None] | None = None) -> tuple[RolloutRuntime, LLMProxy]:
+    """Create the workers, proxy, reward client, weight updater and runtime of ``cfg`` (inside a running loop)."""
+    workers = [sim_worker(f"{p.name}-{i}", p.name, p.gpu, cfg.model, p.tp, p.max_batch)
+               for p in cfg.pools for i in range(p.workers)]
+    proxy = LLMProxy(workers, cfg.mapping)
+    reward = (HttpRewardClient(cfg.reward_url, cfg.reward_function, timeout_s=cfg.reward_timeout_s,
+                               retries=cfg.reward_retries) if cfg.reward_url else LocalRewardClient(cfg.reward_function))
+    w = cfg.weights
+    weights = WeightUpdater(LinkSpec(w.get("model_bytes", 16.4e9), w.get("cross_cluster_bps", 200e9),
+                                     w.get("intra_cluster_bps", 400e9)),
+                            asynchronous=w.get("asynchronous", True), backend=w.get("backend", "relay"))
+    rt = RolloutRuntime(proxy, reward, list(cfg.tasks), group_size=cfg.group_size, redundancy=cfg.redundancy,
+                        bound=cfg.bound, seed=cfg.seed, max_replacements=cfg.max_replacements, weights=weights,
+                        progress=progress)
+    return rt, proxy
+
+
+async def run_config(cfg: RunConfig, progress: Callable[[str], None] | None = None) -> dict:
+    """Run ``cfg`` to its last iteration; return the summary (ledger, failures, staleness, routing, ...)."""
+    rt, proxy = build(cfg, progress)
+    proxy.start()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        out = await rt.train(cfg.iterations, cfg.batch_groups, cfg.train_step_s)
+    finally:
+        rt.weights.close()
+        await proxy.stop()
+        await rt.reward_client.close()
+    out["wall_s"] = loop.time() - t0
+    out["weights_waited_s"] = list(rt.weights.waited_s)
+    return out

@@ -1,0 +1,104 @@
+"""Asynchronous cross-cluster weight update (RollArt §5.2): publish without waiting, fetch at a suspend point.
+
+The trainer calls :meth:`WeightUpdater.publish` as soon as a version exists; the copy to the
+generation cluster's relay starts at once and runs beside the rollouts (the cross-cluster link, e.g.
+200 Gb/s Ethernet). At its next suspend point the runtime calls :meth:`WeightUpdater.update`, which
+waits only for what is left of that copy and then for the broadcast inside the generation cluster
+(its fast links). veRL's synchronous path (``asynchronous=False``) starts the copy at the suspend
+point, so the whole cross-cluster time lands on the step.
+
+Backends behind the same interface (:class:`Transport`):
+
+* ``relay`` (default): the copy timed from the bytes and link rates, the schedule of this project's
+  collectives planner for the intra-cluster broadcast being what a deployment runs (its executor
+  needs processes per GPU, which this runtime does not start);
+* ``mooncake``: Mooncake's transfer engine (``pip install mooncake-transfer-engine``), where it
+  imports; :func:`mooncake_available` says why not otherwise (docs/agentic.md records what was tried).
+
+Each copy is announced to the fabric controller as a ``weight-sync`` intent (the document format of
+``examples/intents/weight-sync.yaml``) through an optional announcer (a
+:class:`~agents.host_agent.HostAgent`'s ``announce``), like any other weight sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+__all__ = ["WeightUpdater", "LinkSpec", "mooncake_available", "weight_sync_intent"]
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    model_bytes: float
+    cross_cluster_bps: float = 200e9  # RollArt §7.1: 200 Gbps Ethernet between the clusters
+    intra_cluster_bps: float = 400e9  # 400 Gbps InfiniBand inside one
+    setup_s: float = 0.5
+
+
+def mooncake_available() -> tuple[bool, str]:
+    """Whether Mooncake's transfer engine imports here, and if not, why."""
+    try:
+        from mooncake.engine import TransferEngine  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure is the answer
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, "mooncake.engine.TransferEngine imports"
+
+
+def weight_sync_intent(job: str, train_gpus: str, gen_gpus: str, model_bytes: float) -> dict:
+    """The weight-sync intent document of one cross-cluster copy (fabric/intent.py's format)."""
+    return {"job": job, "stage": "weight-sync", "period": "broadcast",
+            "collectives": [{"primitive": "weight-sync", "train_gpus": train_gpus, "gen_gpus": gen_gpus,
+                             "model_bytes": float(model_bytes)}]}
+
+
+class WeightUpdater:
+    """Publish versions from the trainer; bring them to the generation workers at suspend points."""
+
+    def __init__(self, link: LinkSpec, *, asynchronous: bool = True, backend: str = "relay",
+                 announce: Callable[[Mapping], None] | None = None, job: str = "agentic",
+                 train_gpus: str = "0-7", gen_gpus: str = "8-15") -> None:
+        if backend not in ("relay", "mooncake"):
+            raise ValueError(f"weights backend {backend!r}: use relay or mooncake")
+        if backend == "mooncake":
+            ok, why = mooncake_available()
+            if not ok:
+                raise RuntimeError(f"weights backend 'mooncake' does not import here ({why}); use 'relay'")
+        self.link, self.asynchronous, self.backend = link, asynchronous, backend
+        self.announce, self.job, self.train_gpus, self.gen_gpus = announce, job, train_gpus, gen_gpus
+        self._copies: dict[int, asyncio.Task] = {}
+        self.waited_s: list[float] = []  # time each update blocked the rollout
+        self.intents = 0
+
+    def cross_s(self) -> float:
+        return self.link.setup_s + 8.0 * self.link.model_bytes / self.link.cross_cluster_bps
+
+    def intra_s(self) -> float:
+        return 8.0 * self.link.model_bytes / self.link.intra_cluster_bps
+
+    def publish(self, version: int) -> None:
+        """The trainer has ``version``: start its copy to the relay now (asynchronous mode)."""
+        if version in self._copies:
+            return
+        if self.announce is not None:
+            self.announce(weight_sync_intent(self.job, self.train_gpus, self.gen_gpus, self.link.model_bytes))
+            self.intents += 1
+        self._copies[version] = asyncio.get_running_loop().create_task(asyncio.sleep(self.cross_s()))
+
+    def close(self) -> None:
+        """Cancel copies still in flight (a run that ends with a version nobody will fetch)."""
+        for t in self._copies.values():
+            t.cancel()
+        self._copies.clear()
+
+    async def update(self, version: int) -> None:
+        """At a suspend point: wait for ``version`` at the relay, then broadcast it in the cluster."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        if not self.asynchronous or version not in self._copies:
+            self._copies.pop(version, None)
+            self.publish(version)
+        await self._copies.pop(version)
+        await asyncio.sleep(self.intra_s())
+        self.waited_s.append(loop.time() - t0)

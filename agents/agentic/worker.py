@@ -1,0 +1,188 @@
+"""A generation worker of the LLM proxy: one engine, one non-blocking command loop (RollArt §5.3).
+
+Design note
+-----------
+The loop has vLLM's engine-core shape: ``ADD`` and ``ABORT`` commands queue in an inbox; between
+engine steps the loop takes them all, then advances the engine until its next possible finish or
+until a command arrives, whichever is first (``asyncio.wait`` on the inbox's event with that
+timeout); a finished request resolves its caller's future at once -- no batch barrier. The engine is
+any :class:`~compute_sched.engine.Engine`: :class:`~compute_sched.sim_engine.SimEngine` here (its
+steps take their modelled time as ``asyncio.sleep``: real seconds in the runtime, simulated ones
+under RLSim's virtual clock), the vLLM adapter on GPUs (its ``advance`` runs in a thread, so the loop
+never blocks).
+
+The simulated engine knows the output length of each request in advance (that is what it
+simulates); the worker draws it from the request's ``output_tokens`` hint, which the environment
+side's policy stand-in supplies (docs/agentic.md says what is real and what is not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrl.compute_sched.engine import GenerationRequest
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.compute_sched.agentic.steps import step_model
+from orchestrl.fabric.errors import OrchestrlError
+
+__all__ = ["Completion", "WorkerDied", "GenerationWorker", "sim_worker"]
+
+
+class WorkerDied(OrchestrlError):
+    """The worker's engine died; its requests were not served (the proxy routes them elsewhere)."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished generation: its tokens, the worker that served it and when."""
+
+    request_id: str
+    worker: str
+    prompt_tokens: int
+    output_tokens: int
+    text: str = ""
+    queued_s: float = 0.0  # from ADD to the engine taking it
+    finished_s: float = 0.0
+
+
+@dataclass
+class _Pending:
+    req: GenerationRequest
+    future: asyncio.Future
+    added_at: float
+    text: str = ""
+
+
+class GenerationWorker:
+    """One engine behind a command loop; ``generate`` is the only call clients make."""
+
+    def __init__(self, name: str, pool: str, engine: Any, *, gpu: str = "", max_batch: int | None = None) -> None:
+        self.name, self.pool, self.engine, self.gpu = name, pool, engine, gpu
+        self.max_batch = max_batch
+        self._inbox: deque[tuple[str, Any]] = deque()
+        self._wake = asyncio.Event()
+        self._pending: dict[str, _Pending] = {}
+        self._task: asyncio.Task | None = None
+        self.alive = True
+        self.busy_s = 0.0  # engine time with requests in flight (for idle time per pool)
+        self.started_s = 0.0
+        self.served = 0
+        self.aborted = 0
+
+    # -- client side ------------------------------------------------------------------------------
+    @property
+    def load(self) -> int:
+        """Requests in flight (queued or running): what least-loaded routing compares."""
+        return len(self._pending)
+
+    def generate(self, req: GenerationRequest, text: str = "") -> asyncio.Future:
+        """Queue ``req`` (an ``ADD``); the future resolves to a :class:`Completion` when it finishes."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        if not self.alive:
+            fut.set_exception(WorkerDied(f"worker {self.name} is dead"))
+            return fut
+        self._pending[req.request_id] = _Pending(req, fut, loop.time(), text)
+        self._inbox.append(("ADD", req))
+        self._wake.set()
+        return fut
+
+    def abort(self, request_id: str) -> None:
+        """Queue an ``ABORT``; the request's future is cancelled when the loop takes it."""
+        if request_id in self._pending:
+            self._inbox.append(("ABORT", request_id))
+            self._wake.set()
+
+    def kill(self, reason: str = "killed") -> None:
+        """The engine dies: every request in flight fails with :class:`WorkerDied` (the proxy re-routes)."""
+        self.alive = False
+        for p in self._pending.values():
+            if not p.future.done():
+                p.future.set_exception(WorkerDied(f"worker {self.name} died: {reason}"))
+        self._pending.clear()
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.started_s = asyncio.get_running_loop().time()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"worker {self.name}")
+
+    async def stop(self) -> None:
+        self.alive = False
+        self._wake.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _take_commands(self) -> None:
+        adds = []
+        while self._inbox:
+            cmd, arg = self._inbox.popleft()
+            if cmd == "ADD":
+                if arg.request_id in self._pending:
+                    adds.append(arg)
+            else:
+                p = self._pending.pop(arg, None)
+                if p is not None:
+                    self.engine.abort([arg])
+                    adds = [a for a in adds if a.request_id != arg]
+                    self.aborted += 1
+                    if not p.future.done():
+                        p.future.cancel()
+        if adds:
+            lengths = getattr(self.engine, "lengths", None)
+            if lengths is not None:  # the simulated engine: its hidden output length is the request's cap
+                for a in adds:
+                    lengths[a.request_id] = a.max_tokens
+            self.engine.add_requests(adds)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        eng = self.engine
+        clock = loop.time()
+        while self.alive:
+            self._take_commands()
+            if not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+                now = loop.time()
+                eng.advance(now - clock)  # an idle engine: keep its clock with the loop's
+                clock = now
+                continue
+            horizon = eng.next_event_s() if hasattr(eng, "next_event_s") else 0.01
+            horizon = 1e-4 if not math.isfinite(horizon) or horizon <= 0 else horizon
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=horizon)
+            except asyncio.TimeoutError:
+                pass
+            now = loop.time()
+            dt = now - clock
+            clock = now
+            self.busy_s += dt
+            if hasattr(eng, "next_event_s"):  # the simulated engine: advancing is bookkeeping
+                finished = eng.advance(dt)
+            else:  # a real engine steps for dt of wall time: on a thread, so the loop keeps taking commands
+                finished = await loop.run_in_executor(None, eng.advance, max(dt, 0.005))
+                clock = loop.time()
+            for f in finished:
+                p = self._pending.pop(f.request_id, None)
+                if p is None or p.future.done():
+                    continue
+                self.served += 1
+                p.future.set_result(Completion(f.request_id, self.name, p.req.prompt_tokens, f.output_tokens, p.text,
+                                               0.0, now))
+
+
+def sim_worker(name: str, pool: str, gpu: str, model: str, tp: int = 1, max_batch: int | None = None) -> GenerationWorker:
+    """A worker on the simulated engine: ``model`` at TP ``tp`` on ``gpu`` (step times from :func:`step_model`)."""
+    perf = step_model(load_model(model), load_gpu(gpu))
+    cfg = InstanceConfig("tp", tp=tp)
+    eng = SimEngine(perf, homogeneous(cfg, tp), {}, max_num_seqs=max_batch)
+    return GenerationWorker(name, pool, eng, gpu=gpu, max_batch=max_batch)

@@ -1,0 +1,169 @@
+"""Benchmark JigsawRL's scheduler and RLSim results against greedy, exhaustive search and veRL, in one run.
+
+Run from the repository root::
+
+    python bench/jigsaw.py            # decisions at 64 GPUs, 200 + 40 generated instances, Fig. 12 settings
+    python bench/jigsaw.py --quick    # fewer instances, three Fig. 12 settings with one step
+    python bench/jigsaw.py --json     # also print one JSON document at the end
+
+What it measures (issue 33's targets):
+
+* ``decision_ms``: p99 of one worker's look-ahead decision (W = 3) while 8 pipelines run on 64
+  H100s (4 groups of 2 pipelines x 16 DP workers, Qwen3-4B GSM8K/MATH), over every decision of the
+  run; ``barrier_ms`` the p99 over events of every decision made at one instant (a barrier
+  re-decides a whole group: the cost if one host decided for all its workers in turn);
+* ``vs_greedy_min``: min over generated two-pipeline instances of greedy makespan / the scheduler's
+  (the fortified plan: never below 1 by construction), and ``lookahead_vs_greedy_min`` the same for
+  the plain W = 3 plan, which can lose;
+* ``vs_exhaustive_worst``: min over small instances (2 x 2-3 sub-stages) of optimum / the scheduler's
+  (which, at that size, also searches a window over every sub-stage); ``lookahead_vs_exhaustive_worst``
+  the same for the plain W = 3 plan;
+* ``speedup_vs_verl_mean``: JigsawRL over veRL (its better configuration) on the Fig. 12 settings in
+  RLSim with the default grid; ``speedup_vs_verl_serial_mean`` against the pipelines in turn;
+  ``above_rollmux_where_rollout_over_60``: whether JigsawRL beat RollMux on every setting whose rollout
+  is above 60% of the step under veRL;
+* ``memory_violations``: actions, over every run here, whose memory exceeded the budget or a
+  sub-stage's floor (the runner audits what executed, not what the scheduler meant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrl.compute_sched.multiplex.catalog import model_for  # noqa: E402
+from orchestrl.compute_sched.multiplex.grid import KINDS  # noqa: E402
+from orchestrl.compute_sched.multiplex.lookahead import Scheduler, Task, WorkerState  # noqa: E402
+from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, run_case  # noqa: E402
+from orchestrl.sim.multiplex.runner import run_group, simulate_steps  # noqa: E402
+from orchestrl.sim.multiplex.workload import PipelineSpec  # noqa: E402
+
+_ROLL = ("prefill", "decode_large", "decode_small", "idle")
+
+
+def _instance(rng: random.Random, sizes: tuple[int, int]) -> WorkerState:
+    chains = []
+    for c, n in enumerate(sizes):
+        tasks = []
+        roll = max(1, n - rng.randint(0, 2))
+        for i in range(n):
+            if i < roll:
+                tasks.append(Task(rng.choice(_ROLL), rng.uniform(0.5, 8.0), rng.choice((20, 20, 40)), f"{c}:r"))
+            else:
+                kind = rng.choice(("reference", "train"))
+                tasks.append(Task(kind, rng.uniform(0.5, 6.0), rng.choice((20, 40, 60))))
+        chains.append(tasks)
+    return WorkerState.start(chains)
+
+
+def scheduler_quality(n_gen: int, n_small: int, seed: int = 7) -> dict:
+    sch = Scheduler(model_for("H100"))
+    rng = random.Random(seed)
+    vs_greedy, la_vs_greedy = [], []
+    for _ in range(n_gen):
+        st = _instance(rng, (rng.randint(3, 7), rng.randint(3, 7)))
+        g = sch.plan(st, "greedy").makespan_s
+        la = sch.plan(st, "lookahead").makespan_s
+        s = sch.schedule(st).makespan_s
+        vs_greedy.append(g / s)
+        la_vs_greedy.append(g / la)
+    vs_opt, la_opt = [], []
+    exh = Scheduler(model_for("H100"), beam=None)
+    for _ in range(n_small):
+        st = _instance(rng, (rng.randint(2, 3), 2))
+        best = exh.optimum(st)
+        vs_opt.append(best / sch.schedule(st).makespan_s)
+        la_opt.append(best / sch.plan(st, "lookahead").makespan_s)
+    return {"vs_greedy_min": min(vs_greedy), "vs_greedy_mean": statistics.fmean(vs_greedy),
+            "lookahead_vs_greedy_min": min(la_vs_greedy), "vs_exhaustive_worst": min(vs_opt),
+            "vs_exhaustive_mean": statistics.fmean(vs_opt), "lookahead_vs_exhaustive_worst": min(la_opt),
+            "instances": n_gen, "small_instances": n_small}
+
+
+def decision_latency(quick: bool) -> dict:
+    """8 pipelines on 64 H100s: 4 groups of 2 pipelines x 16 DP workers; per-decision and per-event times."""
+    per, events, viol = [], [], 0
+    groups = 1 if quick else 4
+    for g in range(groups):
+        task = ("gsm8k", "math")[g % 2]
+        runs = [simulate_steps(PipelineSpec(f"{'AB'[i]}{g}", "Qwen3-4B", task, seed=10 * g + i), "H100", 16, 1)
+                for i in range(2)]
+        import orchestrl.sim.multiplex.runner as runner
+        grp = runner._Group(runs, "jigsaw", "default", 1.0, 3)
+        orig = grp._decide
+        stamp: dict[float, float] = {}
+
+        def timed(w: int, now: float, orig=orig, stamp=stamp) -> object:
+            t0 = time.perf_counter()
+            a = orig(w, now)
+            dt = time.perf_counter() - t0
+            per.append(dt * 1e3)
+            stamp[now] = stamp.get(now, 0.0) + dt * 1e3
+            return a
+        grp._decide = timed
+        res = grp.run()
+        viol += res.memory_violations
+        events += list(stamp.values())
+    q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(p * len(xs)))]  # noqa: E731
+    return {"decision_ms": q(per, 0.99), "decision_ms_p50": q(per, 0.5), "barrier_ms": q(events, 0.99),
+            "decisions": len(per), "pipelines": 2 * groups, "gpus": 16 * groups, "memory_violations": viol}
+
+
+def rlsim(quick: bool) -> dict:
+    settings = [FIG12[2], FIG12[3], FIG12[4]] if quick else list(FIG12)
+    rows = []
+    for m, t, tp, sc in settings:
+        case = Case("bench", f"{m}/{t}", "H100", 8, ((m, t, tp, sc), (m, t, tp, sc)), 1 if quick else 2)
+        r = run_case(case)
+        rows.append(r)
+        print(f"  {r['label']:<22} rollout {r['rollout_share_verl']:.0%}  JigsawRL/veRL {r['jigsaw_tps'] / r['verl_tps']:.3f}"
+              f" (veRL {r['verl_config']})  /veRL-serial {r['jigsaw_tps'] / r['verl_serial_tps']:.3f}  "
+              f"/RollMux {r['jigsaw_tps'] / r['rollmux_tps']:.3f}  /MuxServe {r['jigsaw_tps'] / r['muxserve_tps']:.3f}",
+              flush=True)
+    heavy = [r for r in rows if r["rollout_share_verl"] > 0.6]
+    return {"speedup_vs_verl_mean": statistics.fmean(r["jigsaw_tps"] / r["verl_tps"] for r in rows),
+            "speedup_vs_verl_serial_mean": statistics.fmean(r["jigsaw_tps"] / r["verl_serial_tps"] for r in rows),
+            "speedup_vs_rollmux_mean": statistics.fmean(r["jigsaw_tps"] / r["rollmux_tps"] for r in rows),
+            "above_rollmux_where_rollout_over_60": all(r["jigsaw_tps"] > r["rollmux_tps"] for r in heavy),
+            "rollout_heavy_settings": len(heavy), "settings": len(rows),
+            "memory_violations": sum(r["memory_violations"] for r in rows)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer instances and settings (under two minutes)")
+    ap.add_argument("--json", action="store_true", help="also print one JSON document at the end")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    print("scheduler quality (generated two-pipeline instances, default H100 grid)", flush=True)
+    qual = scheduler_quality(40 if args.quick else 200, 8 if args.quick else 40)
+    print(f"  greedy / scheduler min {qual['vs_greedy_min']:.3f} (plain look-ahead {qual['lookahead_vs_greedy_min']:.3f}),"
+          f" mean {qual['vs_greedy_mean']:.3f}; optimum / scheduler worst {qual['vs_exhaustive_worst']:.3f}, "
+          f"mean {qual['vs_exhaustive_mean']:.3f} (plain W=3 look-ahead {qual['lookahead_vs_exhaustive_worst']:.3f})", flush=True)
+    print("decision latency (8 pipelines on 64 H100s; --quick: 2 on 16)", flush=True)
+    lat = decision_latency(args.quick)
+    print(f"  one worker's decision p99 {lat['decision_ms']:.2f} ms (p50 {lat['decision_ms_p50']:.2f}; target <= 10), "
+          f"all decisions at one event p99 {lat['barrier_ms']:.1f} ms, {lat['decisions']} decisions", flush=True)
+    print("RLSim, Fig. 12 settings (8 H100, two pipelines)", flush=True)
+    sim = rlsim(args.quick)
+    print(f"  JigsawRL / veRL mean {sim['speedup_vs_verl_mean']:.3f} (target >= 1.3; paper 1.56), / veRL in turn "
+          f"{sim['speedup_vs_verl_serial_mean']:.3f}, / RollMux {sim['speedup_vs_rollmux_mean']:.3f}; above RollMux on "
+          f"every rollout-heavy setting: {sim['above_rollmux_where_rollout_over_60']}", flush=True)
+    doc = {**qual, **{k: v for k, v in lat.items() if k != "memory_violations"}, **sim,
+           "memory_violations": sim["memory_violations"] + lat["memory_violations"],
+           "wall_s": time.perf_counter() - t0, "machine": "x86_64 2 cores"}
+    print(f"memory violations: {doc['memory_violations']}; {doc['wall_s']:.0f} s")
+    if args.json:
+        print(json.dumps(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""JigsawRL's two graph operations (§4.2, §4.3): multiplex a pair, merge long tails, and balance around them.
+
+* :func:`corun` -- two sub-stages on one worker under an SM split: how long until the first ends and
+  how much work the other has left (each progresses at ``1 / s`` of its alone rate).
+* :func:`merge_gain` -- §4.3's ``Delta T = T_origin - T_migr`` for moving the long-tail samples of
+  several DP workers onto one target, with the migration cost ``M`` from
+  :func:`migration_cost_s`: recompute FLOPs at the prefill MFU, or a KV transfer where the engine
+  declares one (:class:`~compute_sched.engine.EngineCapabilities`).
+* :func:`balanced_shares` -- §4.3's multiplexing-aware balancing: the worker that carries a
+  co-located sub-stage (slowdown ``s``) gets the work ``bs_t`` with ``T(bs_t) / T(bs_i) = 1 / s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from orchestrl.compute_sched.engine import EngineCapabilities
+from orchestrl.compute_sched.hardware import ModelSpec
+from orchestrl.fabric.errors import ConfigError
+
+__all__ = ["corun", "Tail", "MergeDecision", "migration_cost_s", "merge_gain", "balanced_shares"]
+
+
+def corun(work_a: float, work_b: float, s_a: float, s_b: float) -> tuple[float, float, float]:
+    """Run ``a`` and ``b`` together until the first ends; return ``(elapsed, a's work left, b's work left)``.
+
+    Work is in alone-seconds; a sub-stage with slowdown ``s`` does ``1/s`` of it per second.
+
+    >>> [round(x, 3) for x in corun(1.0, 3.0, 2.0, 1.5)]  # a ends after 2 s; b did 2/1.5 of its 3 s
+    [2.0, 0.0, 1.667]
+    """
+    t = min(work_a * s_a, work_b * s_b)
+    return t, max(0.0, work_a - t / s_a), max(0.0, work_b - t / s_b)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """One DP worker's low-utilisation rollout sub-stage and what runs next to it."""
+
+    replica: int
+    work_s: float  # the tail's alone time on this worker, ``T(k_i)``
+    context_tokens: float  # tokens of context its samples hold (what a migration recomputes or ships)
+    sequences: int  # samples still decoding
+    corunner: str | None  # kind next to it (None: nothing)
+    corunner_work_s: float = 0.0  # the co-runner's remaining alone time, ``T(k'_i)``
+    s_tail: float = 1.0  # s(k_i, k'_i) under the current split
+    s_corunner: float = 1.0  # s(k'_i, k_i)
+
+
+@dataclass(frozen=True)
+class MergeDecision:
+    target: int  # replica that receives the tails
+    t_origin_s: float
+    t_migr_s: float
+    migration_s: float  # sum of M(k_i) over the moved tails
+
+    @property
+    def delta_s(self) -> float:
+        """§4.3's ``Delta T``: merge when it is positive."""
+        return self.t_origin_s - self.t_migr_s
+
+
+def migration_cost_s(model: ModelSpec, context_tokens: float, gpus: int, peak_flops: float, *,
+                     prefill_mfu: float = 0.45, capabilities: EngineCapabilities | None = None,
+                     link_bytes_per_s: float = 0.0) -> float:
+    """Seconds to rebuild ``context_tokens`` of KV on the target: recomputation at ``prefill_mfu``, or the
+    KV transfer over ``link_bytes_per_s`` where ``capabilities.kv_transfer`` says the engine can ship it.
+
+    >>> from orchestrl.compute_sched.hardware import load_model
+    >>> round(migration_cost_s(load_model("Qwen3-4B"), 8000, 1, 989e12), 4)  # 2 N FLOPs a token
+    0.1438
+    """
+    if capabilities is not None and capabilities.kv_transfer and link_bytes_per_s > 0:
+        return context_tokens * model.kv_bytes_per_token / link_bytes_per_s
+    if not 0 < prefill_mfu <= 1:
+        raise ConfigError("migration", "prefill_mfu", f"{prefill_mfu}", "a fraction in (0, 1]")
+    return 2.0 * model.params_total * context_tokens / (gpus * peak_flops * prefill_mfu)
+
+
+def merge_gain(tails: Sequence[Tail], target: int, aggregated_s: float, migration: Callable[[Tail], float],
+               s_after: Callable[[str, str], float] = lambda k, x: 1.0) -> MergeDecision:
+    """§4.3: ``T_origin`` (every tail stays, each next to its co-runner) against ``T_migr`` (tails moved to
+    ``target``, whose aggregated tail ``X`` takes ``aggregated_s`` alone).
+
+    ``T_origin = max_i s(k_i,k'_i) T(k_i) + max_i s(k'_i,k_i) T(k'_i)``;
+    ``T_migr = T(X) + sum_{i != t} M(k_i) + max(s(k'_t, X) T(k'_t), max_{i != t} T(k'_i))``
+    (``s_after(corunner kind, "decode_small")`` gives ``s(k'_t, X)``; the other workers' co-runners
+    run alone once the tails have left).
+
+    >>> ts = [Tail(0, 10.0, 4000, 2, "train", 10.0, 1.1, 1.3), Tail(1, 9.0, 4000, 2, "train", 10.0, 1.1, 1.3)]
+    >>> d = merge_gain(ts, 0, aggregated_s=10.5, migration=lambda t: 0.2, s_after=lambda k, x: 1.3)
+    >>> round(d.t_origin_s, 2), round(d.t_migr_s, 2), d.delta_s > 0
+    (24.0, 23.7, True)
+    """
+    by = {t.replica: t for t in tails}
+    if target not in by:
+        raise ConfigError("merge", "target", f"replica {target} has no tail", f"one of {sorted(by)}")
+    t_origin = max(t.s_tail * t.work_s for t in tails) + max(t.s_corunner * t.corunner_work_s for t in tails)
+    moved = [t for t in tails if t.replica != target]
+    m = sum(migration(t) for t in moved)
+    tt = by[target]
+    s_t = s_after(tt.corunner, "decode_small") if tt.corunner else 1.0
+    t_migr = aggregated_s + m + max(s_t * tt.corunner_work_s, max((t.corunner_work_s for t in moved), default=0.0))
+    return MergeDecision(target, t_origin, t_migr, m)
+
+
+def balanced_shares(n: int, carrier: int, slowdown: float,
+                    time_of: Callable[[float], float] | None = None) -> list[float]:
+    """Shares of a pipeline's work over ``n`` DP workers when worker ``carrier`` runs it at ``slowdown``.
+
+    ``time_of(share)`` is the exclusive time of a share (default: proportional, ``T(bs) ~ bs``); the
+    shares solve ``slowdown * T(bs_t) = T(bs_i)`` for every other worker ``i`` (§4.3), by bisection on
+    the common finish time.
+
+    >>> [round(x, 3) for x in balanced_shares(4, 0, 1.5)]
+    [0.182, 0.273, 0.273, 0.273]
+    """
+    if n < 1 or not 0 <= carrier < n or not slowdown >= 1.0:
+        raise ConfigError("balance", "slowdown", f"n={n}, carrier={carrier}, slowdown={slowdown}",
+                          "n >= 1, 0 <= carrier < n, slowdown >= 1")
+    if n == 1:
+        return [1.0]
+    time_of = time_of or (lambda x: x)
+
+    def inverse(target_s: float) -> float:  # largest share whose exclusive time is target_s
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if time_of(mid) <= target_s else (lo, mid)
+        return lo
+
+    lo, hi = 0.0, time_of(1.0) * slowdown
+    for _ in range(60):  # the common finish time at which the shares add up to one
+        mid = (lo + hi) / 2
+        total = inverse(mid / slowdown) + (n - 1) * inverse(mid)
+        lo, hi = (mid, hi) if total < 1.0 else (lo, mid)
+    t = hi
+    shares = [inverse(t) for _ in range(n)]
+    shares[carrier] = inverse(t / slowdown)
+    z = sum(shares)
+    return [x / z for x in shares]

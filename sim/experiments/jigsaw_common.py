@@ -1,0 +1,130 @@
+"""JigsawRL's figures in RLSim (§5): settings, one case's run, and the rows each figure prints.
+
+Every case simulates the pipelines' steps once on the engine model (:mod:`sim.multiplex`) and runs
+every system on those same steps: veRL (its better configuration), RollMux, JigsawRL-MuxServe,
+JigsawRL (look-ahead, merging, balancing), and the ablations. The paper's numbers are printed beside
+ours (:class:`~sim.experiments.common.Row`), never divided into a pass mark; docs/jigsaw.md says where
+and why they differ. Grid: the default slowdown grid of the GPU (measured on H100/H800, modelled
+elsewhere), and, for the sensitivity rows, every slowdown's excess scaled by 0.75 and 1.25.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from orchestrl.sim.experiments.common import Row
+from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
+from orchestrl.sim.multiplex.baselines import areal, jigsaw_async, rollmux, streamrl, verl
+from orchestrl.sim.multiplex.runner import run_group, simulate_steps
+from orchestrl.sim.multiplex.workload import PipelineSpec
+
+__all__ = ["Case", "FIG12", "run_case", "figure"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One setting: two pipelines (model, task, TP) on ``gpus`` GPUs of ``gpu`` for ``steps`` steps."""
+
+    figure: str
+    label: str
+    gpu: str
+    gpus: int
+    pipelines: tuple[tuple[str, str, int, float], ...]  # (model, task, tp, length scale)
+    steps: int = 2
+    systems: tuple[str, ...] = ("verl", "rollmux", "muxserve", "jigsaw")
+    sensitivity: bool = False  # also run JigsawRL at 0.75x / 1.25x slowdown excess and on the modelled grid
+
+
+#: Fig. 12's settings (8 H100, two pipelines of one model and task, different weights).
+FIG12 = (("Qwen3-0.6B", "gsm8k", 1, 1.0), ("Qwen3-0.6B", "math", 1, 1.0), ("Qwen3-4B", "gsm8k", 1, 1.0),
+         ("Qwen3-4B", "math", 1, 1.0), ("Qwen3-4B", "aime", 1, 1.0), ("Llama-3.1-8B", "gsm8k-mt", 1, 0.7),
+         ("Qwen3-4B", "search-r1", 1, 1.0))
+
+
+def _specs(case: Case) -> list[PipelineSpec]:
+    out = []
+    for i, (model, task, tp, scale) in enumerate(case.pipelines):
+        out.append(PipelineSpec(f"{'AB'[i]}:{model}/{task}", model, task, tp=tp, seed=i + 1, length_scale=scale))
+    return out
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    """Run every system of ``case`` on the same simulated steps; return throughputs, latencies and audits."""
+    wall = time.perf_counter()
+    specs = _specs(case)
+    d = case.gpus // specs[0].tp
+    full = [simulate_steps(s, case.gpu, d, case.steps) for s in specs]
+    out: dict[str, Any] = {"figure": case.figure, "label": case.label, "gpu": case.gpu, "gpus": case.gpus,
+                           "steps": case.steps, "tokens": sum(sum(r.tokens) for r in full)}
+    roll = [max(t.end_s for t in r.traces[0]) / r.step_alone_s(0) for r in full]
+    out["rollout_share_verl"] = statistics.fmean(roll)
+    out["exclusive_step_s"] = {r.spec.name: statistics.fmean(r.step_alone_s(k) for k in range(r.steps)) for r in full}
+    half = quarter = None
+    if d >= 2:
+        half = [simulate_steps(s, case.gpu, d // 2, case.steps) for s in specs]
+    if d >= 4:
+        quarter = [simulate_steps(s, case.gpu, d // 4, case.steps) for s in specs]
+    if "verl" in case.systems:
+        b = verl(full, half or full)
+        out["verl_tps"], out["verl_config"] = b.throughput_tps, b.detail["config"]
+        out["verl_serial_tps"] = b.tokens / b.detail["serial_s"]
+    if "rollmux" in case.systems and half:
+        out["rollmux_tps"] = rollmux(half).throughput_tps
+    if "streamrl" in case.systems and quarter:
+        out["streamrl_tps"] = streamrl(quarter).throughput_tps
+        out["areal_tps"] = areal(quarter).throughput_tps
+        out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
+    violations = 0
+    for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
+        if pol not in case.systems:
+            continue
+        r = run_group(full, pol)
+        key = pol.replace("-", "_")
+        out[f"{key}_tps"] = r.throughput_tps
+        out[f"{key}_latency_s"] = {n: r.latency_s(n) for n in r.step_end_s}
+        out[f"{key}_mfu"] = r.flops / (r.makespan_s * case.gpus * _peak(case.gpu)) if r.makespan_s else 0.0
+        out[f"{key}_merges"] = r.merges
+        violations += r.memory_violations
+        if pol == "jigsaw":
+            out["decide_ms_mean"] = 1e3 * r.decide_s / max(1, r.decisions)
+    if "verl" in case.systems:
+        out["verl_mfu"] = sum(r.useful_flops(k) for r in full for k in range(r.steps)) / \
+            (out["tokens"] / out["verl_serial_tps"] * case.gpus * _peak(case.gpu))
+    if case.sensitivity:
+        for tag, grid, scale in (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0)):
+            r = run_group(full, "jigsaw", grid=grid, scale=scale)
+            out[f"jigsaw_{tag}_tps"] = r.throughput_tps
+            violations += r.memory_violations
+    out["memory_violations"] = violations
+    out["wall_s"] = time.perf_counter() - wall
+    return out
+
+
+def _peak(gpu: str) -> float:
+    from orchestrl.compute_sched.hardware import load_gpu
+    return load_gpu(gpu).bf16_flops
+
+
+def ratio(res: dict, a: str, b: str) -> float:
+    return res[f"{a}_tps"] / res[f"{b}_tps"] if res.get(f"{b}_tps") else float("nan")
+
+
+def mean_row(label: str, paper: float | None, values: Sequence[float], **detail: Any) -> Row:
+    vals = [v for v in values if v == v]
+    return Row(label, paper, statistics.fmean(vals) if vals else float("nan"),
+               {"n": len(vals), "max": max(vals, default=float("nan")), **detail})
+
+
+def figure(name: str, heading: str, ylabel: str, notes: Sequence[str], cases, rows_of) -> SweepFigure:
+    """Bind a JigsawRL figure's command line (``--quick --json --workers --ray --out``) to its cases."""
+    cli = FigureCli(name, heading, "fewer settings and one step each (about a minute)", heading, ylabel, heading,
+                    "ratio", notes, "cases")
+    return SweepFigure(cli, run_case, cases, rows_of)
+
+
+def quick(cases: Sequence[Case], keep: int) -> list[Case]:
+    """The first ``keep`` cases with one step each, for ``--quick``."""
+    return [replace(c, steps=1) for c in cases[:keep]]

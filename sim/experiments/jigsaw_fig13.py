@@ -1,0 +1,43 @@
+"""JigsawRL §5.2, Figure 13: scaling from 8 to 64 A100s with 14B and 32B models.
+
+Paper: up to 1.75x, mean 1.47x over veRL and 1.31x over RollMux. Ours: DeepSeek-R1-Distill-14B (the
+Qwen2.5-14B architecture, TP 2) and Qwen3-32B (TP 4) on MATH, on the modelled A100 grid.
+
+Run ``python -m orchestrl.sim.experiments.jigsaw_fig13 [--quick] [--json] [--workers N] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from orchestrl.sim.experiments.common import Row
+from orchestrl.sim.experiments.jigsaw_common import Case, figure, mean_row, quick, ratio
+
+PAPER = {"mean/verl": 1.47, "max/verl": 1.75, "mean/rollmux": 1.31}
+MODELS = (("Qwen2.5-14B", 2), ("Qwen3-32B", 4))
+
+
+def cases(is_quick: bool = False) -> list[Case]:
+    out = [Case("fig13", f"{m}/{g}gpu", "A100", g, ((m, "math", tp, 1.0), (m, "math", tp, 1.0)), 2,
+                ("verl", "rollmux", "jigsaw")) for m, tp in MODELS for g in (8, 16, 32, 64)]
+    return quick([out[0], out[4]], 2) if is_quick else out
+
+
+def rows_of(results: list[dict]) -> list[Row]:
+    rows = [Row(f"{r['label']}/verl", None, ratio(r, "jigsaw", "verl")) for r in results]
+    rows += [Row(f"{r['label']}/rollmux", None, ratio(r, "jigsaw", "rollmux")) for r in results]
+    rows.append(mean_row("mean/verl", PAPER["mean/verl"], [ratio(r, "jigsaw", "verl") for r in results]))
+    rows.append(Row("max/verl", PAPER["max/verl"], max(ratio(r, "jigsaw", "verl") for r in results)))
+    rows.append(mean_row("mean/verl-serial", PAPER["mean/verl"], [ratio(r, "jigsaw", "verl_serial") for r in results]))
+    rows.append(mean_row("mean/rollmux", PAPER["mean/rollmux"], [ratio(r, "jigsaw", "rollmux") for r in results]))
+    rows.append(Row("memory_violations", 0.0, float(sum(r["memory_violations"] for r in results))))
+    return rows
+
+
+NOTES = ("A100 has no measured grid: the modelled grid of its roofline (fitted to the paper's H100 numbers)",)
+FIGURE = figure("jigsaw-fig13", "JigsawRL Figure 13: scaling on 8-64 A100s, 14B and 32B", "JigsawRL / baseline",
+                NOTES, cases, rows_of)
+sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main
+
+if __name__ == "__main__":
+    sys.exit(main())
