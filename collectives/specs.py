@@ -391,7 +391,9 @@ def state_dict_specs(state_dict: Mapping[str, object] | Iterable[tuple[str, obje
     out: list[ParamSpec] = []
     by_storage: dict[tuple, int] = {}
     seen: dict[str, str] = {}
+    seen_any, first = 0, ""
     for sname, tensor in items:
+        seen_any, first = seen_any + 1, first or sname
         name = rename(sname, name_map)
         if name is None:
             continue
@@ -410,6 +412,14 @@ def state_dict_specs(state_dict: Mapping[str, object] | Iterable[tuple[str, obje
         # Which dimension is split (and how) does not depend on the row count, but a layout may
         # need a plausible one (a fused [gate; up] halves it): probe with the local rows times TP.
         tp_dim, probe = layout(name, (full[0] if full else 1) * tp_size, shape)
+        if (len(probe.parts) > 1 and _module(sname) != _module(name)  # q_proj -> qkv_proj: a part, not the whole
+                and len((trainer_layout or layout)(sname, (full[0] if full else 1) * tp_size, shape)[1].parts) <= 1):
+            raise ConfigError("state_dict_specs", sname, f"maps to the fused engine tensor {name!r}, but is one of its "
+                              "parts: weight sync moves each trainer tensor as one engine tensor and does not "
+                              "concatenate separate q/k/v (or gate/up) tensors",
+                              "keep the checkpoint names unfused and let vLLM's loader fuse them "
+                              "(vllm_backend with is_checkpoint_format=True, planned with checkpoint_receivers), or "
+                              f"torch.cat the parts in the trainer and send them as one tensor named {name!r}")
         trainer = engine_sharding = Sharding()
         if tp_dim is not None:
             local_rows = full[tp_dim]
@@ -431,7 +441,17 @@ def state_dict_specs(state_dict: Mapping[str, object] | Iterable[tuple[str, obje
         by_storage[key] = len(out)
         out.append(ParamSpec(name, tuple(full), dtype or src, tp_dim, pp_stage, trainer, engine_sharding, source=sname,
                              source_dtype="" if (dtype or src) == src else src))
+    if not out and name_map is not None and seen_any:
+        raise ConfigError("state_dict_specs", "name_map", f"maps none of the {seen_any} tensors to an engine name "
+                          f"(first: {first!r})", "rules whose patterns match from the start of the name (re.match), "
+                          "a mapping of full names, or a callable")
     return out
+
+
+def _module(name: str) -> str:
+    """The module a parameter belongs to: ``...self_attn.q_proj.weight`` -> ``q_proj``."""
+    parts = name.split(".")
+    return parts[-2] if len(parts) > 1 else name
 
 
 def merge_specs(*lists: Sequence[ParamSpec]) -> list[ParamSpec]:

@@ -74,7 +74,7 @@ def synthetic_region(spec: ParamSpec, index: int, lo: int, hi: int, device: "str
     x = g * 0x9E3779B1 + (index + 1) * 0x85EBCA77 + seed * 0xC2B2AE3D
     x = (x ^ (x >> 15)) * 0x2C1B3C6D
     x = x ^ (x >> 13)
-    if spec.dtype.startswith("float"):
+    if spec.dtype.startswith(("float", "bfloat")):
         x = x & ~(1 << (8 * spec.itemsize - 2))  # no Inf/NaN: keeps values exact through casts
     bits = x.to(words[spec.itemsize]) if spec.itemsize < 8 else x
     out = bits.view(TORCH_DTYPES[spec.dtype])

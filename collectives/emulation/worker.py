@@ -83,8 +83,10 @@ def run_rank(job: RankJob) -> dict:
         try:
             report, mismatches = _one_round(job, sync, sch, first=n == 0)
             cpu = _CPU.pop("sync", 0.0)  # this process's CPU seconds inside send/receive (all its threads)
-            out["rounds"].append({"report": asdict(report), "mismatches": mismatches, "cpu_s": cpu})
-            out["report"], out["mismatches"], out["cpu_s"] = asdict(report), mismatches, cpu
+            rss = _CPU.pop("rss_growth", 0)  # a receiver's peak resident memory above its level at the call
+            out["rounds"].append({"report": asdict(report), "mismatches": mismatches, "cpu_s": cpu,
+                                  "rss_growth_bytes": rss})
+            out["report"], out["mismatches"], out["cpu_s"], out["rss_growth_bytes"] = asdict(report), mismatches, cpu, rss
         except Exception as exc:  # noqa: BLE001 -- reported per round; the last one is re-raised
             out["rounds"].append({"error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__})
             if job.rounds == 1:
@@ -174,8 +176,10 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
             os.kill(pid, signal.SIGKILL)
 
     cpu = time.process_time()
-    report = sync.receive(load_weights, into=into)
+    with _PeakRss() as rss:
+        report = sync.receive(load_weights, into=into)
     _CPU["sync"] = time.process_time() - cpu
+    _CPU["rss_growth"] = rss.growth
     for i, tensor in got if job.check else ():
         want = synthetic_local(sch.params[i], i, sch.runs(job.rank, i), device=device, seed=job.seed)
         if not torch.equal(tensor.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
@@ -185,7 +189,38 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
     return report, mismatches
 
 
-_CPU: dict[str, float] = {}  # CPU seconds of the last send/receive call
+_CPU: dict[str, float] = {}  # CPU seconds (and a receiver's RSS growth) of the last send/receive call
+
+
+class _PeakRss:
+    """Peak resident memory of this process while the block runs, above its level at the start (bytes).
+
+    Linux keeps the peak (``VmHWM``); writing 5 to ``/proc/self/clear_refs`` resets it to the current
+    RSS, so the measurement costs nothing while the block runs (no sampling thread competing with the
+    transfer for the CPU).
+    """
+
+    def __init__(self) -> None:
+        self.growth = 0
+
+    @staticmethod
+    def _status(key: str) -> int:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def __enter__(self) -> "_PeakRss":
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        self._start = self._status("VmRSS:")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.growth = max(0, self._status("VmHWM:") - self._start)
+
+
 _INTO: dict[int, dict[str, torch.Tensor]] = {}  # rank -> its in-place targets, kept across rounds
 
 

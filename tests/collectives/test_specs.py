@@ -61,3 +61,22 @@ def test_merge_specs_keeps_one_copy_of_a_tied_output_layer():
                          SHAPE, pp_stage=1)
     merged = merge_specs(a, b)
     assert [(p.name, p.pp_stage) for p in merged] == [("model.embed_tokens.weight", 0), ("model.norm.weight", 1)]
+
+
+def test_hf_q_k_v_mapped_onto_a_fused_qkv_proj_is_refused_with_what_to_do_instead():
+    """Weight sync does not concatenate tensors: the error says so and names the two ways that work."""
+    state = {"model.layers.0.self_attn.q_proj.weight": torch.zeros(SHAPE.num_attention_heads * SHAPE.head_dim, 8),
+             "model.layers.0.self_attn.k_proj.weight": torch.zeros(SHAPE.num_key_value_heads * SHAPE.head_dim, 8),
+             "model.layers.0.self_attn.v_proj.weight": torch.zeros(SHAPE.num_key_value_heads * SHAPE.head_dim, 8)}
+    fuse = [(r"(.*)\.(q|k|v)_proj\.(.*)", r"\1.qkv_proj.\3")]
+    for tp in (1, 2):
+        with pytest.raises(ConfigError, match=r"q_proj.weight.*fused engine tensor .*qkv_proj.*does not concatenate.*"
+                                              r"is_checkpoint_format=True.*torch.cat"):
+            state_dict_specs({k: v[: v.shape[0] // tp] for k, v in state.items()}, SHAPE, tp_size=tp, name_map=fuse)
+    assert len(state_dict_specs(state, SHAPE)) == 3  # unfused checkpoint names go through as they are
+
+
+def test_a_name_map_that_matches_nothing_is_an_error_not_an_empty_model():
+    state = {"model.layers.0.self_attn.q_proj.weight": torch.zeros(8, 8)}
+    with pytest.raises(ConfigError, match=r"name_map.*none of the 1 tensors.*re.match"):
+        state_dict_specs(state, SHAPE, name_map=[(r"\.q_proj\.", ".qkv_proj.")])  # re.match: anchored at the start

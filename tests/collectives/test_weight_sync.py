@@ -310,9 +310,11 @@ def test_a_failed_round_says_what_it_left_in_the_engines_tensors_and_a_retry_rew
     """Receiving in place is not rolled back: the error says which targets are new, old or mixed; the retry fixes all."""
     sch = _mixed_tp_schedule()
     refuser = sch.generator_rank(3)
-    run = run_sync(sch, timeout_s=TIMEOUT_S, into=True, rounds=2, per_rank={refuser: {"raise_after_params": 4}},
-                   wait_s=90)
-    assert run.ok and run.verified, run.errors()  # the second round rewrote every target, bit for bit
+    # Nothing here is timed: a generous transfer timeout keeps a loaded CI machine from failing the retry round
+    # on a slow peer (seen once in CI at the 4 s the timing tests use).
+    run = run_sync(sch, timeout_s=15.0, into=True, rounds=2, per_rank={refuser: {"raise_after_params": 4}},
+                   wait_s=120)
+    assert run.ok and run.verified, [r.error for r in run.results if not r.ok][:2]  # the retry rewrote every target
     for r in run.results[sch.trainer.world_size:]:
         first = r.value["rounds"][0]
         assert "error" in first, (r.rank, first)
