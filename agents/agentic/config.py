@@ -54,6 +54,7 @@ class RunConfig:
     reward_retries: int = 2
     weights: dict = field(default_factory=dict)
     seed: int = 0
+    resume: str = "recompute"  # after a weight update: recompute the context, or kv_reuse (the engine keeps KV)
 
 
 def _latency(r: Reader) -> LatencySpec:
@@ -124,7 +125,7 @@ def load_run(path: str | os.PathLike[str]) -> RunConfig:
         raise r.error("tasks", "is empty", "at least one task")
     ro = r.section("rollout", {})
     ro.reject_unknown(("group_size", "redundancy", "bound", "batch_groups", "iterations", "train_step_s",
-                       "max_replacements"))
+                       "max_replacements", "resume"))
     rw = r.section("reward", {})
     rw.reject_unknown(("function", "url", "timeout_s", "retries"))
     fn = rw.str("function", "env_return", choices=REWARD_FUNCTIONS)
@@ -144,4 +145,5 @@ def load_run(path: str | os.PathLike[str]) -> RunConfig:
                      ro.int("iterations", 3, minimum=1), ro.float("train_step_s", 1.0, minimum=0),
                      ro.int("max_replacements", 8, minimum=0), fn, url, rw.float("timeout_s", 5.0, minimum=0,
                                                                                     exclusive_minimum=True),
-                     rw.int("retries", 2, minimum=0, maximum=10), weights, r.int("seed", 0))
+                     rw.int("retries", 2, minimum=0, maximum=10), weights, r.int("seed", 0),
+                     ro.str("resume", "recompute", choices=("recompute", "kv_reuse")))

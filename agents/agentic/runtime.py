@@ -360,6 +360,7 @@ class RolloutRuntime:
                 "reward_latency_p50_s": lat[len(lat) // 2] if lat else 0.0, "trained": self.metrics.trained,
                 "step_s": list(self.metrics.step_s), "concurrent_peak": self.concurrent_peak,
                 "routing_p99_ms": self.proxy.routing_p99_ms(), "rerouted": self.proxy.rerouted,
+                "resubmitted_on_update": self.proxy.interrupted, "kv_resumed_on_update": self.proxy.kv_resumed,
                 "idle_s_by_pool": _idle_by_pool(self.proxy)}
 
 

@@ -22,7 +22,8 @@ __all__ = ["build", "run_config"]
 
 def build(cfg: RunConfig, progress: Callable[[str], None] | None = None) -> tuple[RolloutRuntime, LLMProxy]:
     """Create the workers, proxy, reward client, weight updater and runtime of ``cfg`` (inside a running loop)."""
-    workers = [sim_worker(f"{p.name}-{i}", p.name, p.gpu, cfg.model, p.tp, p.max_batch)
+    workers = [sim_worker(f"{p.name}-{i}", p.name, p.gpu, cfg.model, p.tp, p.max_batch,
+                          kv_reuse=cfg.resume == "kv_reuse")
                for p in cfg.pools for i in range(p.workers)]
     proxy = LLMProxy(workers, cfg.mapping)
     reward = (HttpRewardClient(cfg.reward_url, cfg.reward_function, timeout_s=cfg.reward_timeout_s,

@@ -227,3 +227,29 @@ def test_the_same_env_managers_run_as_ray_actors():
         ray.shutdown()
     assert len(out) == 6 and all(r["ok"] for r in out), out
     assert all(r["turns"] >= 1 for r in out)
+
+
+
+def test_a_turn_in_flight_across_a_weight_update_resumes_with_its_kv_or_recomputes():
+    """RollArt's suspend -> model_update -> resume: an engine that keeps KV continues the request where it
+    stopped (nothing resubmitted, no prefill again); otherwise the turn is resubmitted with its context."""
+    async def go(kv_reuse):
+        w = sim_worker("h800-0", "h800", "H800", "Qwen3-8B", kv_reuse=kv_reuse)
+        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        proxy.start()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        turn = loop.create_task(proxy.generate("traj-0", "x", 6000, 2000))
+        await asyncio.sleep(5.0)  # mid-decode: part of its 2,000 tokens are out
+        proxy.suspend()
+        await asyncio.sleep(3.0)  # the model update
+        proxy.resume(1)
+        done = await turn
+        await proxy.stop()
+        return done.output_tokens, loop.time() - t0, (proxy.kv_resumed, proxy.interrupted, w.aborted)
+
+    kept = run_virtual(go(True))
+    redone = run_virtual(go(False))
+    assert kept[0] == redone[0] == 2000
+    assert kept[2] == (1, 0, 0) and redone[2] == (0, 1, 1)
+    assert kept[1] < redone[1]  # the paused engine kept its progress: no prefill, no tokens decoded twice
