@@ -58,7 +58,7 @@ class LLMProxy:
         await asyncio.gather(*(w.stop() for w in self.workers))
 
     async def generate(self, trajectory_id: str, tag: str, prompt_tokens: int, max_tokens: int,
-                       text: str = "") -> Completion:
+                       text: str = "", prompt_token_ids: tuple[int, ...] = ()) -> Completion:
         """Serve one turn; retries on a dead worker; waits out a suspension and resubmits (recompute)."""
         tries = 0
         while True:
@@ -70,7 +70,8 @@ class LLMProxy:
                 raise GenerationFailed(f"trajectory {trajectory_id}: {exc}") from None
             self._seq += 1
             rid = f"{trajectory_id}/{self._seq}"
-            fut = worker.generate(GenerationRequest(rid, prompt_tokens, max_tokens, tag), text)
+            fut = worker.generate(GenerationRequest(rid, prompt_tokens, max_tokens, tag,
+                                                    prompt_token_ids=tuple(prompt_token_ids)), text)
             self.route_s.append(time.perf_counter() - t0)
             self._inflight[rid] = worker
             try:

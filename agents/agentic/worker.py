@@ -64,13 +64,14 @@ class GenerationWorker:
     """One engine behind a command loop; ``generate`` is the only call clients make."""
 
     def __init__(self, name: str, pool: str, engine: Any, *, gpu: str = "", max_batch: int | None = None,
-                 kv_reuse: bool | None = None) -> None:
+                 kv_reuse: bool | None = None, tokenizer: Any = None) -> None:
         self.name, self.pool, self.engine, self.gpu = name, pool, engine, gpu
         self.max_batch = max_batch
         # Whether a weight update may pause this engine with its requests' KV kept (resume continues them)
         # instead of aborting them (resume recomputes their context). The engine declares it; the vLLM
         # adapter does not (recompute only), the simulated engine does when built with kv_reuse=True.
         self.kv_reuse = bool(getattr(engine, "kv_reuse", False)) if kv_reuse is None else kv_reuse
+        self.tokenizer = tokenizer  # decodes a real engine's output token ids into the completion's text
         self._paused = False
         self.kept_on_update = 0  # requests that survived a weight update with their KV (not recomputed)
         self._inbox: deque[tuple[str, Any]] = deque()
@@ -200,7 +201,9 @@ class GenerationWorker:
                 if p is None or p.future.done():
                     continue
                 self.served += 1
-                p.future.set_result(Completion(f.request_id, self.name, p.req.prompt_tokens, f.output_tokens, p.text,
+                ids = getattr(f, "token_ids", ())
+                text = self.tokenizer.decode(list(ids)) if self.tokenizer is not None and ids else p.text
+                p.future.set_result(Completion(f.request_id, self.name, p.req.prompt_tokens, f.output_tokens, text,
                                                0.0, now))
 
 

@@ -253,3 +253,79 @@ def test_a_turn_in_flight_across_a_weight_update_resumes_with_its_kv_or_recomput
     assert kept[0] == redone[0] == 2000
     assert kept[2] == (1, 0, 0) and redone[2] == (0, 1, 1)
     assert kept[1] < redone[1]  # the paused engine kept its progress: no prefill, no tokens decoded twice
+
+
+class _ByteTokenizer:
+    """A real tokenizer interface (encode/decode, as transformers' tokenizers) over UTF-8 bytes."""
+
+    def encode(self, text):
+        return list(text.encode())
+
+    def decode(self, ids):
+        return bytes(ids).decode(errors="replace")
+
+
+class _ReplyingLLMEngine:
+    """vLLM ``LLMEngine``'s public surface (as tests/compute_sched/test_vllm_engine.py): one token a step,
+    replying with the bytes of a FrozenLake action; it records the prompts it was given."""
+
+    REPLY = list(b"<action>DOWN</action>")
+
+    def __init__(self):
+        self.live, self.prompts = {}, []
+
+    def add_request(self, request_id, prompt, params):
+        self.prompts.append(list(prompt["prompt_token_ids"]))
+        self.live[request_id] = [params, []]
+
+    def abort_request(self, request_ids):
+        for rid in request_ids:
+            self.live.pop(rid, None)
+
+    def has_unfinished_requests(self):
+        return bool(self.live)
+
+    def step(self):
+        from types import SimpleNamespace
+        time.sleep(0.001)
+        outs = []
+        for rid, (max_tokens, toks) in list(self.live.items()):
+            toks.append(self.REPLY[len(toks)])
+            done = len(toks) >= min(max_tokens, len(self.REPLY))
+            outs.append(SimpleNamespace(request_id=rid, finished=done, outputs=[SimpleNamespace(token_ids=list(toks))]))
+            if done:
+                del self.live[rid]
+        return outs
+
+
+def test_the_vllm_adapter_path_sends_token_ids_and_the_environment_acts_on_the_engines_reply():
+    """The GPU path short of the GPU: manager -> proxy -> worker -> VllmEngine adapter -> LLMEngine's methods."""
+    from orchestrl.agents.agentic.buffer import Trajectory as Traj
+    from orchestrl.agents.agentic.runtime import EnvManager, Policy
+    from orchestrl.agents.agentic.worker import GenerationWorker
+    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+    from orchestrl.compute_sched.vllm_engine import VllmEngine
+
+    surface = _ReplyingLLMEngine()
+    tok = _ByteTokenizer()
+    task = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=3, reply_median_tokens=400)
+
+    async def go():
+        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
+                         kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
+        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok)
+        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        proxy.start()
+        mgr = EnvManager(task, proxy, Policy(1), 3, tokenizer=tok)
+        traj = await asyncio.wait_for(mgr.run(Traj("t0", "g", "frozenlake", 0, 0.0)), 30)
+        await proxy.stop()
+        eng.close()
+        return traj, mgr
+
+    traj, mgr = asyncio.run(go())
+    assert len(traj.turns) >= 1 and len(surface.prompts) == len(traj.turns)
+    first = tok.decode(surface.prompts[0])
+    assert "actions:" in first and "<action>NAME</action>" in first  # the environment's own text, as token ids
+    if len(surface.prompts) > 1:  # the next turn's prompt carries the engine's reply and the new observation
+        assert "<action>DOWN</action>" in tok.decode(surface.prompts[1])
+    assert mgr.env.env.format_errors == 0  # every step parsed the engine's reply as an action
