@@ -54,3 +54,17 @@ def test_figure_command_prints_paper_beside_ours(tmp_path):
     assert rows["jigsaw/verl"]["paper"] == 1.7
     assert rows["jigsaw/verl"]["ours"] == pytest.approx(rows["mfu/jigsaw"]["ours"] / rows["mfu/verl"]["ours"])
     assert (tmp_path / "jigsaw-fig19.csv").exists()
+
+
+def test_the_chain_bound_is_below_every_schedule_that_ran(big):
+    """The bound the bench divides by must be one: no policy, and neither veRL configuration, may beat it."""
+    from orchestrl.sim.multiplex.bounds import chain_bound_s, critical_sample_s
+    lb = chain_bound_s(big)
+    half = [runner.simulate_steps(r.spec, "A100", 1, 1) for r in big]
+    v = verl(big, half)
+    assert 0 < lb <= v.detail["split_s"] and lb <= v.detail["serial_s"]
+    for policy in runner.POLICIES:
+        assert lb <= runner.run_group(big, policy).makespan_s + 1e-9, policy
+    for r in big:  # the critical sample alone is never slower than the replica rollout that carried it
+        assert critical_sample_s(r, 0) <= max(t.end_s for t in r.traces[0]) + 1e-9
+
