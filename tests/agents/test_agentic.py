@@ -213,6 +213,12 @@ def test_cli_runs_a_run_file_and_refuses_a_bad_one_naming_the_field(tmp_path):
     with contextlib.redirect_stderr(err):
         assert main(["agentic", "run", str(tmp_path / "bad.yaml")]) != 0
     assert "tasks[0].env" in err.getvalue() and "FrozenPond-v9" in err.getvalue()
+    (tmp_path / "huge.yaml").write_text(small.replace("asynchronous: true}", "asynchronous: true, move_bytes: true}")
+                                        .replace("model_bytes: 1.0e8", "model_bytes: 16.4e9"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):  # 16 GB moved for real every version: refused, naming the field
+        assert main(["agentic", "run", str(tmp_path / "huge.yaml")]) != 0
+    assert "weights.model_bytes" in err.getvalue() and "move_bytes" in err.getvalue()
 
 
 def test_the_same_env_managers_run_as_ray_actors():
