@@ -24,6 +24,7 @@ from orchestrl.agents.cli import main
 from orchestrl.compute_sched.agentic.routing import HwMapping, Router
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.agentic.clock import run_virtual
+from tests.compute_sched.test_vllm_engine import _LLMEngineSurface
 
 REPO = Path(__file__).resolve().parents[2]
 FROZEN = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=6, reply_median_tokens=24,
@@ -271,25 +272,19 @@ class _ByteTokenizer:
         return bytes(ids).decode(errors="replace")
 
 
-class _ReplyingLLMEngine:
-    """vLLM ``LLMEngine``'s public surface (as tests/compute_sched/test_vllm_engine.py): one token a step,
+class _ReplyingLLMEngine(_LLMEngineSurface):
+    """vLLM ``LLMEngine``'s public surface (tests/compute_sched/test_vllm_engine.py's), one token a step,
     replying with the bytes of a FrozenLake action; it records the prompts it was given."""
 
     REPLY = list(b"<action>DOWN</action>")
 
     def __init__(self):
-        self.live, self.prompts = {}, []
+        super().__init__()
+        self.prompts = []
 
     def add_request(self, request_id, prompt, params):
         self.prompts.append(list(prompt["prompt_token_ids"]))
-        self.live[request_id] = [params, []]
-
-    def abort_request(self, request_ids):
-        for rid in request_ids:
-            self.live.pop(rid, None)
-
-    def has_unfinished_requests(self):
-        return bool(self.live)
+        super().add_request(request_id, prompt, params)
 
     def step(self):
         from types import SimpleNamespace
