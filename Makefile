@@ -37,6 +37,7 @@ gpu-check:
 	-PYTHONPATH=$(CURDIR) timeout 120 $(GPU_PY) -m pytest -p no:cacheprovider -q -rs tests/collectives/test_colocated.py 2>&1 | tee $(GPU_OUT)/ipc.log
 	-PYTHONPATH=$(CURDIR) timeout 240 $(GPU_PY) bench/gpu_step_check.py --out $(GPU_OUT)/step
 	-PYTHONPATH=$(CURDIR) timeout 200 $(GPU_PY) bench/gpu_slowdown_profile.py --out $(GPU_OUT)/slowdown
+	-PYTHONPATH=$(CURDIR) timeout 120 $(GPU_PY) bench/gpu_graph_groups.py --out $(GPU_OUT)/graph_groups
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

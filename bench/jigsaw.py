@@ -21,7 +21,9 @@ What it measures (issue 33's targets):
 * ``speedup_vs_verl_mean``: JigsawRL over veRL (its better configuration) on the Fig. 12 settings in
   RLSim with the default grid; ``speedup_vs_verl_serial_mean`` against the pipelines in turn;
   ``above_rollmux_where_rollout_over_60``: whether JigsawRL beat RollMux on every setting whose rollout
-  is above 60% of the step under veRL;
+  is above 60% of the step under veRL; ``bound_vs_verl_mean`` / ``_min``: an upper bound on any
+  schedule's speedup over veRL on the same steps (a provable lower bound on the makespan,
+  ``sim/multiplex/bounds.py``), which says whether the 1.3x target is reachable in the model at all;
 * ``memory_violations``: actions, over every run here, whose memory exceeded the budget or a
   sub-stage's floor (the runner audits what executed, not what the scheduler meant).
 """
@@ -125,12 +127,15 @@ def rlsim(quick: bool) -> dict:
         rows.append(r)
         print(f"  {r['label']:<22} rollout {r['rollout_share_verl']:.0%}  JigsawRL/veRL {r['jigsaw_tps'] / r['verl_tps']:.3f}"
               f" (veRL {r['verl_config']})  /veRL-serial {r['jigsaw_tps'] / r['verl_serial_tps']:.3f}  "
-              f"/RollMux {r['jigsaw_tps'] / r['rollmux_tps']:.3f}  /MuxServe {r['jigsaw_tps'] / r['muxserve_tps']:.3f}",
-              flush=True)
+              f"/RollMux {r['jigsaw_tps'] / r['rollmux_tps']:.3f}  /MuxServe {r['jigsaw_tps'] / r['muxserve_tps']:.3f}"
+              f"  any schedule/veRL <= {r['bound_tps'] / r['verl_tps']:.3f}", flush=True)
     heavy = [r for r in rows if r["rollout_share_verl"] > 0.6]
     return {"speedup_vs_verl_mean": statistics.fmean(r["jigsaw_tps"] / r["verl_tps"] for r in rows),
             "speedup_vs_verl_serial_mean": statistics.fmean(r["jigsaw_tps"] / r["verl_serial_tps"] for r in rows),
             "speedup_vs_rollmux_mean": statistics.fmean(r["jigsaw_tps"] / r["rollmux_tps"] for r in rows),
+            # an upper bound on any schedule's speedup over veRL on the same steps (sim/multiplex/bounds.py)
+            "bound_vs_verl_mean": statistics.fmean(r["bound_tps"] / r["verl_tps"] for r in rows),
+            "bound_vs_verl_min": min(r["bound_tps"] / r["verl_tps"] for r in rows),
             "above_rollmux_where_rollout_over_60": all(r["jigsaw_tps"] > r["rollmux_tps"] for r in heavy),
             "rollout_heavy_settings": len(heavy), "settings": len(rows),
             "memory_violations": sum(r["memory_violations"] for r in rows)}
@@ -156,6 +161,8 @@ def main(argv=None) -> int:
     print(f"  JigsawRL / veRL mean {sim['speedup_vs_verl_mean']:.3f} (target >= 1.3; paper 1.56), / veRL in turn "
           f"{sim['speedup_vs_verl_serial_mean']:.3f}, / RollMux {sim['speedup_vs_rollmux_mean']:.3f}; above RollMux on "
           f"every rollout-heavy setting: {sim['above_rollmux_where_rollout_over_60']}", flush=True)
+    print(f"  bound: no schedule of these steps beats veRL by more than {sim['bound_vs_verl_mean']:.3f}x on the mean "
+          f"({sim['bound_vs_verl_min']:.3f}x on the tightest setting; sim/multiplex/bounds.py)", flush=True)
     doc = {**qual, **{k: v for k, v in lat.items() if k != "memory_violations"}, **sim,
            "memory_violations": sim["memory_violations"] + lat["memory_violations"],
            "wall_s": time.perf_counter() - t0, "machine": "x86_64 2 cores"}

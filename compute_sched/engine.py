@@ -136,6 +136,7 @@ class FinishedRequest:
     finish_time_s: float
     instance: int
     group_id: str = ""
+    token_ids: tuple[int, ...] = ()  # the generated tokens, where a real engine has them (the simulator has none)
 
 
 @runtime_checkable

@@ -392,7 +392,8 @@ class VllmEngine:
                 t.generated_ids = t.generated_ids[:t.base] + new
                 if finished:
                     del self._reqs[rid]
-                    done.append(FinishedRequest(rid, t.req.generated_tokens + t.generated, at, k, t.req.group_id))
+                    done.append(FinishedRequest(rid, t.req.generated_tokens + t.generated, at, k, t.req.group_id,
+                                                tuple(t.req.generated_token_ids) + tuple(t.generated_ids)))
         span = max(1e-9, time.monotonic() - start)
         self._rate = [n / span for n in tokens]
         done.sort(key=lambda f: f.finish_time_s)

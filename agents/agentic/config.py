@@ -54,6 +54,7 @@ class RunConfig:
     reward_retries: int = 2
     weights: dict = field(default_factory=dict)
     seed: int = 0
+    resume: str = "recompute"  # after a weight update: recompute the context, or kv_reuse (the engine keeps KV)
 
 
 def _latency(r: Reader) -> LatencySpec:
@@ -124,7 +125,7 @@ def load_run(path: str | os.PathLike[str]) -> RunConfig:
         raise r.error("tasks", "is empty", "at least one task")
     ro = r.section("rollout", {})
     ro.reject_unknown(("group_size", "redundancy", "bound", "batch_groups", "iterations", "train_step_s",
-                       "max_replacements"))
+                       "max_replacements", "resume"))
     rw = r.section("reward", {})
     rw.reject_unknown(("function", "url", "timeout_s", "retries"))
     fn = rw.str("function", "env_return", choices=REWARD_FUNCTIONS)
@@ -132,16 +133,24 @@ def load_run(path: str | os.PathLike[str]) -> RunConfig:
     if url is not None and (not isinstance(url, str) or not url.startswith(("http://", "https://"))):
         raise rw.error("url", f"{url!r} is not an http(s) URL", "e.g. http://127.0.0.1:8088, or leave it out (in-process)")
     wt = r.section("weights", {})
-    wt.reject_unknown(("backend", "model_bytes", "cross_cluster_gbps", "intra_cluster_gbps", "asynchronous"))
+    wt.reject_unknown(("backend", "model_bytes", "cross_cluster_gbps", "intra_cluster_gbps", "asynchronous",
+                       "move_bytes", "generators"))
     weights = {"backend": wt.str("backend", "relay", choices=("relay", "mooncake")),
                "model_bytes": wt.float("model_bytes", 16.4e9, minimum=0),
                "cross_cluster_bps": 1e9 * wt.float("cross_cluster_gbps", 200.0, minimum=0, exclusive_minimum=True),
                "intra_cluster_bps": 1e9 * wt.float("intra_cluster_gbps", 400.0, minimum=0, exclusive_minimum=True),
-               "asynchronous": wt.bool("asynchronous", True)}
+               "asynchronous": wt.bool("asynchronous", True),
+               # move real bytes between processes (agents/agentic/transfer.py) instead of timing the copy
+               "move_bytes": wt.bool("move_bytes", False),
+               "generators": wt.int("generators", 2, minimum=1, maximum=64)}
+    if weights["move_bytes"] and weights["model_bytes"] > 2 * 2**30:
+        raise wt.error("model_bytes", f"{weights['model_bytes']:.3g} bytes would be moved for real every version",
+                       "at most 2 GiB with move_bytes: true (or move_bytes: false to time the copy)")
     return RunConfig(src, model, tuple(pools), HwMapping(tags, default), tuple(tasks),
                      ro.int("group_size", 4, minimum=1, maximum=1024), ro.float("redundancy", 0.0, minimum=0, maximum=4),
                      ro.int("bound", 1, minimum=0, maximum=100), ro.int("batch_groups", 4, minimum=1),
                      ro.int("iterations", 3, minimum=1), ro.float("train_step_s", 1.0, minimum=0),
                      ro.int("max_replacements", 8, minimum=0), fn, url, rw.float("timeout_s", 5.0, minimum=0,
                                                                                     exclusive_minimum=True),
-                     rw.int("retries", 2, minimum=0, maximum=10), weights, r.int("seed", 0))
+                     rw.int("retries", 2, minimum=0, maximum=10), weights, r.int("seed", 0),
+                     ro.str("resume", "recompute", choices=("recompute", "kv_reuse")))

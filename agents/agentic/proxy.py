@@ -6,7 +6,9 @@ with fallback, least loaded), hands it to the worker's command loop and returns 
 soon as that request finishes. A worker that dies fails its requests with ``WorkerDied``; the proxy
 routes them again (counted, bounded by ``retries``). ``suspend`` / ``resume`` implement the
 weight-update protocol: while suspended no request starts, requests in flight are aborted and wait,
-and on ``resume`` they are submitted again under the new version with their context (recompute).
+and on ``resume`` they are submitted again under the new version with their context (recompute) --
+except on a worker whose engine keeps KV across an update (``GenerationWorker.kv_reuse``): that
+worker is paused instead, its requests keep their place and KV, and continue on ``resume``.
 The routing time of every request is kept, so its overhead can be reported against the engine's
 step time.
 """
@@ -44,6 +46,8 @@ class LLMProxy:
         self.route_s: deque[float] = deque(maxlen=200_000)
         self.rerouted = 0
         self.interrupted = 0
+        self.kv_resumed = 0  # requests carried across an update with their KV (no recompute)
+        self._paused: list[GenerationWorker] = []
         self._seq = 0
 
     def start(self) -> None:
@@ -54,7 +58,7 @@ class LLMProxy:
         await asyncio.gather(*(w.stop() for w in self.workers))
 
     async def generate(self, trajectory_id: str, tag: str, prompt_tokens: int, max_tokens: int,
-                       text: str = "") -> Completion:
+                       text: str = "", prompt_token_ids: tuple[int, ...] = ()) -> Completion:
         """Serve one turn; retries on a dead worker; waits out a suspension and resubmits (recompute)."""
         tries = 0
         while True:
@@ -66,7 +70,8 @@ class LLMProxy:
                 raise GenerationFailed(f"trajectory {trajectory_id}: {exc}") from None
             self._seq += 1
             rid = f"{trajectory_id}/{self._seq}"
-            fut = worker.generate(GenerationRequest(rid, prompt_tokens, max_tokens, tag), text)
+            fut = worker.generate(GenerationRequest(rid, prompt_tokens, max_tokens, tag,
+                                                    prompt_token_ids=tuple(prompt_token_ids)), text)
             self.route_s.append(time.perf_counter() - t0)
             self._inflight[rid] = worker
             try:
@@ -88,11 +93,19 @@ class LLMProxy:
     def suspend(self) -> None:
         """Stop starting requests and abort those in flight (they resubmit on resume)."""
         self._open.clear()
+        for w in self.workers:
+            if w.kv_reuse and w.alive:
+                self.kv_resumed += len(w.pause())
+                self._paused.append(w)
         for rid, w in list(self._inflight.items()):
-            w.abort(rid)
+            if not w.kv_reuse:
+                w.abort(rid)
 
     def resume(self, version: int) -> None:
         self.version = version
+        for w in self._paused:
+            w.unpause()
+        self._paused.clear()
         self._open.set()
 
     def routing_p99_ms(self) -> float:

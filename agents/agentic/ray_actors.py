@@ -27,8 +27,9 @@ class RemoteProxy:
         self.handle = handle
         self.version = 0
 
-    async def generate(self, trajectory_id: str, tag: str, prompt_tokens: int, max_tokens: int, text: str = ""):
-        return await self.handle.generate.remote(trajectory_id, tag, prompt_tokens, max_tokens, text)
+    async def generate(self, trajectory_id: str, tag: str, prompt_tokens: int, max_tokens: int, text: str = "",
+                       prompt_token_ids: tuple[int, ...] = ()):
+        return await self.handle.generate.remote(trajectory_id, tag, prompt_tokens, max_tokens, text, prompt_token_ids)
 
 
 def make_actors():
@@ -51,9 +52,10 @@ def make_actors():
                 self.proxy = LLMProxy(ws, HwMapping({k: tuple(v) for k, v in mapping.items()}, tuple(default)))
                 self.proxy.start()
 
-        async def generate(self, trajectory_id: str, tag: str, prompt_tokens: int, max_tokens: int, text: str = ""):
+        async def generate(self, trajectory_id: str, tag: str, prompt_tokens: int, max_tokens: int, text: str = "",
+                           prompt_token_ids: tuple[int, ...] = ()):
             await self._ensure()
-            return await self.proxy.generate(trajectory_id, tag, prompt_tokens, max_tokens, text)
+            return await self.proxy.generate(trajectory_id, tag, prompt_tokens, max_tokens, text, prompt_token_ids)
 
         async def routing_p99_ms(self) -> float:
             await self._ensure()

@@ -96,8 +96,12 @@ class Metrics:
 class EnvManager:
     """One environment instance, one trajectory at a time (see the module note)."""
 
-    def __init__(self, task: TaskSpec, proxy: LLMProxy, policy: Policy, seed: int) -> None:
+    def __init__(self, task: TaskSpec, proxy: LLMProxy, policy: Policy, seed: int, tokenizer: Any = None) -> None:
         self.task, self.proxy, self.policy, self.seed = task, proxy, policy, seed
+        # With a tokenizer (``encode(text) -> ids``, ``decode(ids) -> text``, e.g. transformers' AutoTokenizer)
+        # the engine gets the conversation's token ids and the environment acts on the engine's own reply,
+        # as on vLLM; without one (the simulated engine) the stand-in policy supplies length and action.
+        self.tokenizer = tokenizer
         self.env = FaultyEnv(make_env(task.env_id), task.latency, random.Random(seed * 7919 + 1))
 
     async def run(self, traj: Trajectory) -> Trajectory:
@@ -110,9 +114,16 @@ class EnvManager:
         if obs is None:
             raise EnvFault(f"{t.env_id}: reset returned a malformed observation")
         context = t.prompt_tokens + _tokens(obs)
+        convo = str(obs)
         for _ in range(t.max_turns):
             n, text = self.policy.act(t, self.env)
-            comp = await self.proxy.generate(traj.trajectory_id, t.tag, context, n, text)
+            ids: tuple[int, ...] = ()
+            if self.tokenizer is not None:
+                ids = tuple(self.tokenizer.encode(convo))
+                context = len(ids)
+            comp = await self.proxy.generate(traj.trajectory_id, t.tag, context, n, text, prompt_token_ids=ids)
+            if self.tokenizer is not None:
+                text = comp.text  # the engine's reply is the action
             traj.turns.append((context, comp.output_tokens))
             traj.versions.add(self.proxy.version)
             try:
@@ -123,6 +134,7 @@ class EnvManager:
                 raise EnvFault(f"{t.env_id}: step returned a malformed observation")
             traj.env_reward += float(r)
             context += comp.output_tokens + _tokens(obs)
+            convo += f"{text}\n{obs}"
             if term or trunc:
                 break
         return traj
@@ -133,7 +145,7 @@ class RolloutRuntime:
 
     def __init__(self, proxy: LLMProxy, reward_client: Any, tasks: list[TaskSpec], *, group_size: int,
                  redundancy: float = 0.0, bound: int = 1, seed: int = 0, max_replacements: int = 8,
-                 weights: Any = None, progress: Callable[[str], None] | None = None) -> None:
+                 weights: Any = None, progress: Callable[[str], None] | None = None, tokenizer: Any = None) -> None:
         self.proxy, self.reward_client, self.tasks = proxy, reward_client, tasks
         self.group_size, self.redundancy = group_size, redundancy
         self.ledger = Ledger()
@@ -144,6 +156,7 @@ class RolloutRuntime:
         self.policy = Policy(seed)
         self.max_replacements = max_replacements
         self.weights = weights
+        self.tokenizer = tokenizer  # for engines that take token ids (vLLM); see EnvManager
         self.progress = progress
         self._seq = 0
         self._running: dict[str, asyncio.Task] = {}
@@ -161,7 +174,7 @@ class RolloutRuntime:
         """Run one trajectory and its reward; end it in the ledger unless it succeeded (the group decides)."""
         loop = asyncio.get_running_loop()
         try:
-            await EnvManager(task, self.proxy, self.policy, self.rng.randrange(1 << 30)).run(traj)
+            await EnvManager(task, self.proxy, self.policy, self.rng.randrange(1 << 30), self.tokenizer).run(traj)
         except EnvFault as exc:
             kind = "timeout" if "timed out" in str(exc) else "malformed" if "malformed" in str(exc) else "raise"
             self.metrics.env_failures[kind] += 1
@@ -360,6 +373,7 @@ class RolloutRuntime:
                 "reward_latency_p50_s": lat[len(lat) // 2] if lat else 0.0, "trained": self.metrics.trained,
                 "step_s": list(self.metrics.step_s), "concurrent_peak": self.concurrent_peak,
                 "routing_p99_ms": self.proxy.routing_p99_ms(), "rerouted": self.proxy.rerouted,
+                "resubmitted_on_update": self.proxy.interrupted, "kv_resumed_on_update": self.proxy.kv_resumed,
                 "idle_s_by_pool": _idle_by_pool(self.proxy)}
 
 

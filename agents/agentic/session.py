@@ -22,15 +22,23 @@ __all__ = ["build", "run_config"]
 
 def build(cfg: RunConfig, progress: Callable[[str], None] | None = None) -> tuple[RolloutRuntime, LLMProxy]:
     """Create the workers, proxy, reward client, weight updater and runtime of ``cfg`` (inside a running loop)."""
-    workers = [sim_worker(f"{p.name}-{i}", p.name, p.gpu, cfg.model, p.tp, p.max_batch)
+    workers = [sim_worker(f"{p.name}-{i}", p.name, p.gpu, cfg.model, p.tp, p.max_batch,
+                          kv_reuse=cfg.resume == "kv_reuse")
                for p in cfg.pools for i in range(p.workers)]
     proxy = LLMProxy(workers, cfg.mapping)
     reward = (HttpRewardClient(cfg.reward_url, cfg.reward_function, timeout_s=cfg.reward_timeout_s,
                                retries=cfg.reward_retries) if cfg.reward_url else LocalRewardClient(cfg.reward_function))
     w = cfg.weights
+    mover = None
+    if w.get("move_bytes"):  # real bytes between processes: the collectives relay or Mooncake
+        from orchestrl.agents.agentic.transfer import CollectivesRelay, MooncakeRelay
+        n = int(w.get("model_bytes", 16.4e9))
+        mover = (MooncakeRelay(n) if w.get("backend") == "mooncake" else
+                 CollectivesRelay(n, generators=w.get("generators", 2), cross_bps=w.get("cross_cluster_bps", 200e9),
+                                  intra_bps=w.get("intra_cluster_bps", 400e9)))
     weights = WeightUpdater(LinkSpec(w.get("model_bytes", 16.4e9), w.get("cross_cluster_bps", 200e9),
                                      w.get("intra_cluster_bps", 400e9)),
-                            asynchronous=w.get("asynchronous", True), backend=w.get("backend", "relay"))
+                            asynchronous=w.get("asynchronous", True), backend=w.get("backend", "relay"), mover=mover)
     rt = RolloutRuntime(proxy, reward, list(cfg.tasks), group_size=cfg.group_size, redundancy=cfg.redundancy,
                         bound=cfg.bound, seed=cfg.seed, max_replacements=cfg.max_replacements, weights=weights,
                         progress=progress)
@@ -51,4 +59,6 @@ async def run_config(cfg: RunConfig, progress: Callable[[str], None] | None = No
         await rt.reward_client.close()
     out["wall_s"] = loop.time() - t0
     out["weights_waited_s"] = list(rt.weights.waited_s)
+    if rt.weights.mover is not None:
+        out["weights_bytes_moved"] = rt.weights.mover.bytes_moved
     return out

@@ -7,13 +7,15 @@ waits only for what is left of that copy and then for the broadcast inside the g
 (its fast links). veRL's synchronous path (``asynchronous=False``) starts the copy at the suspend
 point, so the whole cross-cluster time lands on the step.
 
-Backends behind the same interface (:class:`Transport`):
+Without a mover the copy is timed from the bytes and link rates (RLSim, and runs that only want the
+overlap). With a mover (:mod:`agents.agentic.transfer`) the bytes really move between processes,
+behind the same two calls:
 
-* ``relay`` (default): the copy timed from the bytes and link rates, the schedule of this project's
-  collectives planner for the intra-cluster broadcast being what a deployment runs (its executor
-  needs processes per GPU, which this runtime does not start);
-* ``mooncake``: Mooncake's transfer engine (``pip install mooncake-transfer-engine``), where it
-  imports; :func:`mooncake_available` says why not otherwise (docs/agentic.md records what was tried).
+* ``relay``: :class:`~agents.agentic.transfer.CollectivesRelay`, this project's collectives
+  (``WeightSync`` over gloo, the planner's relay and forwarding tree in the generation pod);
+* ``mooncake``: :class:`~agents.agentic.transfer.MooncakeRelay`, Mooncake's transfer engine (the
+  CPU wheel ``mooncake-transfer-engine-non-cuda``, TCP); :func:`mooncake_available` says why not
+  where it does not import.
 
 Each copy is announced to the fabric controller as a ``weight-sync`` intent (the document format of
 ``examples/intents/weight-sync.yaml``) through an optional announcer (a
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
+
+from orchestrl.agents.agentic.transfer import mooncake_available
 
 __all__ = ["WeightUpdater", "LinkSpec", "mooncake_available", "weight_sync_intent"]
 
@@ -35,15 +39,6 @@ class LinkSpec:
     cross_cluster_bps: float = 200e9  # RollArt §7.1: 200 Gbps Ethernet between the clusters
     intra_cluster_bps: float = 400e9  # 400 Gbps InfiniBand inside one
     setup_s: float = 0.5
-
-
-def mooncake_available() -> tuple[bool, str]:
-    """Whether Mooncake's transfer engine imports here, and if not, why."""
-    try:
-        from mooncake.engine import TransferEngine  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure is the answer
-        return False, f"{type(exc).__name__}: {exc}"
-    return True, "mooncake.engine.TransferEngine imports"
 
 
 def weight_sync_intent(job: str, train_gpus: str, gen_gpus: str, model_bytes: float) -> dict:
@@ -58,7 +53,9 @@ class WeightUpdater:
 
     def __init__(self, link: LinkSpec, *, asynchronous: bool = True, backend: str = "relay",
                  announce: Callable[[Mapping], None] | None = None, job: str = "agentic",
-                 train_gpus: str = "0-7", gen_gpus: str = "8-15") -> None:
+                 train_gpus: str = "0-7", gen_gpus: str = "8-15", mover: Any = None) -> None:
+        if mover is not None:
+            backend = mover.backend
         if backend not in ("relay", "mooncake"):
             raise ValueError(f"weights backend {backend!r}: use relay or mooncake")
         if backend == "mooncake":
@@ -67,6 +64,7 @@ class WeightUpdater:
                 raise RuntimeError(f"weights backend 'mooncake' does not import here ({why}); use 'relay'")
         self.link, self.asynchronous, self.backend = link, asynchronous, backend
         self.announce, self.job, self.train_gpus, self.gen_gpus = announce, job, train_gpus, gen_gpus
+        self.mover = mover  # moves real bytes (agents.agentic.transfer); None: the copy is timed
         self._copies: dict[int, asyncio.Task] = {}
         self.waited_s: list[float] = []  # time each update blocked the rollout
         self.intents = 0
@@ -84,13 +82,16 @@ class WeightUpdater:
         if self.announce is not None:
             self.announce(weight_sync_intent(self.job, self.train_gpus, self.gen_gpus, self.link.model_bytes))
             self.intents += 1
-        self._copies[version] = asyncio.get_running_loop().create_task(asyncio.sleep(self.cross_s()))
+        copy = asyncio.to_thread(self.mover.push, version) if self.mover is not None else asyncio.sleep(self.cross_s())
+        self._copies[version] = asyncio.get_running_loop().create_task(copy)
 
     def close(self) -> None:
         """Cancel copies still in flight (a run that ends with a version nobody will fetch)."""
         for t in self._copies.values():
             t.cancel()
         self._copies.clear()
+        if self.mover is not None:
+            self.mover.close()
 
     async def update(self, version: int) -> None:
         """At a suspend point: wait for ``version`` at the relay, then broadcast it in the cluster."""
@@ -100,5 +101,8 @@ class WeightUpdater:
             self._copies.pop(version, None)
             self.publish(version)
         await self._copies.pop(version)
-        await asyncio.sleep(self.intra_s())
+        if self.mover is not None:  # every generation process confirms the version's digest
+            await asyncio.to_thread(self.mover.fetch, version)
+        else:
+            await asyncio.sleep(self.intra_s())
         self.waited_s.append(loop.time() - t0)

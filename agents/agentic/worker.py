@@ -63,9 +63,17 @@ class _Pending:
 class GenerationWorker:
     """One engine behind a command loop; ``generate`` is the only call clients make."""
 
-    def __init__(self, name: str, pool: str, engine: Any, *, gpu: str = "", max_batch: int | None = None) -> None:
+    def __init__(self, name: str, pool: str, engine: Any, *, gpu: str = "", max_batch: int | None = None,
+                 kv_reuse: bool | None = None, tokenizer: Any = None) -> None:
         self.name, self.pool, self.engine, self.gpu = name, pool, engine, gpu
         self.max_batch = max_batch
+        # Whether a weight update may pause this engine with its requests' KV kept (resume continues them)
+        # instead of aborting them (resume recomputes their context). The engine declares it; the vLLM
+        # adapter does not (recompute only), the simulated engine does when built with kv_reuse=True.
+        self.kv_reuse = bool(getattr(engine, "kv_reuse", False)) if kv_reuse is None else kv_reuse
+        self.tokenizer = tokenizer  # decodes a real engine's output token ids into the completion's text
+        self._paused = False
+        self.kept_on_update = 0  # requests that survived a weight update with their KV (not recomputed)
         self._inbox: deque[tuple[str, Any]] = deque()
         self._wake = asyncio.Event()
         self._pending: dict[str, _Pending] = {}
@@ -99,6 +107,18 @@ class GenerationWorker:
         if request_id in self._pending:
             self._inbox.append(("ABORT", request_id))
             self._wake.set()
+
+    def pause(self) -> list[str]:
+        """Stop stepping the engine, keeping its requests and their KV (a weight update); returns those kept."""
+        self._paused = True
+        self.kept_on_update += len(self._pending)
+        self._wake.set()
+        return list(self._pending)
+
+    def unpause(self) -> None:
+        """Step the engine again: the kept requests continue where they stopped, under the new weights."""
+        self._paused = False
+        self._wake.set()
 
     def kill(self, reason: str = "killed") -> None:
         """The engine dies: every request in flight fails with :class:`WorkerDied` (the proxy re-routes)."""
@@ -148,6 +168,11 @@ class GenerationWorker:
         clock = loop.time()
         while self.alive:
             self._take_commands()
+            if self._paused:  # a weight update: the engine's clock stands still, its requests keep their KV
+                self._wake.clear()
+                await self._wake.wait()
+                clock = loop.time()
+                continue
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
@@ -176,13 +201,20 @@ class GenerationWorker:
                 if p is None or p.future.done():
                     continue
                 self.served += 1
-                p.future.set_result(Completion(f.request_id, self.name, p.req.prompt_tokens, f.output_tokens, p.text,
+                ids = getattr(f, "token_ids", ())
+                text = self.tokenizer.decode(list(ids)) if self.tokenizer is not None and ids else p.text
+                p.future.set_result(Completion(f.request_id, self.name, p.req.prompt_tokens, f.output_tokens, text,
                                                0.0, now))
 
 
-def sim_worker(name: str, pool: str, gpu: str, model: str, tp: int = 1, max_batch: int | None = None) -> GenerationWorker:
-    """A worker on the simulated engine: ``model`` at TP ``tp`` on ``gpu`` (step times from :func:`step_model`)."""
+def sim_worker(name: str, pool: str, gpu: str, model: str, tp: int = 1, max_batch: int | None = None,
+               kv_reuse: bool = False) -> GenerationWorker:
+    """A worker on the simulated engine: ``model`` at TP ``tp`` on ``gpu`` (step times from :func:`step_model`).
+
+    ``kv_reuse``: the engine keeps a request's KV across a weight update (it simply stops stepping),
+    what an engine with pause/resume offers; the default is recompute, what the vLLM adapter does.
+    """
     perf = step_model(load_model(model), load_gpu(gpu))
     cfg = InstanceConfig("tp", tp=tp)
     eng = SimEngine(perf, homogeneous(cfg, tp), {}, max_num_seqs=max_batch)
-    return GenerationWorker(name, pool, eng, gpu=gpu, max_batch=max_batch)
+    return GenerationWorker(name, pool, eng, gpu=gpu, max_batch=max_batch, kv_reuse=kv_reuse)

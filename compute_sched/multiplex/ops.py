@@ -19,7 +19,8 @@ from orchestrl.compute_sched.engine import EngineCapabilities
 from orchestrl.compute_sched.hardware import ModelSpec
 from orchestrl.fabric.errors import ConfigError
 
-__all__ = ["corun", "Tail", "MergeDecision", "migration_cost_s", "merge_gain", "balanced_shares"]
+__all__ = ["corun", "Tail", "MergeDecision", "migration_cost_s", "merge_gain", "balanced_shares",
+           "overlap_balanced_shares"]
 
 
 def corun(work_a: float, work_b: float, s_a: float, s_b: float) -> tuple[float, float, float]:
@@ -140,3 +141,37 @@ def balanced_shares(n: int, carrier: int, slowdown: float,
     shares[carrier] = inverse(t / slowdown)
     z = sum(shares)
     return [x / z for x in shares]
+
+
+def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s: Sequence[float]) -> list[float]:
+    """Shares of ``work_s`` (exclusive seconds) over DP workers so that all finish together (§4.3, generalised).
+
+    Worker ``i`` runs its share at ``slowdowns[i]`` for the first ``overlap_s[i]`` seconds (while the
+    other pipeline's sub-stage it carries still runs there), alone after that. With every overlap
+    long enough this is the paper's ``T(bs_t)/T(bs_i) = 1/s``; a co-runner about to finish costs its
+    worker almost nothing. Work is taken as proportional to the share; bisection on the common
+    finish time, O(n) per iteration.
+
+    >>> [round(x, 3) for x in overlap_balanced_shares(8.0, [1.5, 1.0, 1.0, 1.0], [100.0, 0, 0, 0])]
+    [0.182, 0.273, 0.273, 0.273]
+    >>> [round(x, 3) for x in overlap_balanced_shares(8.0, [1.5, 1.0], [0.3, 0])]
+    [0.494, 0.506]
+    """
+    n = len(slowdowns)
+    if n < 1 or len(overlap_s) != n or not work_s >= 0 or any(not x >= 1.0 for x in slowdowns) \
+            or any(not o >= 0 for o in overlap_s):
+        raise ConfigError("balance", "slowdowns", f"n={n}, work_s={work_s}, slowdowns={list(slowdowns)}, "
+                          f"overlap_s={list(overlap_s)}", "one slowdown >= 1 and one overlap >= 0 per worker")
+    if work_s == 0:
+        return [1.0 / n] * n
+
+    def done_by(t: float) -> list[float]:  # exclusive seconds of work each worker finishes by time t
+        return [t / s if t <= o else o / s + (t - o) for s, o in zip(slowdowns, overlap_s)]
+
+    lo, hi = 0.0, work_s * max(slowdowns)
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(done_by(mid)) < work_s else (lo, mid)
+    got = done_by(hi)
+    total = sum(got)
+    return [g / total for g in got]

@@ -33,6 +33,7 @@ def rows_of(results: list[dict]) -> list[Row]:
         rows.append(Row(f"{r['label']}/muxserve", None, ratio(r, "jigsaw", "muxserve")))
     rows.append(mean_row("mean/verl", PAPER["mean/verl"], [ratio(r, "jigsaw", "verl") for r in results]))
     rows.append(Row("max/verl", PAPER["max/verl"], max(ratio(r, "jigsaw", "verl") for r in results)))
+    rows.append(mean_row("mean/bound-on-any-schedule/verl", None, [ratio(r, "bound", "verl") for r in results]))
     rows.append(mean_row("mean/verl-serial", PAPER["mean/verl"], [ratio(r, "jigsaw", "verl_serial") for r in results]))
     rows.append(mean_row("mean/rollmux", PAPER["mean/rollmux"], [ratio(r, "jigsaw", "rollmux") for r in results]))
     rows.append(mean_row("mean/muxserve", PAPER["mean/muxserve"], [ratio(r, "jigsaw", "muxserve") for r in results]))

@@ -38,6 +38,7 @@ class Case:
     async_weights: bool = True
     batched: bool = False
     extra: dict = field(default_factory=dict)
+    seed: int = 0  # the runtime's seed (environments, policy stand-in, failures): `sim figure --seeds N` varies it
 
 
 def cluster(model: str, pools: tuple[Pool, ...], quick: bool, **kw: Any) -> Cluster:
@@ -53,7 +54,8 @@ def run_case(case: Case) -> dict:
         from orchestrl.sim.agentic.batched import run_batched
         out = run_batched(case.cluster, case.iterations)
     else:
-        out = run_system(case.cluster, case.system, case.iterations, case.bound, case.redundancy, case.async_weights)
+        out = run_system(case.cluster, case.system, case.iterations, case.bound, case.redundancy, case.async_weights,
+                         seed=case.seed)
     out.update({"figure": case.figure, "label": case.label, "model": case.cluster.model, **case.extra,
                 "wall_s": time.perf_counter() - t0})
     return out

@@ -16,8 +16,9 @@ Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what t
   :func:`~compute_sched.multiplex.ops.merge_gain` decides whether to move them onto one worker
   (recomputing their context there at the prefill MFU); the aggregated tail decodes all of them at
   once, priced by the performance model at the combined batch;
-* balancing (§4.3): when a barrier opens, a replica whose worker carries the other pipeline's
-  aggregated tail gets a smaller share of the reference and training work (``balanced_shares``).
+* balancing (§4.3): when a barrier opens, a replica whose worker still carries the other pipeline's
+  rollout (its aggregated or its own long tail) gets a smaller share of the reference and training
+  work, by how long and how much that rollout slows it (``overlap_balanced_shares``).
 
 Policies: ``jigsaw`` (look-ahead W = 3, merging, balancing), ``jigsaw-greedy`` (W = 1),
 ``jigsaw-nomerge``, ``muxserve`` (JigsawRL-MuxServe: rollouts share the GPU half and half,
@@ -35,7 +36,7 @@ from orchestrl.compute_sched.hardware import load_gpu, load_model
 from orchestrl.compute_sched.multiplex.catalog import model_for
 from orchestrl.compute_sched.multiplex.grid import IDLE, MEM_LEVELS_PCT
 from orchestrl.compute_sched.multiplex.lookahead import (MEMORY_BUDGET_PCT, Action, Scheduler, Task, WorkerState)
-from orchestrl.compute_sched.multiplex.ops import Tail, balanced_shares, merge_gain, migration_cost_s
+from orchestrl.compute_sched.multiplex.ops import Tail, merge_gain, migration_cost_s, overlap_balanced_shares
 from orchestrl.compute_sched.multiplex.substage import rollout_chain
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.layout import InstanceConfig
@@ -269,24 +270,36 @@ class _Group:
         return changed
 
     def _balance(self, p: int, k: int) -> None:
-        """§4.3: a worker whose other chain runs a merged tail gets less of this post stage's work."""
+        """§4.3: workers that still carry the other pipeline's rollout get less of this post stage's work.
+
+        Every such worker runs its share slowed by the slowdown model (training next to the rollout's
+        current sub-stage) for as long as that rollout has work left there, alone afterwards; the
+        shares equalise the finish times (:func:`overlap_balanced_shares`). The paper states the rule
+        for the worker carrying an aggregated (merged) tail, ``T(bs_t)/T(bs_i) = 1/s``; an unmerged
+        long tail interferes the same way, so it counts too (a tail about to end costs almost nothing).
+        """
         if not self.balance or self.d < 2 or len(self.runs) < 2:
             return
         o = 1 - p
-        carriers = [w for w in range(self.d) if (o, self._cur_step(o, w)) in self.merged
-                    and self._progress(o, self._cur_step(o, w), w) == "rollout"]
-        if len(carriers) != 1:
+        slow, overlap = [], []
+        for w in range(self.d):
+            ko = self._cur_step(o, w)
+            head = self.states[w].head(o)
+            if self._progress(o, ko, w) == "rollout" and head is not None and head.kind != IDLE:
+                sw = self.model.s("train", head.kind, 0.75, 60)
+                so = self.model.s(head.kind, "train", 0.25, 60)
+                slow.append(max(1.0, sw))
+                overlap.append(self._remaining(o, ko, w, 0, 1) * max(1.0, so))
+            else:
+                slow.append(1.0)
+                overlap.append(0.0)
+        if all(x <= 1.0 for x in slow):
             return
-        t = carriers[0]
-        head = self.states[t].head(o)
-        s = self.model.s("train", head.kind if head else IDLE, 0.75, 60)
-        if s <= 1.0:
-            return
-        shares = balanced_shares(self.d, t, s)
-        for off in range(2):  # reference, training
-            idx = [self.bounds[(p, k, w)][1] + off for w in range(self.d)]
-            total = sum(self.states[w].chains[p][i].work_s for w, i in enumerate(idx))
-            for w, i in enumerate(idx):
+        idx = [[self.bounds[(p, k, w)][1] + off for w in range(self.d)] for off in range(2)]  # reference, training
+        work = [sum(self.states[w].chains[p][i].work_s for w, i in enumerate(ix)) for ix in idx]
+        shares = overlap_balanced_shares(sum(work), slow, overlap)
+        for ix, total in zip(idx, work):
+            for w, i in enumerate(ix):
                 self._set_task(w, p, i, replace(self.states[w].chains[p][i], work_s=total * shares[w]))
 
     def _cur_step(self, p: int, w: int) -> int:

@@ -24,6 +24,7 @@ from orchestrl.agents.cli import main
 from orchestrl.compute_sched.agentic.routing import HwMapping, Router
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.agentic.clock import run_virtual
+from tests.compute_sched.test_vllm_engine import _LLMEngineSurface
 
 REPO = Path(__file__).resolve().parents[2]
 FROZEN = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=6, reply_median_tokens=24,
@@ -213,6 +214,12 @@ def test_cli_runs_a_run_file_and_refuses_a_bad_one_naming_the_field(tmp_path):
     with contextlib.redirect_stderr(err):
         assert main(["agentic", "run", str(tmp_path / "bad.yaml")]) != 0
     assert "tasks[0].env" in err.getvalue() and "FrozenPond-v9" in err.getvalue()
+    (tmp_path / "huge.yaml").write_text(small.replace("asynchronous: true}", "asynchronous: true, move_bytes: true}")
+                                        .replace("model_bytes: 1.0e8", "model_bytes: 16.4e9"))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):  # 16 GB moved for real every version: refused, naming the field
+        assert main(["agentic", "run", str(tmp_path / "huge.yaml")]) != 0
+    assert "weights.model_bytes" in err.getvalue() and "move_bytes" in err.getvalue()
 
 
 def test_the_same_env_managers_run_as_ray_actors():
@@ -227,3 +234,99 @@ def test_the_same_env_managers_run_as_ray_actors():
         ray.shutdown()
     assert len(out) == 6 and all(r["ok"] for r in out), out
     assert all(r["turns"] >= 1 for r in out)
+
+
+
+def test_a_turn_in_flight_across_a_weight_update_resumes_with_its_kv_or_recomputes():
+    """RollArt's suspend -> model_update -> resume: an engine that keeps KV continues the request where it
+    stopped (nothing resubmitted, no prefill again); otherwise the turn is resubmitted with its context."""
+    async def go(kv_reuse):
+        w = sim_worker("h800-0", "h800", "H800", "Qwen3-8B", kv_reuse=kv_reuse)
+        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        proxy.start()
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        turn = loop.create_task(proxy.generate("traj-0", "x", 6000, 2000))
+        await asyncio.sleep(5.0)  # mid-decode: part of its 2,000 tokens are out
+        proxy.suspend()
+        await asyncio.sleep(3.0)  # the model update
+        proxy.resume(1)
+        done = await turn
+        await proxy.stop()
+        return done.output_tokens, loop.time() - t0, (proxy.kv_resumed, proxy.interrupted, w.aborted)
+
+    kept = run_virtual(go(True))
+    redone = run_virtual(go(False))
+    assert kept[0] == redone[0] == 2000
+    assert kept[2] == (1, 0, 0) and redone[2] == (0, 1, 1)
+    assert kept[1] < redone[1]  # the paused engine kept its progress: no prefill, no tokens decoded twice
+
+
+class _ByteTokenizer:
+    """A real tokenizer interface (encode/decode, as transformers' tokenizers) over UTF-8 bytes."""
+
+    def encode(self, text):
+        return list(text.encode())
+
+    def decode(self, ids):
+        return bytes(ids).decode(errors="replace")
+
+
+class _ReplyingLLMEngine(_LLMEngineSurface):
+    """vLLM ``LLMEngine``'s public surface (tests/compute_sched/test_vllm_engine.py's), one token a step,
+    replying with the bytes of a FrozenLake action; it records the prompts it was given."""
+
+    REPLY = list(b"<action>DOWN</action>")
+
+    def __init__(self):
+        super().__init__()
+        self.prompts = []
+
+    def add_request(self, request_id, prompt, params):
+        self.prompts.append(list(prompt["prompt_token_ids"]))
+        super().add_request(request_id, prompt, params)
+
+    def step(self):
+        from types import SimpleNamespace
+        time.sleep(0.001)
+        outs = []
+        for rid, (max_tokens, toks) in list(self.live.items()):
+            toks.append(self.REPLY[len(toks)])
+            done = len(toks) >= min(max_tokens, len(self.REPLY))
+            outs.append(SimpleNamespace(request_id=rid, finished=done, outputs=[SimpleNamespace(token_ids=list(toks))]))
+            if done:
+                del self.live[rid]
+        return outs
+
+
+def test_the_vllm_adapter_path_sends_token_ids_and_the_environment_acts_on_the_engines_reply():
+    """The GPU path short of the GPU: manager -> proxy -> worker -> VllmEngine adapter -> LLMEngine's methods."""
+    from orchestrl.agents.agentic.buffer import Trajectory as Traj
+    from orchestrl.agents.agentic.runtime import EnvManager, Policy
+    from orchestrl.agents.agentic.worker import GenerationWorker
+    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+    from orchestrl.compute_sched.vllm_engine import VllmEngine
+
+    surface = _ReplyingLLMEngine()
+    tok = _ByteTokenizer()
+    task = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=3, reply_median_tokens=400)
+
+    async def go():
+        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
+                         kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
+        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok)
+        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        proxy.start()
+        mgr = EnvManager(task, proxy, Policy(1), 3, tokenizer=tok)
+        traj = await asyncio.wait_for(mgr.run(Traj("t0", "g", "frozenlake", 0, 0.0)), 30)
+        await proxy.stop()
+        eng.close()
+        return traj, mgr
+
+    traj, mgr = asyncio.run(go())
+    assert len(traj.turns) >= 1 and len(surface.prompts) == len(traj.turns)
+    first = tok.decode(surface.prompts[0])
+    assert "actions:" in first and "<action>NAME</action>" in first  # the environment's own text, as token ids
+    if len(surface.prompts) > 1:  # the next turn's prompt carries the engine's reply and the new observation
+        assert "<action>DOWN</action>" in tok.decode(surface.prompts[1])
+    assert mgr.env.env.format_errors == 0  # every step parsed the engine's reply as an action

@@ -171,3 +171,20 @@ def test_engine_hooks_turn_a_decision_into_engine_arguments(monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="green context"):
             green_context_stream(32)
+
+
+def test_per_step_sm_budget_graphs_refuse_cleanly_without_a_gpu_and_pick_the_budget_a_decision_allows():
+    """The engine hook for a per-step SM budget (graphs captured per green context): on a machine without
+    CUDA it names what is missing instead of failing later; the budget chosen never exceeds the decision."""
+    from orchestrl.compute_sched.multiplex.graph_groups import SmBudgetGraphs
+    from orchestrl.fabric.errors import ConfigError
+    with pytest.raises(ConfigError, match="budgets_pct"):
+        SmBudgetGraphs(lambda: None, (0, 50))
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("covered on a GPU by bench/gpu_graph_groups.py")
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        SmBudgetGraphs(lambda: None, (25, 100))
+    g = SmBudgetGraphs.__new__(SmBudgetGraphs)
+    g._graphs = {25.0: None, 50.0: None, 100.0: None}
+    assert (g.budget_for(60), g.budget_for(100), g.budget_for(10)) == (50.0, 100.0, 25.0)

@@ -23,11 +23,14 @@ def big():
 
 
 def test_every_policy_finishes_every_step_without_over_committing_memory(big):
+    from orchestrl.sim.multiplex.bounds import chain_bound_s
+    lb = chain_bound_s(big)  # the bound the bench divides by must be one: no policy may beat it
     for policy in runner.POLICIES:
         res = runner.run_group(big, policy)
         assert res.memory_violations == 0, policy
         assert all(len(v) == 1 for v in res.step_end_s.values()), policy
         assert res.makespan_s >= max(r.step_alone_s(0) for r in big) - 1e-6  # never faster than alone
+        assert res.makespan_s >= lb - 1e-9, policy
 
 
 def test_the_audit_counts_an_over_committed_action(big):
@@ -54,3 +57,15 @@ def test_figure_command_prints_paper_beside_ours(tmp_path):
     assert rows["jigsaw/verl"]["paper"] == 1.7
     assert rows["jigsaw/verl"]["ours"] == pytest.approx(rows["mfu/jigsaw"]["ours"] / rows["mfu/verl"]["ours"])
     assert (tmp_path / "jigsaw-fig19.csv").exists()
+
+
+def test_the_chain_bound_is_below_both_verl_configurations(big):
+    """Neither veRL configuration may beat the bound either (the policies are checked above)."""
+    from orchestrl.sim.multiplex.bounds import chain_bound_s, critical_sample_s
+    lb = chain_bound_s(big)
+    half = [runner.simulate_steps(r.spec, "A100", 1, 1) for r in big]
+    v = verl(big, half)
+    assert 0 < lb <= v.detail["split_s"] and lb <= v.detail["serial_s"]
+    for r in big:  # the critical sample alone is never slower than the replica rollout that carried it
+        assert critical_sample_s(r, 0) <= max(t.end_s for t in r.traces[0]) + 1e-9
+
