@@ -137,7 +137,7 @@ def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None,
     """
     cfg = cfg or BalancerConfig()
     workers = [w for w in snap.workers if w.available]
-    recent = {r for r, t in (last_moved_s or {}).items() if snap.time_s - t < cfg.moved_cooldown_s}
+    recent = _Recent(last_moved_s or {}, snap.time_s, cfg.moved_cooldown_s)
     if not cfg.same_config_only:
         return _balance(workers, cfg, recent)
     groups: dict[object, list[WorkerState]] = {}
@@ -146,10 +146,28 @@ def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None,
     return [m for g in groups.values() for m in _balance(g, cfg, recent)]
 
 
-def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent: set[str] = frozenset()) -> list[Migration]:
-    loads = [_Load(w, len(w.running), sorted(w.waiting, key=lambda r: r.context_tokens),
-                   sorted(w.running, key=lambda r: r.context_tokens), float(w.kv_free_tokens))
-             for w in workers]
+class _Recent:
+    """Requests placed within the cooldown, answered per request (building the set each tick cost O(moved))."""
+
+    def __init__(self, last_moved_s: Mapping[str, float], now_s: float, cooldown_s: float) -> None:
+        self.last, self.now, self.cooldown = last_moved_s, now_s, cooldown_s
+
+    def __contains__(self, rid: str) -> bool:
+        t = self.last.get(rid)
+        return t is not None and self.now - t < self.cooldown
+
+
+def _by_context(reqs: list[RequestState], n0: int) -> list[RequestState]:
+    """The first ``n0`` requests (the snapshot's) sorted short-context-first, later arrivals after them."""
+    return sorted(reqs[:n0], key=lambda r: r.context_tokens) + reqs[n0:]
+
+
+def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent=frozenset()) -> list[Migration]:
+    # the queues are sorted only on a worker's first turn as a source: most ticks move nothing, and sorting
+    # every queue of every tick was most of the balancer's time (requests a worker received meanwhile stay
+    # behind its own, as they did when every queue was sorted up front)
+    loads = [_Load(w, len(w.running), list(w.waiting), list(w.running), float(w.kv_free_tokens)) for w in workers]
+    unsorted = set(range(len(loads)))
     if len(loads) < 2:
         return []
     basis = _rate_basis(cfg.rate_basis)
@@ -164,6 +182,11 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent: set[str] =
         if spread <= theta or hi == lo:
             break
         src, dst = loads[hi], loads[lo]
+        if hi in unsorted:
+            unsorted.discard(hi)
+            w = src.worker
+            src.waiting, src.running_reqs = _by_context(src.waiting, len(w.waiting)), _by_context(src.running_reqs,
+                                                                                                 len(w.running))
         pick = _first_fitting([r for r in src.waiting if r.request_id not in recent], dst, reserve)
         from_running = False
         if pick is None and cfg.move_running and src.running > 1:

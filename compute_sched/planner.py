@@ -48,7 +48,8 @@ import numpy as np
 
 from orchestrl.compute_sched.costs import CostModel
 from orchestrl.compute_sched.engine import ClusterSnapshot
-from orchestrl.compute_sched.estimate import ClassTable, build_classes, instance_time_s, lone_times_s
+from orchestrl.compute_sched.estimate import (ClassTable, build_classes, instance_time_s, instance_times_s,
+                                              lone_times_s)
 from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout, candidate_configs
 from orchestrl.compute_sched.lookahead import Continuation, best_continuation
 from orchestrl.compute_sched.perf import PerfModel
@@ -207,12 +208,18 @@ def evaluate_layout(layout: Layout, placement: dict[str, int], table: ClassTable
         counts[k, cls[rid]] += 1
         if same.get(k) != where.get(rid) and rid in ctx:
             movers[k].append(ctx[rid])
+    run_s = np.zeros(len(layout.instances))
+    by_cfg: dict[InstanceConfig, list[int]] = {}
+    for k, inst in enumerate(layout.instances):
+        by_cfg.setdefault(inst.config, []).append(k)
+    for c, ks in by_cfg.items():  # one step-model call per configuration, not per instance
+        run_s[ks] = instance_times_s(perf, c, table, counts[ks], tail_mass=tail_mass)
     totals, worst_cost = [], 0.0
     for k, inst in enumerate(layout.instances):
         sw = 0.0 if k in same else costs.switch(old_cfg.get(inst.gpu_ids[0]), inst.config).seconds
         mig = costs.migration(inst.config, movers[k]).seconds
         worst_cost = max(worst_cost, sw + mig)
-        totals.append(sw + mig + instance_time_s(perf, inst.config, table, counts[k], tail_mass=tail_mass))
+        totals.append(sw + mig + float(run_s[k]))
     return max(totals, default=0.0), worst_cost, totals
 
 

@@ -1,0 +1,70 @@
+"""RLSim's fast paths give what the plain ones give (issue 31, speed): batched instance times, lazy balancer sorting."""
+
+import numpy as np
+import pytest
+
+from orchestrl.compute_sched.balancer import BalancerConfig, plan_migrations
+from orchestrl.compute_sched.engine import ClusterSnapshot, WorkerState
+from orchestrl.compute_sched.estimate import build_classes, instance_time_s, instance_times_s
+from orchestrl.compute_sched.hardware import load_gpu, load_model
+from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout
+from orchestrl.compute_sched.perf import PerfModel
+from orchestrl.compute_sched.step_measured import MeasuredPerfModel
+from orchestrl.compute_sched.workload import LengthHistogram, RequestState, StepWorkload
+
+
+@pytest.mark.parametrize("kind", ["measured", "analytical"])
+def test_instance_times_of_many_instances_equal_one_call_per_instance(kind):
+    model, gpu = load_model("Qwen2.5-14B"), load_gpu("H800")
+    pm = MeasuredPerfModel(model, gpu) if kind == "measured" else PerfModel(model, gpu)
+    rng = np.random.default_rng(3)
+    reqs = [RequestState(f"r{i}", int(rng.integers(100, 2000)), int(rng.integers(0, 3000)), 8192) for i in range(300)]
+    lengths = rng.integers(200, 8000, 400).tolist()
+    table = build_classes(reqs, StepWorkload(LengthHistogram.from_lengths(lengths, 8192)))
+    counts = rng.random((12, len(table.classes))) * table.counts
+    counts[3] = 0.0  # an empty instance
+    counts[5] = counts[5] * 1e-3  # one below the tail mass everywhere
+    for cfg in (InstanceConfig("tp", tp=2), InstanceConfig("tp", tp=8)):
+        many = instance_times_s(pm, cfg, table, counts)
+        one = [instance_time_s(pm, cfg, table, row) for row in counts]
+        assert many.tolist() == one  # exactly: the same elementwise evaluations, each row summed alone
+
+
+def _snap(n_workers=6, per=40, seed=0):
+    rng = np.random.default_rng(seed)
+    cfg = InstanceConfig("tp", tp=4)
+    workers, k = [], 0
+    for w in range(n_workers):
+        size = per * (3 if w == 0 else 1)
+        run = tuple(RequestState(f"r{k + i}", int(rng.integers(50, 900)), int(rng.integers(0, 500)), 4096)
+                    for i in range(size // 2))
+        k += size // 2
+        wait = tuple(RequestState(f"r{k + i}", int(rng.integers(50, 900)), 0, 4096) for i in range(size // 2))
+        k += size // 2
+        used = sum(r.context_tokens for r in run)
+        workers.append(WorkerState(w, cfg, run, wait, used, 400_000, 50.0 * (1 + w % 3), True, 256))
+    layout = Layout(tuple(Instance(cfg, tuple(range(4 * w, 4 * w + 4))) for w in range(n_workers)), 4 * n_workers)
+    return ClusterSnapshot(100.0, layout, tuple(workers), ())
+
+
+def _eager(snap, cfg, last):
+    """The balancer as it was: every queue sorted up front, the cooldown set built each tick."""
+    import orchestrl.compute_sched.balancer as bal
+
+    recent = {r for r, t in last.items() if snap.time_s - t < cfg.moved_cooldown_s}
+    workers = [w for w in snap.workers if w.available]
+    sorted_workers = [WorkerState(w.instance, w.config, tuple(sorted(w.running, key=lambda r: r.context_tokens)),
+                                  tuple(sorted(w.waiting, key=lambda r: r.context_tokens)), w.kv_used_tokens,
+                                  w.kv_capacity_tokens, w.decode_rate_tps, w.available, w.max_batch) for w in workers]
+    return bal._balance(sorted_workers, cfg, recent)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_balancer_moves_equal_the_eager_sorting_ones(seed):
+    snap = _snap(seed=seed)
+    last = {"r3": 90.0, "r7": -1000.0, "r11": 99.0}
+    cfg = BalancerConfig(theta_relative=0.05)
+    got = plan_migrations(snap, cfg, last)
+    assert got, "the overloaded worker 0 should shed requests"
+    assert got == _eager(snap, cfg, last)
+    assert not {m.request_id for m in got} & {"r3", "r11"}  # cooling down
