@@ -163,9 +163,10 @@ class SimEngine:
         return sum(len(i.running) + len(i.waiting) for i in self._insts)
 
     def snapshot(self) -> ClusterSnapshot:
-        workers = tuple(WorkerState(i.index, i.cfg, tuple(s.state() for s in i.running),
-                                    tuple(s.state() for s in i.waiting), i.used(), i.cap, i.rate_tps,
-                                    i.available_at <= self._now, i.max_num_seqs) for i in self._insts)
+        st = _Seq.state  # map over the method: a snapshot reads every pending request, every tick
+        workers = tuple(WorkerState(i.index, i.cfg, tuple(map(st, i.running)), tuple(map(st, i.waiting)), i.used(),
+                                    i.cap, i.rate_tps, i.available_at <= self._now, i.max_num_seqs)
+                        for i in self._insts)
         return ClusterSnapshot(self._now, self.layout, workers, self._finished)
 
     def add_requests(self, requests: Sequence[GenerationRequest], instance: int | None = None) -> None:
