@@ -68,3 +68,14 @@ def test_balancer_moves_equal_the_eager_sorting_ones(seed):
     assert got, "the overloaded worker 0 should shed requests"
     assert got == _eager(snap, cfg, last)
     assert not {m.request_id for m in got} & {"r3", "r11"}  # cooling down
+
+
+def test_engine_request_states_equal_constructed_ones():
+    from orchestrl.compute_sched.sim_engine import _Seq
+
+    s = _Seq("r1", 300, 12, 900, 4096, "g7")
+    got, want = s.state(), RequestState("r1", 300, 12, 4096, "g7")
+    assert got == want and hash(got) == hash(want) and repr(got) == repr(want)
+    assert s.state() is got  # unchanged progress: the same object
+    s.generated += 5
+    assert s.state() == RequestState("r1", 300, 17, 4096, "g7") and s.state().context_tokens == 317
