@@ -79,3 +79,13 @@ def test_engine_request_states_equal_constructed_ones():
     assert s.state() is got  # unchanged progress: the same object
     s.generated += 5
     assert s.state() == RequestState("r1", 300, 17, 4096, "g7") and s.state().context_tokens == 317
+
+
+def test_instances_kept_across_layouts_equal_the_pairwise_comparison():
+    from orchestrl.compute_sched.planner import _same_instances
+
+    tp2, tp4 = InstanceConfig("tp", tp=2), InstanceConfig("tp", tp=4)
+    old = Layout(tuple(Instance(tp2, (2 * i, 2 * i + 1)) for i in range(8)), 16)
+    new = Layout((Instance(tp4, (0, 1, 2, 3)),) + old.instances[2:6] + (Instance(tp4, (12, 13, 14, 15)),), 16)
+    pairwise = {k: o for k, inst in enumerate(new.instances) for o, x in enumerate(old.instances) if x == inst}
+    assert _same_instances(new, old) == pairwise == {1: 2, 2: 3, 3: 4, 4: 5}
