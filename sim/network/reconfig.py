@@ -169,7 +169,7 @@ class RFabricDriver:
         # same intent object every iteration (2,048 GPUs: ~1.5 s of aggregation and allocation per
         # announce), so results are remembered per intent object; the intent is kept alive with its
         # result so its id cannot be reused by another object.
-        self._memo: dict[tuple, tuple] = {}  # (intent, demand, topology, template cache, result)
+        self._memo: dict[tuple, tuple] = {}  # (intent, demand, topology, template cache, its entry, result)
         self._pods_memo: dict[int, tuple[Intent, frozenset[int]]] = {}
 
     # ------------------------------------------------------------------ gates and events
@@ -227,9 +227,9 @@ class RFabricDriver:
         key = (id(intent), id(demand), ctl.method)
         got = self._memo.get(key)
         if (got is not None and all(a is b for a, b in zip(got[:4], (intent, demand, ctl.topology, ctl.cache)))
-                and ctl.cache.peek(got[4].signature) is not None):
+                and ctl.cache.peek(got[5].signature) is got[4]):  # the same template entry, not a replaced one
             ctl.cache.hits += 1  # what materialize's own template lookup would have counted
-            result = got[4]
+            result = got[5]
             result = replace(result, cache_hit=True, solve_s=0.0,
                              plan=result.plan if result.accepted else previous)
         else:
@@ -237,7 +237,7 @@ class RFabricDriver:
                                  method=ctl.method)
             if len(self._memo) >= _MEMO_SIZE:
                 self._memo.pop(next(iter(self._memo)))
-            self._memo[key] = (intent, demand, ctl.topology, ctl.cache, result)
+            self._memo[key] = (intent, demand, ctl.topology, ctl.cache, ctl.cache.peek(result.signature), result)
         ctl.history.append(result)
         del ctl.history[:-256]
         return result
