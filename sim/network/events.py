@@ -155,7 +155,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
     return _run(flows, timeline, _Rates(timeline, flows), progress, started)
 
 
-def _run(flows: FlowSet, timeline: list[tuple[float, NetState]], rates: "_Rates",
+def _run(flows: FlowSet, timeline: list[tuple[float, NetState]], rates: _Rates,
          progress: Callable[[float, int, int], None] | None, started: float) -> FlowResult:
     """The event loop of :func:`simulate`; ``rates`` routes the flows and solves their rates."""
     n = len(flows)
