@@ -30,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
+from orchestrl.compute_sched.balancer import WorkerLoad
 from orchestrl.compute_sched.costs import CostModel
 from orchestrl.compute_sched.engine import (ClusterSnapshot, EngineCapabilities, FinishedRequest, GenerationRequest, Migration,
                                   MigrationReport, SwitchReport, WorkerState)
@@ -166,6 +167,12 @@ class SimEngine:
             elif i.waiting:
                 best = min(best, max(0.0, i.available_at - self._now))
         return best
+
+    def worker_loads(self) -> list[WorkerLoad]:
+        """Eq. 5's inputs per instance without building request states (see :func:`balancer.would_migrate`)."""
+        return [WorkerLoad(i.cfg, len(i.running), len(i.waiting), sum(s.prompt + s.generated for s in i.running),
+                           float(max(0, i.cap - i.used())), i.rate_tps, i.available_at <= self._now, i.max_num_seqs)
+                for i in self._insts]
 
     def pending_count(self) -> int:
         """Requests running or waiting, without building a snapshot."""

@@ -89,3 +89,42 @@ def test_instances_kept_across_layouts_equal_the_pairwise_comparison():
     new = Layout((Instance(tp4, (0, 1, 2, 3)),) + old.instances[2:6] + (Instance(tp4, (12, 13, 14, 15)),), 16)
     pairwise = {k: o for k, inst in enumerate(new.instances) for o, x in enumerate(old.instances) if x == inst}
     assert _same_instances(new, old) == pairwise == {1: 2, 2: 3, 3: 4, 4: 5}
+
+
+def _loads(snap):
+    from orchestrl.compute_sched.balancer import WorkerLoad
+
+    return [WorkerLoad(w.config, len(w.running), len(w.waiting), sum(r.context_tokens for r in w.running),
+                       float(w.kv_free_tokens), w.decode_rate_tps, w.available, w.max_batch) for w in snap.workers]
+
+
+@pytest.mark.parametrize("theta_relative", [0.01, 0.05, 0.5, 5.0])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_count_only_check_says_no_move_exactly_when_the_balancer_moves_nothing(seed, theta_relative):
+    from orchestrl.compute_sched.balancer import would_migrate
+
+    snap = _snap(seed=seed)
+    for basis in ("sequence", "aggregate"):
+        cfg = BalancerConfig(theta_relative=theta_relative, rate_basis=basis, move_running=False, max_moves=1)
+        moves = plan_migrations(snap, cfg, {})
+        if not would_migrate(_loads(snap), cfg):
+            assert moves == []  # the snapshot the scheduler skipped would have moved nothing
+    assert not would_migrate(_loads(snap), BalancerConfig(theta_relative=1e9))
+    assert would_migrate(_loads(snap), BalancerConfig(theta_relative=0.01))  # worker 0 holds 3x the others
+
+
+def test_sim_engine_reports_the_loads_its_snapshot_implies():
+    from orchestrl.compute_sched.sim_engine import SimEngine
+
+    model, gpu = load_model("Qwen2.5-14B"), load_gpu("H800")
+    pm = MeasuredPerfModel(model, gpu)
+    cfg = InstanceConfig("tp", tp=4)
+    layout = Layout(tuple(Instance(cfg, tuple(range(4 * w, 4 * w + 4))) for w in range(3)), 12)
+    from orchestrl.compute_sched.engine import GenerationRequest
+
+    reqs = [GenerationRequest(f"r{i}", 200 + 10 * i, 4096) for i in range(30)]
+    eng = SimEngine(pm, layout, {q.request_id: 50 + 37 * i for i, q in enumerate(reqs)})
+    eng.add_requests(reqs[:20], instance=0)
+    eng.add_requests(reqs[20:], instance=2)
+    eng.advance(1.0)
+    assert eng.worker_loads() == _loads(eng.snapshot())
