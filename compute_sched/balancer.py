@@ -26,7 +26,7 @@ from orchestrl.compute_sched.engine import ClusterSnapshot, Migration, WorkerSta
 from orchestrl.compute_sched.workload import RequestState
 from orchestrl.fabric.errors import ConfigError
 
-__all__ = ["BalancerConfig", "load_index", "plan_migrations"]
+__all__ = ["BalancerConfig", "WorkerLoad", "load_index", "plan_migrations", "would_migrate"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,62 @@ class _Load:
         """Eq. 5 on the current bookkeeping; ``fallback_rate`` stands in for a worker with no observed rate."""
         rate = _observed_rate(self.worker, basis) or fallback_rate
         return (self.running + len(self.waiting)) / self.b_cap(reserve) / max(rate, 1e-9)
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """What Eq. 5 reads of one worker, without its requests (an engine reports it without a snapshot)."""
+
+    config: object  # the instance configuration (workers are balanced among equal ones)
+    running: int  # |Q_run|
+    waiting: int  # |Q_wait|
+    running_ctx: int  # context tokens of the running requests
+    kv_free_tokens: float
+    decode_rate_tps: float
+    available: bool = True
+    max_batch: int | None = None
+
+
+def would_migrate(loads: list[WorkerLoad], cfg: BalancerConfig | None = None) -> bool:
+    """Whether :func:`plan_migrations` could move anything: some group's LoadIndex spread exceeds theta.
+
+    False means ``plan_migrations`` returns no move, whatever the requests are (its first check is this
+    spread, computed here the same way from the counts), so an engine that reports ``WorkerLoad``
+    spares the snapshot on such ticks -- most ticks: 353 of 383 in the 2,048-GPU benchmark.
+    """
+    cfg = cfg or BalancerConfig()
+    basis = _rate_basis(cfg.rate_basis)
+    groups: dict[object, list[WorkerLoad]] = {}
+    for w in loads:
+        if w.available:
+            groups.setdefault(w.config if cfg.same_config_only else None, []).append(w)
+    reserve = cfg.growth_reserve_tokens
+    for ws in groups.values():
+        if len(ws) < 2:
+            continue
+        rates = [_rate_of(w.decode_rate_tps, w.running, basis) for w in ws]
+        seen = [r for r in rates if r > 0]
+        fallback = 1.0 if not seen else (min(seen) if basis == "aggregate" else max(seen))
+        idx = []
+        for w, rate in zip(ws, rates):
+            per_seq = (w.running_ctx / w.running if w.running else reserve) + reserve
+            kv = w.running + w.kv_free_tokens / per_seq
+            b_cap = max(1.0, min(kv, w.max_batch) if w.max_batch is not None else kv)
+            idx.append((w.running + w.waiting) / b_cap / max(rate or fallback, 1e-9))
+        hi, lo = max(range(len(idx)), key=idx.__getitem__), min(range(len(idx)), key=idx.__getitem__)
+        theta = cfg.theta if cfg.theta is not None else cfg.theta_relative * (sum(idx) / len(idx))
+        if not (idx[hi] - idx[lo] <= theta or hi == lo):
+            return True
+    return False
+
+
+def _rate_of(decode_rate_tps: float, running: int, basis: str) -> float:
+    """:func:`_observed_rate` from the counts."""
+    if not decode_rate_tps > 0:
+        return 0.0
+    if basis == "aggregate":
+        return decode_rate_tps
+    return decode_rate_tps / running if running else 0.0
 
 
 def _observed_rate(w: WorkerState, basis: str) -> float:
@@ -137,7 +193,7 @@ def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None,
     """
     cfg = cfg or BalancerConfig()
     workers = [w for w in snap.workers if w.available]
-    recent = {r for r, t in (last_moved_s or {}).items() if snap.time_s - t < cfg.moved_cooldown_s}
+    recent = _Recent(last_moved_s or {}, snap.time_s, cfg.moved_cooldown_s)
     if not cfg.same_config_only:
         return _balance(workers, cfg, recent)
     groups: dict[object, list[WorkerState]] = {}
@@ -146,10 +202,28 @@ def plan_migrations(snap: ClusterSnapshot, cfg: BalancerConfig | None = None,
     return [m for g in groups.values() for m in _balance(g, cfg, recent)]
 
 
-def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent: set[str] = frozenset()) -> list[Migration]:
-    loads = [_Load(w, len(w.running), sorted(w.waiting, key=lambda r: r.context_tokens),
-                   sorted(w.running, key=lambda r: r.context_tokens), float(w.kv_free_tokens))
-             for w in workers]
+class _Recent:
+    """Requests placed within the cooldown, answered per request (building the set each tick cost O(moved))."""
+
+    def __init__(self, last_moved_s: Mapping[str, float], now_s: float, cooldown_s: float) -> None:
+        self.last, self.now, self.cooldown = last_moved_s, now_s, cooldown_s
+
+    def __contains__(self, rid: str) -> bool:
+        t = self.last.get(rid)
+        return t is not None and self.now - t < self.cooldown
+
+
+def _by_context(reqs: list[RequestState], n0: int) -> list[RequestState]:
+    """The first ``n0`` requests (the snapshot's) sorted short-context-first, later arrivals after them."""
+    return sorted(reqs[:n0], key=lambda r: r.context_tokens) + reqs[n0:]
+
+
+def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent=frozenset()) -> list[Migration]:
+    # the queues are sorted only on a worker's first turn as a source: most ticks move nothing, and sorting
+    # every queue of every tick was most of the balancer's time (requests a worker received meanwhile stay
+    # behind its own, as they did when every queue was sorted up front)
+    loads = [_Load(w, len(w.running), list(w.waiting), list(w.running), float(w.kv_free_tokens)) for w in workers]
+    unsorted = set(range(len(loads)))
     if len(loads) < 2:
         return []
     basis = _rate_basis(cfg.rate_basis)
@@ -164,6 +238,11 @@ def _balance(workers: list[WorkerState], cfg: BalancerConfig, recent: set[str] =
         if spread <= theta or hi == lo:
             break
         src, dst = loads[hi], loads[lo]
+        if hi in unsorted:
+            unsorted.discard(hi)
+            w = src.worker
+            src.waiting, src.running_reqs = _by_context(src.waiting, len(w.waiting)), _by_context(src.running_reqs,
+                                                                                                 len(w.running))
         pick = _first_fitting([r for r in src.waiting if r.request_id not in recent], dst, reserve)
         from_running = False
         if pick is None and cfg.move_running and src.running > 1:

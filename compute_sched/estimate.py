@@ -29,8 +29,8 @@ from orchestrl.compute_sched.workload import BIN_TOKENS, RequestState, StepWorkl
 
 _KNOT_TOKENS = 256.0  # spacing of the cached batch-1 step-time curve
 
-__all__ = ["RequestClass", "ClassTable", "build_classes", "instance_time_s", "step_profile_s", "lone_profile_s",
-           "lone_times_s"]
+__all__ = ["RequestClass", "ClassTable", "build_classes", "instance_time_s", "instance_times_s", "step_profile_s",
+           "lone_profile_s", "lone_times_s"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,36 @@ def step_profile_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, coun
     queue = np.maximum(np.maximum(1.0, c / cap), b / seqs)  # KV or batch slots full: the rest wait their turn
     out[idx] = table.step_tokens * perf.decode_steps_s(cfg, b / queue, c / queue) * queue  # one vectorised call
     return out
+
+
+def instance_times_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, counts: np.ndarray, *,
+                     tail_mass: float = 0.25) -> np.ndarray:
+    """:func:`instance_time_s` of many instances of ``cfg`` at once: ``counts`` is (instances, classes).
+
+    Equal, instance for instance, to calling :func:`instance_time_s` on each row (the step model is
+    evaluated elementwise, and each row is summed alone), with one step-model call for all of them:
+    evaluating a layout of 1,024 instances made 1,024 calls per plan.
+
+    Notes
+    -----
+    O(K J T) for K instances, J classes and T grid points.
+    """
+    counts = np.atleast_2d(np.asarray(counts, dtype=float))
+    k_n = len(counts)
+    totals = np.array([row.sum() for row in counts])
+    weighted = table.survival * (table.contexts[:, None] + table.grid_tokens[None, :])
+    # row by row, as step_profile_s does: a matrix product may round differently in the last bit
+    batch = np.array([row @ table.survival for row in counts]).reshape(k_n, -1)
+    ctx = np.array([row @ weighted for row in counts]).reshape(k_n, -1)
+    active = (batch >= np.minimum(tail_mass, totals)[:, None]) & (totals[:, None] > 0)
+    out = np.zeros((k_n, len(table.grid_tokens)))
+    if active.any():
+        cap = max(1.0, float(perf.kv_capacity_tokens(cfg)))
+        seqs = float(perf.cal.max_num_seqs)
+        b, c = batch[active], ctx[active]
+        queue = np.maximum(np.maximum(1.0, c / cap), b / seqs)
+        out[active] = table.step_tokens * perf.decode_steps_s(cfg, b / queue, c / queue) * queue
+    return np.array([float(row.sum()) for row in out])
 
 
 def lone_profile_s(perf: PerfModel, cfg: InstanceConfig, table: ClassTable, *, tail_mass: float = 0.25) -> np.ndarray:

@@ -48,7 +48,8 @@ import numpy as np
 
 from orchestrl.compute_sched.costs import CostModel
 from orchestrl.compute_sched.engine import ClusterSnapshot
-from orchestrl.compute_sched.estimate import ClassTable, build_classes, instance_time_s, lone_times_s
+from orchestrl.compute_sched.estimate import (ClassTable, build_classes, instance_time_s, instance_times_s,
+                                              lone_times_s)
 from orchestrl.compute_sched.layout import Instance, InstanceConfig, Layout, candidate_configs
 from orchestrl.compute_sched.lookahead import Continuation, best_continuation
 from orchestrl.compute_sched.perf import PerfModel
@@ -123,6 +124,15 @@ def _place(types: Sequence[tuple[InstanceConfig, int]], current: Layout, gpn: in
     return Layout(tuple(sorted(out, key=lambda i: i.gpu_ids[0])), total)
 
 
+def _same_instances(layout: Layout, old: Layout) -> dict[int, int]:
+    """Map each instance of ``layout`` that ``old`` also has (same configuration and GPUs) to its index there.
+
+    O(K) by hashing; comparing every pair was O(K^2), a million comparisons per plan at 1,024 instances.
+    """
+    index = {inst: k for k, inst in enumerate(old.instances)}
+    return {k: index[inst] for k, inst in enumerate(layout.instances) if inst in index}
+
+
 def _expected_remaining(table: ClassTable) -> np.ndarray:
     return table.survival.sum(axis=1) * table.step_tokens
 
@@ -131,8 +141,7 @@ def _materialize(layout: Layout, type_counts: dict[InstanceConfig, np.ndarray], 
                  snap: ClusterSnapshot) -> dict[str, int]:
     """Turn per-type class counts into a request -> instance placement (stayers first, then LPT)."""
     where = snap.instance_of()
-    kept = {k: old for k, inst in enumerate(layout.instances) for old, o in enumerate(snap.layout.instances)
-            if o == inst}
+    kept = _same_instances(layout, snap.layout)
     kept_by_old = {v: k for k, v in kept.items()}
     by_type: dict[InstanceConfig, list[int]] = {}
     for k, inst in enumerate(layout.instances):
@@ -199,20 +208,25 @@ def evaluate_layout(layout: Layout, placement: dict[str, int], table: ClassTable
     ctx = {r.request_id: r.context_tokens for w in snap.workers for r in w.running}  # only these hold KV
     where = snap.instance_of()
     old_cfg = {g: i.config for i in snap.layout.instances for g in i.gpu_ids}
-    same = {k: old for k, inst in enumerate(layout.instances) for old, o in enumerate(snap.layout.instances)
-            if o == inst}
+    same = _same_instances(layout, snap.layout)
     counts = np.zeros((len(layout.instances), len(table.classes)))
     movers: list[list[int]] = [[] for _ in layout.instances]
     for rid, k in placement.items():
         counts[k, cls[rid]] += 1
         if same.get(k) != where.get(rid) and rid in ctx:
             movers[k].append(ctx[rid])
+    run_s = np.zeros(len(layout.instances))
+    by_cfg: dict[InstanceConfig, list[int]] = {}
+    for k, inst in enumerate(layout.instances):
+        by_cfg.setdefault(inst.config, []).append(k)
+    for c, ks in by_cfg.items():  # one step-model call per configuration, not per instance
+        run_s[ks] = instance_times_s(perf, c, table, counts[ks], tail_mass=tail_mass)
     totals, worst_cost = [], 0.0
     for k, inst in enumerate(layout.instances):
         sw = 0.0 if k in same else costs.switch(old_cfg.get(inst.gpu_ids[0]), inst.config).seconds
         mig = costs.migration(inst.config, movers[k]).seconds
         worst_cost = max(worst_cost, sw + mig)
-        totals.append(sw + mig + instance_time_s(perf, inst.config, table, counts[k], tail_mass=tail_mass))
+        totals.append(sw + mig + float(run_s[k]))
     return max(totals, default=0.0), worst_cost, totals
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from orchestrl.compute_sched.balancer import BalancerConfig, plan_migrations
+from orchestrl.compute_sched.balancer import BalancerConfig, plan_migrations, would_migrate
 from orchestrl.compute_sched.costs import CostModel
 from orchestrl.compute_sched.engine import Engine, FinishedRequest, Migration
 from orchestrl.compute_sched.intents import IntentSink, generation_intent
@@ -154,7 +154,8 @@ class GenerationScheduler:
             if cfg.proactive and eng.now_s() >= next_plan - 1e-9 and not cooling:
                 self._plan(events, solves)
                 next_plan = eng.now_s() + cfg.plan_interval_s
-            if cfg.reactive:
+            loads = getattr(eng, "worker_loads", None)  # an engine that reports counts spares idle ticks' snapshots
+            if cfg.reactive and (loads is None or would_migrate(loads(), cfg.balancer)):
                 mv = plan_migrations(eng.snapshot(), cfg.balancer, last_moved)
                 if mv:
                     done_moves = eng.migrate(mv).moved

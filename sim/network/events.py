@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 
 from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.network.maxmin import MaxMinProblem
 from orchestrl.sim.network.state import Incidence, NetState
 
 __all__ = ["FlowSet", "FlowResult", "simulate", "SimulationInvariantError"]
@@ -142,9 +144,22 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
         timeline = [(0.0, timeline)]
     timeline = sorted(timeline, key=lambda x: x[0])
     n = len(flows)
-    finish = np.full(n, np.inf)
     if n == 0:
-        return FlowResult(finish, 0.0, 0, 0, time.perf_counter() - started)
+        return FlowResult(np.full(n, np.inf), 0.0, 0, 0, time.perf_counter() - started)
+    if n >= _SPLIT_MIN_FLOWS and len(timeline) <= _SPLIT_MAX_STATES:
+        incs = [st.incidence(flows.src, flows.dst) for _, st in timeline]
+        groups = _independent_groups(flows, incs)
+        if len(groups) > 1:
+            return _simulate_groups(flows, timeline, incs, groups, progress, started)
+        return _run(flows, timeline, _Rates(timeline, flows, incs), progress, started)
+    return _run(flows, timeline, _Rates(timeline, flows), progress, started)
+
+
+def _run(flows: FlowSet, timeline: list[tuple[float, NetState]], rates: _Rates,
+         progress: Callable[[float, int, int], None] | None, started: float) -> FlowResult:
+    """The event loop of :func:`simulate`; ``rates`` routes the flows and solves their rates."""
+    n = len(flows)
+    finish = np.full(n, np.inf)
     bits = flows.size_bytes * 8.0
     left = bits.copy()
     sent = np.zeros(n)  # bits delivered, for the conservation check at the end
@@ -160,7 +175,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
     t = float(min(starts[0] if len(starts) else np.inf, flows.start_s.min()))
     while si + 1 < len(timeline) and timeline[si + 1][0] <= t:  # the first state holds from time 0
         si += 1
-    inc, prob = _route(timeline[si][1], flows)
+    inc = rates.route(si)
     events = levels = 0
     rate = np.zeros(n)
     dirty = True
@@ -188,13 +203,8 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
             if later and later[0][0] <= t:
                 continue
         if dirty:
-            runnable = active & inc.routable
-            rate = np.zeros(n)
-            if runnable.any():
-                res = prob.solve(timeline[si][1].capacity_bps, runnable)
-                rate = res.rate_bps
-                levels += res.levels
-                _check_capacity(prob, rate, timeline[si][1], t)
+            rate, got = rates.solve(si, active & inc.routable, t)
+            levels += got
             events += 1
             dirty = False
             if progress is not None:
@@ -222,7 +232,7 @@ def simulate(flows: FlowSet, timeline: NetState | Sequence[tuple[float, NetState
         if si + 1 < len(timeline) and timeline[si + 1][0] <= t * (1 + 1e-15):
             while si + 1 < len(timeline) and timeline[si + 1][0] <= t * (1 + 1e-15):
                 si += 1
-            inc, prob = _route(timeline[si][1], flows)
+            inc = rates.route(si)
             dirty = True
         if not active.any() and k >= len(order) and not later:
             break
@@ -268,10 +278,17 @@ class SimulationInvariantError(RuntimeError):
 _CAP_TOL = 1e-6  # relative: round-off of progressive filling
 
 
-def _check_capacity(prob, rate: np.ndarray, state: NetState, t: float) -> None:
-    """Fail loudly when the solved rates overload a bundle (NIC, link, NVLink port, circuit): one mat-vec."""
+def _check_capacity(prob, rate: np.ndarray, state: NetState, t: float, cols: np.ndarray | None = None) -> None:
+    """Fail loudly when the solved rates overload a bundle (NIC, link, NVLink port, circuit): one mat-vec.
+
+    ``cols`` maps the problem's bundles to the state's where the problem holds only some of them.
+    """
     cap = state.capacity_bps
     load = prob.load(rate)
+    if cols is not None:
+        full = np.zeros(len(cap))
+        full[cols] = load
+        load = full
     g, gps = state.fabric.gpus, state.fabric.gpus_per_server
     if state.n_base >= 2 * g:  # NVLink carries bytes between GPUs of a server: what leaves them enters them
         out = load[:g].reshape(-1, gps).sum(axis=1)
@@ -297,6 +314,157 @@ def _check_conservation(bits: np.ndarray, sent: np.ndarray, done: np.ndarray) ->
         raise SimulationInvariantError(f"flow {f} finished after delivering {sent[f]:.6g} of its {bits[f]:.6g} bits")
 
 
-def _route(state: NetState, flows: FlowSet) -> tuple[Incidence, object]:
-    inc = state.incidence(flows.src, flows.dst)
-    return inc, inc.problem()
+# Independent groups (see simulate's Notes): worth finding from this many flows on; a timeline of
+# more states than this is routed lazily instead (a state the flows never reach costs nothing then).
+_SPLIT_MIN_FLOWS = 2048
+_SPLIT_MAX_STATES = 8
+_GROUP_FLOWS = 1024  # small components are packed together up to this many flows: fewer loops, same rates
+
+
+def _independent_groups(flows: FlowSet, incs: Sequence[Incidence]) -> list[np.ndarray]:
+    """Return groups of flow indices that share no bundle in any state and no dependency across groups.
+
+    Max-min fair rates separate over the connected components of the flow-bundle graph (a flow's
+    rate depends only on the flows it shares a bundle with, transitively), so each group runs its own
+    event loop with the same rates, and a solve costs its group's size instead of every flow's.
+    Components smaller than ``_GROUP_FLOWS`` are packed together. O(nnz) with SciPy's
+    ``connected_components`` over flows, bundles and route classes of every state.
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = len(flows)
+    n_bundles = incs[0].own.shape[1]
+    rows, cols = [], []
+    offset = n + n_bundles  # route-class nodes of each state come after the flows and the bundles
+    for inc in incs:
+        own = inc.own.tocoo()
+        rows.append(own.row.astype(np.int64))
+        cols.append(n + own.col.astype(np.int64))
+        has = np.flatnonzero(inc.cls >= 0)
+        rows.append(has)
+        cols.append(offset + inc.cls[has])
+        prof = inc.prof.tocoo()
+        rows.append(offset + prof.row.astype(np.int64))
+        cols.append(n + prof.col.astype(np.int64))
+        offset += inc.prof.shape[0]
+    if flows.deps is not None:  # a dependent's start waits for its prerequisite: keep them together
+        rows.append(flows.deps[0])
+        cols.append(flows.deps[1])
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    graph = coo_matrix((np.ones(len(r), np.int8), (r, c)), shape=(offset, offset))
+    _, label = connected_components(graph, directed=False)
+    label = label[:n]
+    order = np.argsort(label, kind="stable")
+    cuts = np.flatnonzero(np.diff(label[order])) + 1
+    groups, cur, size = [], [], 0
+    for comp in np.split(order, cuts):
+        cur.append(comp)
+        size += len(comp)
+        if size >= _GROUP_FLOWS:
+            groups.append(np.sort(np.concatenate(cur)))
+            cur, size = [], 0
+    if cur:
+        groups.append(np.sort(np.concatenate(cur)))
+    return groups
+
+
+def _sub_incidence(inc: Incidence, rows: np.ndarray) -> tuple[Incidence, np.ndarray]:
+    """The incidence of flows ``rows`` alone on the bundles they cross; return it and those bundles.
+
+    A group's solve then costs its own bundles per filling level, not the whole fabric's.
+    """
+    cls = inc.cls[rows]
+    used, local = np.unique(cls[cls >= 0], return_inverse=True)
+    sub_cls = np.full(len(rows), -1, dtype=np.int64)
+    sub_cls[cls >= 0] = local.ravel()
+    own, prof = inc.own[rows], inc.prof[used]
+    cols = np.unique(np.concatenate([own.indices, prof.indices]))
+    remap = np.full(inc.own.shape[1], -1, dtype=np.int64)
+    remap[cols] = np.arange(len(cols))
+    own = sp.csr_matrix((own.data, remap[own.indices], own.indptr), shape=(len(rows), len(cols)))
+    prof = sp.csr_matrix((prof.data, remap[prof.indices], prof.indptr), shape=(len(used), len(cols)))
+    return Incidence(own, sub_cls, prof, inc.latency_s[rows], inc.routable[rows]), cols
+
+
+def _simulate_groups(flows: FlowSet, timeline: list[tuple[float, NetState]], incs: Sequence[Incidence],
+                     groups: list[np.ndarray], progress: Callable[[float, int, int], None] | None,
+                     started: float) -> FlowResult:
+    """Run each independent group's event loop once per distinct group and put the completions together.
+
+    Two groups with the same flows (sizes, starts, dependencies) on the same bundles up to renaming
+    (incidence, capacities and latencies equal entry for entry, in every state) finish at the same
+    times: the cluster's symmetric layouts make most groups copies of a few (32 groups, 4 distinct,
+    for a 2,048-GPU KV hand-over), so each distinct group is simulated once.
+    """
+    n = len(flows)
+    finish = np.full(n, np.inf)
+    events = levels = 0
+    where = np.empty(n, dtype=np.int64)
+    seen: dict[str, np.ndarray] = {}
+    done = 0
+    for g in groups:
+        deps = None
+        if flows.deps is not None:
+            where[g] = np.arange(len(g))
+            pre, dep, on_start, delay = flows.deps
+            keep = np.isin(dep, g)  # a group holds both ends of each of its dependencies
+            deps = (where[pre[keep]], where[dep[keep]], on_start[keep], delay[keep])
+        sub = FlowSet(flows.src[g], flows.dst[g], flows.size_bytes[g], flows.start_s[g], deps)
+        parts = [_sub_incidence(inc, g) for inc in incs]
+        h = hashlib.sha256()
+        for (inc, cols), (_, st) in zip(parts, timeline):
+            for a in (inc.own.indptr, inc.own.indices, inc.own.data, inc.cls, inc.prof.indptr, inc.prof.indices,
+                      inc.prof.data, inc.latency_s, inc.routable, st.capacity_bps[cols]):
+                h.update(np.ascontiguousarray(a).tobytes())
+        for a in (sub.size_bytes, sub.start_s) + (sub.deps or ()):
+            h.update(np.ascontiguousarray(a).tobytes())
+        key = h.hexdigest()
+        if key not in seen:
+            res = _run(sub, timeline, _Rates(timeline, sub, [p[0] for p in parts], [p[1] for p in parts]),
+                       None, started)
+            seen[key] = res.finish_s
+            events += res.events
+            levels += res.levels
+        finish[g] = seen[key]
+        done += len(g)
+        if progress is not None:
+            progress(float(finish[g][np.isfinite(finish[g])].max(initial=0.0)), done, n)
+    first = float(flows.start_s.min())
+    makespan = float(finish.max() - first) if np.all(np.isfinite(finish)) else np.inf
+    return FlowResult(finish, makespan, events, levels, time.perf_counter() - started)
+
+
+class _Rates:
+    """Routes one set of flows on each state of a timeline and solves their max-min rates.
+
+    ``incs`` (optional) are the flows' incidences per state, already computed; ``cols`` (optional)
+    the state bundles each incidence's columns stand for, where it holds only some of them.
+    """
+
+    def __init__(self, timeline: list[tuple[float, NetState]], flows: FlowSet,
+                 incs: Sequence[Incidence] | None = None, cols: Sequence[np.ndarray] | None = None) -> None:
+        self.timeline, self.flows = timeline, flows
+        self.incs = dict(enumerate(incs)) if incs is not None else {}
+        self.cols = list(cols) if cols is not None else [None] * len(timeline)
+        self.probs: dict[int, MaxMinProblem] = {}
+
+    def route(self, si: int) -> Incidence:
+        if si not in self.incs:
+            self.incs[si] = self.timeline[si][1].incidence(self.flows.src, self.flows.dst)
+        return self.incs[si]
+
+    def solve(self, si: int, runnable: np.ndarray, t: float) -> tuple[np.ndarray, int]:
+        """Return the max-min rates of the runnable flows on state ``si`` and the filling levels.
+
+        Every solve is checked against the state's capacities (:func:`_check_capacity`).
+        """
+        if not runnable.any():
+            return np.zeros(len(runnable)), 0
+        if si not in self.probs:
+            self.probs[si] = self.route(si).problem()
+        state, cols = self.timeline[si][1], self.cols[si]
+        cap = state.capacity_bps if cols is None else state.capacity_bps[cols]
+        res = self.probs[si].solve(cap, runnable, bottleneck=False)
+        _check_capacity(self.probs[si], res.rate_bps, state, t, cols)
+        return res.rate_bps, res.levels

@@ -163,6 +163,7 @@ class TrainingStage:
                          for k, v in self.groups.items()}
         self._memo: dict[tuple, object] = {}
         self._schedules: dict[tuple, object] = {}
+        self._intent_memo: dict[object, Intent | None] = {}  # period intents, one object per distinct period
         self._last_end_s = float("-inf")  # RFabric: the gate needs events in time order
 
     # ------------------------------------------------------------------ validation
@@ -303,6 +304,13 @@ class TrainingStage:
 
     # ------------------------------------------------------------------ intents
     def _fwd_bwd_intent(self, m: int) -> Intent | None:
+        # one object per distinct period: the RFabric driver remembers a materialisation per intent object
+        key = ("fwd-bwd", m, self._mb_tokens)
+        if key not in self._intent_memo:
+            self._intent_memo[key] = self._new_fwd_bwd_intent(m)
+        return self._intent_memo[key]
+
+    def _new_fwd_bwd_intent(self, m: int) -> Intent | None:
         lay, arch = self.lay, self.arch
         tr = microbatch_traffic(arch, lay, self._mb_tokens)
         redo = 1 if self.options.recompute else 0  # recomputation repeats the forward's collectives
@@ -318,6 +326,11 @@ class TrainingStage:
         return Intent("train", self.job, "fwd-bwd", tuple(colls)) if colls else None
 
     def _grad_intent(self) -> Intent | None:
+        if "grad-sync" not in self._intent_memo:
+            self._intent_memo["grad-sync"] = self._new_grad_intent()
+        return self._intent_memo["grad-sync"]
+
+    def _new_grad_intent(self) -> Intent | None:
         colls = tuple(c for c in self._dp_collectives("rs") + self._dp_collectives("ag")
                       if any(len({x // GPUS_PER_SERVER for x in grp}) > 1 for grp in c.groups))
         return Intent("train-dp", self.job, "grad-sync", colls) if colls else None

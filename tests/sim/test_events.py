@@ -81,3 +81,39 @@ def test_bad_flow_sets_are_refused():
         FlowSet([1], [2], [-5], [0.0])
     with pytest.raises(ConfigError, match="deps"):
         FlowSet([1], [2], [5], [0.0], deps=([0], [3], [False], [0.0]))
+
+
+def test_independent_groups_give_the_same_completions_as_one_loop_over_every_flow(monkeypatch):
+    """Speed (issue 31): flows sharing no bundle run as separate loops, copies of a group once; same answers."""
+    import orchestrl.sim.network.events as ev
+
+    fab = build_fabric("rfabric", 512)
+    none = fab.with_circuits(())
+    cross = FlowSet([0], [300], [25e6], [0.0])
+    timeline = [(0.0, none), (1e-3, fab.with_circuits(NetworkSim(fab).plan_for(cross)))]
+    rng = np.random.default_rng(5)
+    src, dst, size, start = [0], [300], [25e6], [0.0]  # one flow waits for the circuits of the second state
+    pre, dep = [], []
+    for server in range(64):
+        base = server * 8
+        sizes = [4e6, 9e6, 2e6, 7e6] if server < 32 else rng.uniform(1e6, 1e7, 4).tolist()  # 32 copies, 32 others
+        for k, (a, b) in enumerate([(0, 1), (2, 1), (3, 5), (6, 7)]):
+            src.append(base + a), dst.append(base + b), size.append(sizes[k]), start.append(0.0)
+        pre.append(len(src) - 1), dep.append(len(src) - 4)  # the last flow's end releases a second wave
+        src.append(base + 4), dst.append(base + 1), size.append(3e6), start.append(0.0)
+        dep[-1] = len(src) - 1
+    flows = FlowSet(src, dst, size, start, deps=(pre, dep, [False] * len(pre), [1e-4] * len(pre)))
+    monkeypatch.setattr(ev, "_SPLIT_MIN_FLOWS", 10**9)
+    whole = simulate(flows, timeline)
+    monkeypatch.setattr(ev, "_SPLIT_MIN_FLOWS", 16)
+    monkeypatch.setattr(ev, "_GROUP_FLOWS", 1)
+    loops = []
+    real_run = ev._run
+    monkeypatch.setattr(ev, "_run", lambda f, *a: loops.append(len(f)) or real_run(f, *a))
+    split = simulate(flows, timeline)
+    assert np.isfinite(whole.finish_s).all() and whole.finish_s[0] > 1e-3  # the cross flow waited for circuits
+    np.testing.assert_allclose(split.finish_s, whole.finish_s, rtol=1e-12, atol=0.0)
+    assert split.makespan_s == pytest.approx(whole.makespan_s, rel=1e-12)
+    # per server two groups (GPU 1's in-flows and their wave, GPU 3 -> 5): the cross flow, one loop for each
+    # group of the 32 copies, two for each other server
+    assert len(loops) == 1 + 2 + 2 * 32

@@ -144,3 +144,29 @@ def test_train_and_gen_in_their_own_pods_reconfigure_side_by_side_and_a_sync_cla
     assert set(again.plan.circuits) <= now
     assert {c for c in s.plan.circuits if c.tier == "agg" and c.pod == 1} <= now  # PoD 1 keeps the sync's
     assert not any(c.tier == "core" for c in now - set(again.plan.circuits))  # Core touched PoD 0: released
+
+
+def test_a_repeated_intent_is_materialised_once_with_the_plan_a_fresh_driver_makes(fab, monkeypatch):
+    """Speed (issue 31): the weight sync announces one intent object per iteration; the driver remembers it."""
+    import orchestrl.sim.network.reconfig as rc
+
+    intent = _a2a(range(0, 128, 4))
+    drv = RFabricDriver(fab)
+    first = drv.materialize(intent)
+    calls = []
+    real = rc.materialize
+    monkeypatch.setattr(rc, "materialize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = drv.materialize(intent)
+    assert not calls and again.accepted and again.cache_hit
+    assert same_plan(again.plan, first.plan)
+    assert same_plan(again.plan, RFabricDriver(fab).materialize(intent).plan)  # a fresh driver agrees
+    calls.clear()
+    drv.materialize(_a2a(range(0, 128, 4)))  # an equal intent but another object: planned, not looked up
+    assert len(calls) == 1
+    drv.controller.mask_ports([])  # a new topology object (ports masked): planned again
+    drv.materialize(intent)
+    assert len(calls) == 2
+
+
+def same_plan(a, b):
+    return sorted(map(repr, a.circuits)) == sorted(map(repr, b.circuits))
