@@ -13,11 +13,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-<<<<<<< HEAD
-	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim,ocs]'
-=======
-	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim,agentic]'
->>>>>>> issue-33
+	$(PY) -m pip install -q -e '.[test,comms,ray,megatron,sim,ocs,agentic]'
 	touch $(STAMP)
 
 # make demo PROTOCOL=netconf (or gnmi): the emulated switches speak that protocol and the proxy drives them with it.
