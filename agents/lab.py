@@ -146,7 +146,8 @@ class EmulatedFabric:
     def start_switches(self) -> "EmulatedFabric":
         """Start one emulator per device (in parallel) and write ``devices.yaml`` for them."""
         def start(dev) -> tuple[str, EmulatorProcess]:
-            extra = ["--sid", dev.id.replace("/", "-")]
+            # a control listener apart from the switch's own, so a test can hold a switch down and bring it back
+            extra = ["--sid", dev.id.replace("/", "-"), "--control-port", "0"]
             if self.switch_delay_ms is not None:
                 extra += ["--switch-delay-ms", str(self.switch_delay_ms)]
             return dev.id, start_emulator_process(dev.radix_ports, self.profile or dev.technology.name,
