@@ -279,6 +279,10 @@ class SafeWindowGate:
         if t < self._last_t:
             raise EventOrderError(f"event {event.kind!r} at t_s={t} is older than the previous event at "
                                   f"t_s={self._last_t}; feed events in time order")
+        if event.kind == "end" and not self._open.get((event.communicator, event.primitive)):
+            # refused before anything is recorded: a refused event must not move the gate's clock, or the
+            # caller's next decision at its own (unmoved) clock reads as out of order
+            self._on_end(event)
         self._last_t = t
         if event.kind == "start":
             self._on_start(event)

@@ -230,6 +230,8 @@ class ControlService(SharingMixin, OperatorMixin):
     def _tenant(self, job_id: str) -> _Tenant:
         if job_id not in self._tenants:
             self._tenants[job_id] = _Tenant(job_id, {f: SafeWindowGate(self.gate_config) for f in set(GATE_FAMILY.values())})
+            # a removal the operator asked for before a restart goes on after it (the journal keeps it)
+            self._tenants[job_id].removing = self.registry.is_removing(job_id)
         return self._tenants[job_id]
 
     # ------------------------------------------------------------------ intents
