@@ -121,7 +121,7 @@ def _emulate(args: argparse.Namespace) -> int:
 
 def _driver(args: argparse.Namespace):
     """The adapter of the switch ``--device`` names: from the device file, or an address with --protocol."""
-    from orchestrl.fabric.ocs.adapter import open_adapter
+    from orchestrl.fabric.ocs.devices import open_adapter
     from orchestrl.fabric.ocs.devices import load_devices, open_device
 
     overrides = {k: v for k, v in (("user", args.user), ("password", args.password), ("timeout_s", args.timeout))

@@ -227,6 +227,9 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
         for mode in ("committing", "remembered"):
             lat: list[float] = []
             windows: list[float] = []
+            late: list[float] = []
+            retried: dict[str, int] = {}
+            queued: list[float] = []
             decisions: dict[str, int] = {}
             stop = time.monotonic() + seconds
             lock = threading.Lock()
@@ -238,7 +241,10 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                     ev = [{"kind": "start", "t_s": t, "stage": "train", "primitive": "all-to-all", "communicator": "ep"},
                           {"kind": "end", "t_s": t + 0.002, "stage": "train", "primitive": "all-to-all",
                            "communicator": "ep"}]
-                    _call(c, "POST", f"/v1/jobs/{job}/events", {"events": ev})
+                    _, evdoc = _call(c, "POST", f"/v1/jobs/{job}/events", {"events": ev})
+                    with lock:  # a deferred plan retried at the window this event opened
+                        for d in (evdoc.get("decisions", []) if isinstance(evdoc, dict) else []):
+                            retried[d["decision"]] = retried.get(d["decision"], 0) + 1
                     started = time.monotonic()
                     status, doc = _call(c, "POST", f"/v1/jobs/{job}/intents", _load_intent(job, gpus, variant, t + 0.002))
                     took = time.monotonic() - started
@@ -249,6 +255,11 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                             lat.append(took)
                             if doc.get("window_s") is not None:
                                 windows.append(doc["window_s"])
+                                # realised: the answer (devices switched) came after the window the job asked in
+                                if key == "commit" and took > doc["window_s"] + doc.get("queued_s", 0.0):
+                                    late.append(took)
+                        if isinstance(doc, dict) and doc.get("queued_s") is not None:
+                            queued.append(doc["queued_s"])
                     t += 0.052
                     variant += 1 if mode == "committing" else 0
                 c.close()
@@ -260,7 +271,9 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                 th.join()
             wall = time.monotonic() - started
             out[mode] = {"decisions": decisions, "per_s": len(lat) / wall, "commits_per_s": decisions.get("commit", 0) / wall,
-                         "p50_s": _pct(lat, 0.5), "p99_s": _pct(lat, 0.99), "window_p50_s": _pct(windows, 0.5)}
+                         "retried": retried, "retry_commits_per_s": retried.get("commit", 0) / wall,
+                         "p50_s": _pct(lat, 0.5), "p99_s": _pct(lat, 0.99), "window_p50_s": _pct(windows, 0.5),
+                         "late_commits": len(late), "queued_p50_s": _pct(queued, 0.5), "queued_p99_s": _pct(queued, 0.99)}
         op.close()
         lab.proxy.stop()
     out["jobs"] = len(pairs)
