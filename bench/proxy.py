@@ -493,7 +493,8 @@ def _print(doc: dict) -> None:
         f"{dz['in_doubt']}/{max(dz['settle_s']):.2f}", "", None)
     q = sc["quiet"]
     for key, what in (("one_address", "300 half-open heads, 1 address, --listen"),
-                      ("many_addresses_admin", "300 half-open heads, 20 addresses, --admin-listen")):
+                      ("many_addresses_admin", "300 half-open heads, 20 addresses, --admin-listen"),
+                      ("many_addresses_listen", "300 half-open heads, 20 addresses, --listen")):
         x = sc[key]
         row(f"healthz p99 under {what} (ms) vs quiet", f"{x['p99_s'] * 1e3:.1f}", f"{q['p99_s'] * 1e3:.1f}",
             x["p99_s"] / q["p99_s"])

@@ -174,7 +174,7 @@ def _probe(url: str, n: int) -> dict:
 
 
 def bench_slow_clients(lab: EmulatedFabric, work: Path, probes: int) -> dict:
-    """Health under 300 half-sent heads (one address on --listen; 20 addresses, probed on --admin-listen)."""
+    """Health under 300 half-sent heads (one address on --listen; 20 addresses, probed on both listeners)."""
     lab.state_path = work / "slow.db"
     if True:  # the caller's switches
         proxy = lab.start_proxy("--reset", "--admin-listen", "127.0.0.1:0")
@@ -188,6 +188,8 @@ def bench_slow_clients(lab: EmulatedFabric, work: Path, probes: int) -> dict:
         held = _half_open(proxy.url, 300, [f"127.0.0.{k}" for k in range(2, 22)])
         time.sleep(0.3)
         out["many_addresses_admin"] = {**_probe(admin, probes), "held": len(held)}
+        # the main listener too: a probe that sends its request at once takes a stalled head's slot
+        out["many_addresses_listen"] = {**_probe(proxy.url, probes), "held": len(held)}
         for s in held:
             s.close()
         lab.proxy.stop()
