@@ -122,10 +122,14 @@ class EmulatedFabric:
         What the switches speak: ``tl1`` (Polatis TL1/TCP), ``netconf`` (Polatis YANG over SSH) or
         ``gnmi`` (SONiC OCS tables); the devices file names the same protocol, so the proxy drives them
         through that adapter. Credentials go to a secrets file (0600) the devices file names.
+    device_options : dict, optional
+        More defaults for every switch of the devices file (``{"confirm_timeout_s": 0}``: NETCONF commits
+        without a confirmed commit).
     """
 
     def __init__(self, topology_path: str | os.PathLike, workdir: str | os.PathLike, *, profile: str | None = None,
-                 switch_delay_ms: float | None = None, timeout_s: float = 10.0, protocol: str = "tl1") -> None:
+                 switch_delay_ms: float | None = None, timeout_s: float = 10.0, protocol: str = "tl1",
+                 device_options: dict | None = None) -> None:
         self.topology_path = str(topology_path)
         self.topology: Topology = load_topology(topology_path)
         self.workdir = Path(workdir)
@@ -134,6 +138,7 @@ class EmulatedFabric:
         self.switch_delay_ms = switch_delay_ms
         self.timeout_s = timeout_s  # the devices file's reply timeout for every switch
         self.protocol = protocol
+        self.device_options = dict(device_options or {})  # more device-file defaults, e.g. NETCONF's datastore
         self.operator_token = secrets.token_urlsafe(24)
         self.switches: dict[str, EmulatorProcess] = {}
         self.proxy: ProxyProcess | None = None
@@ -146,7 +151,8 @@ class EmulatedFabric:
     def start_switches(self) -> "EmulatedFabric":
         """Start one emulator per device (in parallel) and write ``devices.yaml`` for them."""
         def start(dev) -> tuple[str, EmulatorProcess]:
-            extra = ["--sid", dev.id.replace("/", "-")]
+            # a control listener apart from the switch's own, so a test can hold a switch down and bring it back
+            extra = ["--sid", dev.id.replace("/", "-"), "--control-port", "0"]
             if self.switch_delay_ms is not None:
                 extra += ["--switch-delay-ms", str(self.switch_delay_ms)]
             return dev.id, start_emulator_process(dev.radix_ports, self.profile or dev.technology.name,
@@ -167,7 +173,7 @@ class EmulatedFabric:
         self.secrets_path.write_text(yaml.safe_dump({"credentials": {"default": {"user": "admin", "password": "admin"}}}))
         os.chmod(self.secrets_path, 0o600)
         doc = {"secrets": self.secrets_path.name,
-               "defaults": {"protocol": self.protocol, "timeout_s": self.timeout_s},
+               "defaults": {"protocol": self.protocol, "timeout_s": self.timeout_s, **self.device_options},
                "devices": {name: {"host": p.host, "port": p.port, "ports": self.topology.devices[name].radix_ports,
                                   "profile": self.profile or self.topology.devices[name].technology.name}
                            for name, p in sorted(self.switches.items())}}

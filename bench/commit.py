@@ -323,6 +323,11 @@ def per_pod_plan(rows: list[dict]) -> dict:
 
 ADAPTER_TOPOLOGY = Path(__file__).resolve().parents[1] / "examples" / "topology-64gpu-h800.yaml"
 PROTOCOLS = ("tl1", "netconf", "gnmi")
+# Rows of the per-adapter table: (label, protocol, device-file options). NETCONF twice: with the confirmed commit
+# the adapter uses where the switch advertises it (edit-config, commit confirmed, confirming commit: 3 round
+# trips), and with it turned off in the device file (confirm_timeout_s: 0: edit-config, commit: 2).
+ADAPTER_ROWS = (("tl1", "tl1", {}), ("netconf", "netconf", {}),
+                ("netconf-no-confirm", "netconf", {"confirm_timeout_s": 0}), ("gnmi", "gnmi", {}))
 
 
 def _pod0_intent(variant: int) -> dict:
@@ -343,8 +348,11 @@ def run_adapters(work: Path, rounds: int, protocols: tuple[str, ...] = PROTOCOLS
     same warm-up, then ``rounds`` timed commits; the TL1 row is the baseline of the ratios.
     """
     out = {}
-    for protocol in protocols:
-        with EmulatedFabric(ADAPTER_TOPOLOGY, work / protocol, switch_delay_ms=0, protocol=protocol) as lab:
+    for label, protocol, options in ADAPTER_ROWS:
+        if protocol not in protocols:
+            continue
+        with EmulatedFabric(ADAPTER_TOPOLOGY, work / label, switch_delay_ms=0, protocol=protocol,
+                            device_options=options) as lab:
             lab.start_switches()
             service = open_service(lab.topology_path, str(lab.devices_path), str(lab.state_path),
                                    [lab.operator_token], audit_period_s=None)
@@ -358,12 +366,12 @@ def run_adapters(work: Path, rounds: int, protocols: tuple[str, ...] = PROTOCOLS
                     d = service.announce_intent("rl", {**_pod0_intent(r % 2), "t_s": 5.011})
                     total = time.perf_counter() - started
                     if d.decision != "commit":
-                        raise RuntimeError(f"{protocol} round {r}: expected a commit, got {d.decision}: {d.reason}")
+                        raise RuntimeError(f"{label} round {r}: expected a commit, got {d.decision}: {d.reason}")
                     if r >= WARMUP_ROUNDS:
                         rows.append({"total_s": total, "driver_s": d.device_s, "changed": d.added + d.removed})
             finally:
                 service.close()
-        out[protocol] = {"commits": len(rows), "total_s": summarize(rows, "total_s"),
+        out[label] = {"commits": len(rows), "total_s": summarize(rows, "total_s"),
                          "device_s": summarize(rows, "driver_s"),
                          "changed_mean": statistics.fmean(r["changed"] for r in rows)}
     base = out.get("tl1")

@@ -493,7 +493,8 @@ def _print(doc: dict) -> None:
         f"{dz['in_doubt']}/{max(dz['settle_s']):.2f}", "", None)
     q = sc["quiet"]
     for key, what in (("one_address", "300 half-open heads, 1 address, --listen"),
-                      ("many_addresses_admin", "300 half-open heads, 20 addresses, --admin-listen")):
+                      ("many_addresses_admin", "300 half-open heads, 20 addresses, --admin-listen"),
+                      ("many_addresses_listen", "300 half-open heads, 20 addresses, --listen")):
         x = sc[key]
         row(f"healthz p99 under {what} (ms) vs quiet", f"{x['p99_s'] * 1e3:.1f}", f"{q['p99_s'] * 1e3:.1f}",
             x["p99_s"] / q["p99_s"])
@@ -504,6 +505,13 @@ def _print(doc: dict) -> None:
     row("load: decision latency p50 / p99 committing (ms)", f"{c['p50_s'] * 1e3:.0f}/{c['p99_s'] * 1e3:.0f}", "", None)
     row("load: decision latency p99 vs the predicted safe window (ms)", f"{c['p99_s'] * 1e3:.0f}",
         f"{c['window_p50_s'] * 1e3:.0f}", c["p99_s"] / c["window_p50_s"] if c["window_p50_s"] else None)
+    n_commits = c["decisions"].get("commit", 0)
+    row("load: time queued behind other jobs' decisions p50 / p99 (ms)",
+        f"{c['queued_p50_s'] * 1e3:.0f}/{c['queued_p99_s'] * 1e3:.0f}", "", None)
+    row("load: commits answered after the window they asked in (realised; the gate counts the queue)",
+        f"{c['late_commits']}/{n_commits}", "0", None)
+    row("load: plans deferred (window passed while queued, or none predicted)",
+        f"{c['decisions'].get('defer', 0)}", f"{sum(c['decisions'].values())} decided", None)
     print(f"{doc['machine']}, Python {doc['python']}, {doc['date']}, run took {doc['took_s']:.0f} s")
 
 

@@ -267,8 +267,11 @@ class SafeWindowGate:
                 for (stage, prev), succ in sorted(self._slack.items()) for nxt, s in sorted(succ.items())]
 
     # ---------------------------------------------------------------- events
-    def observe(self, event: CollectiveEvent) -> list[CommitDecision]:
+    def observe(self, event: CollectiveEvent, lag_s: float = 0.0) -> list[CommitDecision]:
         """Record ``event``; return the decisions for pending plans retried at the window it opens.
+
+        ``lag_s``: how long after the event the retries are decided (a controller that queued the event
+        behind others' work); that much of the window is gone.
 
         Raises
         ------
@@ -279,15 +282,19 @@ class SafeWindowGate:
         if t < self._last_t:
             raise EventOrderError(f"event {event.kind!r} at t_s={t} is older than the previous event at "
                                   f"t_s={self._last_t}; feed events in time order")
+        if event.kind == "end" and not self._open.get((event.communicator, event.primitive)):
+            # refused before anything is recorded: a refused event must not move the gate's clock, or the
+            # caller's next decision at its own (unmoved) clock reads as out of order
+            self._on_end(event)
         self._last_t = t
         if event.kind == "start":
             self._on_start(event)
             return []
         if event.kind == "end":
             self._on_end(event)
-            return self._retry(t, set(TRAIN_STAGES) | set(self._armed)) if self._in_flight == 0 else []
+            return self._retry(t + lag_s, set(TRAIN_STAGES) | set(self._armed)) if self._in_flight == 0 else []
         self._armed[event.stage] = (t, event.window_hint_s)
-        return self._retry(t, {event.stage}) if self._in_flight == 0 else []
+        return self._retry(t + lag_s, {event.stage}) if self._in_flight == 0 else []
 
     def _on_start(self, ev: CollectiveEvent) -> None:
         idle = self._in_flight == 0

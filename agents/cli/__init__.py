@@ -16,28 +16,39 @@ from orchestrl.fabric.errors import OrchestrlError
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from orchestrl.agents import demo
-    from orchestrl.agents.cli import cmd_agentic, cmd_fabric, cmd_groups, cmd_ocs, cmd_proxy, cmd_sched, cmd_sim
+# Which module registers each group. ``main`` imports only the one a command names: the simulator's
+# and the group scheduler's modules pull in SciPy and networkx (about a second of CPU), which an
+# ``ocs emulate`` or ``proxy serve`` process never uses and would pay at every start.
+_GROUP_MODULES = {
+    "fabric": "orchestrl.agents.cli.cmd_fabric",
+    "ocs": "orchestrl.agents.cli.cmd_ocs",
+    "proxy": "orchestrl.agents.cli.cmd_proxy",
+    "sched": "orchestrl.agents.cli.cmd_sched",
+    "groups": "orchestrl.agents.cli.cmd_groups",
+    "sim": "orchestrl.agents.cli.cmd_sim",
+    "agentic": "orchestrl.agents.cli.cmd_agentic",
+    "demo": "orchestrl.agents.demo",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Return the ``orchestrl`` parser; with ``only`` (a group name) just that group is registered."""
+    import importlib
 
     parser = argparse.ArgumentParser(
         prog="orchestrl",
         description="Control plane and comms library for disaggregated RL on hybrid EPS/OCS fabrics.",
     )
     groups = parser.add_subparsers(dest="group", metavar="GROUP", required=True)
-    cmd_fabric.register(groups)
-    cmd_ocs.register(groups)
-    cmd_proxy.register(groups)
-    cmd_sched.register(groups)
-    cmd_groups.register(groups)
-    cmd_sim.register(groups)
-    cmd_agentic.register(groups)
-    demo.register(groups)
+    for name, module in _GROUP_MODULES.items():
+        if only is None or name == only:
+            importlib.import_module(module).register(groups)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv and argv[0] in _GROUP_MODULES else None)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -48,6 +48,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     emu.add_argument("--partial-bulk", type=bounded_int("--partial-bulk", 0, 1 << 20), default=None, metavar="K",
                      help="apply only the first K pairs of larger ENT-PATCH bulks, then DENY SABT")
     emu.add_argument("--seed", type=int, default=None, help="seed of the random reply dropping")
+    emu.add_argument("--control-port", type=bounded_int("--control-port", 0, 65535), default=None, metavar="PORT",
+                     help="serve the fault-injection verbs on a listener of their own (0: a free port), which stays "
+                          "up while the switch is restarted or held down; NETCONF, gNMI and TL1/SSH always have one")
     emu.set_defaults(func=_emulate)
 
     client = argparse.ArgumentParser(add_help=False)
@@ -108,7 +111,8 @@ def _emulate(args: argparse.Namespace) -> int:
         partial_bulk=args.partial_bulk, seed=args.seed,
     )
     try:
-        run_emulator(config, announce=lambda line: print(line, flush=True), protocol=args.protocol, ssh=args.ssh)
+        run_emulator(config, announce=lambda line: print(line, flush=True), protocol=args.protocol, ssh=args.ssh,
+                     control_port=args.control_port)
     except OSError as exc:  # binding the listener: address in use, not local, no permission
         raise ConfigError("--listen", "<value>", f"cannot listen on {args.listen}: {exc.strerror or exc}",
                           "a free port on a local address (port 0 picks one)") from None
@@ -117,7 +121,7 @@ def _emulate(args: argparse.Namespace) -> int:
 
 def _driver(args: argparse.Namespace):
     """The adapter of the switch ``--device`` names: from the device file, or an address with --protocol."""
-    from orchestrl.fabric.ocs.adapter import open_adapter
+    from orchestrl.fabric.ocs.devices import open_adapter
     from orchestrl.fabric.ocs.devices import load_devices, open_device
 
     overrides = {k: v for k, v in (("user", args.user), ("password", args.password), ("timeout_s", args.timeout))

@@ -55,7 +55,9 @@ def register(groups: argparse._SubParsersAction) -> None:
     serve.add_argument("--tls-ca", default=None, metavar="ca.pem",
                        help="require client certificates signed by this CA (mutual TLS)")
     serve.add_argument("--max-connections", type=bounded_int("--max-connections", 1, 65_535), default=256, metavar="N",
-                       help="open connections at most; more get 503 (default 256)")
+                       help="open connections at most; when full, a new one takes the slot of the connection waiting "
+                            "longest for a request head, and gets 503 only if every slot has a request in progress "
+                            "(default 256)")
     serve.add_argument("--request-timeout", type=bounded_float("--request-timeout", 0.5, 600, "seconds"), default=10.0, metavar="S",
                        help="seconds a client may take to send a request's body (default 10)")
     serve.add_argument("--header-timeout", type=bounded_float("--header-timeout", 0.1, 600, "seconds"), default=3.0,

@@ -125,6 +125,8 @@ class Decision(_Answer):
     at: float = 0.0
     core_asked: Optional[int] = Field(None, description="OCS-Core circuits the intent's demand asked for.")
     core_granted: Optional[int] = Field(None, description="OCS-Core circuits the plan got (its fair share at most).")
+    queued_s: float = Field(0.0, description="Seconds the request waited behind other jobs' decisions; the safe-window "
+                                             "gate counts them as part of the window.")
 
 
 class Event(_Body):

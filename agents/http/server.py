@@ -71,23 +71,39 @@ class ConnectionLimits:
     Here a client address may hold at most ``per_client`` connections, and each listener (the main one,
     and the operator's ``--admin-listen`` one) has its own total, so one address, or many on the main
     listener, never starves the other listener.
+
+    Priority on a full listener: a new connection takes the slot of the connection that has waited longest
+    for a request head (half-sent heads, idle kept-alive connections), which is closed. A client that sends
+    its request at once (a health probe, an operator, a job) is then always served, even on the main
+    listener while many addresses hold it full of stalled heads; only when every slot is a request in
+    progress is a new connection refused (503). Apache's event MPM and nginx close idle and slow
+    connections first under the same pressure; this is the same rule for request heads.
     """
 
     def __init__(self, per_listener: dict[int, int], per_client: int) -> None:
         self.per_listener, self.per_client = per_listener, per_client
         self.by_listener: dict[int, int] = {}
         self.by_client: dict[str, int] = {}
+        self.waiting: dict[int, dict[int, Any]] = {}  # listener -> connections awaiting a head, oldest first
         self.refused = 0  # connections closed at once for being over a limit
+        self.evicted = 0  # stalled connections closed to admit a new one
 
     def admit(self, listener: int, client: str) -> str | None:
-        """Count a new connection in, or return why it is refused (nothing counted)."""
-        cap = self.per_listener.get(listener)
-        if cap is not None and self.by_listener.get(listener, 0) >= cap:
-            self.refused += 1
-            return f"more than {cap} connections on this listener"
+        """Count a new connection in, or return why it is refused (nothing counted).
+
+        The per-client cap is checked first, so one address cannot evict others' connections by flooding.
+        """
         if self.by_client.get(client, 0) >= self.per_client:
             self.refused += 1
             return f"more than {self.per_client} connections from {client}"
+        cap = self.per_listener.get(listener)
+        if cap is not None and self.by_listener.get(listener, 0) >= cap:
+            stalled = self.waiting.get(listener)
+            if not stalled:
+                self.refused += 1
+                return f"more than {cap} connections on this listener, each with a request in progress"
+            self.evicted += 1
+            next(iter(stalled.values())).evict()  # the oldest wait; its slot is released at once
         self.by_listener[listener] = self.by_listener.get(listener, 0) + 1
         self.by_client[client] = self.by_client.get(client, 0) + 1
         return None
@@ -109,14 +125,29 @@ def _guarded_protocol(head_timeout_s: float, limits: ConnectionLimits | None = N
         _head_timer: asyncio.TimerHandle | None = None
         _counted: tuple[int, str] | None = None
 
+        _evicted = False
+
         def _arm(self) -> None:
             self._disarm()
             self._head_timer = self.loop.call_later(head_timeout_s, self._head_expired)
+            if limits is not None and self._counted is not None:  # a candidate for eviction, oldest first
+                limits.waiting.setdefault(self._counted[0], {})[id(self)] = self
 
         def _disarm(self) -> None:
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
+            if limits is not None and self._counted is not None:
+                limits.waiting.get(self._counted[0], {}).pop(id(self), None)
+
+        def evict(self) -> None:
+            """Close this stalled connection now and free its slot for a new one (ConnectionLimits.admit)."""
+            self._disarm()
+            if self._counted is not None:
+                limits.release(*self._counted)  # type: ignore[union-attr]
+                self._counted = None
+            self._evicted = True
+            self.transport.close()
 
         def _head_expired(self) -> None:
             self._head_timer = None
@@ -151,6 +182,9 @@ def _guarded_protocol(head_timeout_s: float, limits: ConnectionLimits | None = N
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._evicted:  # its slot was released when it was evicted; uvicorn still tracks it
+                super().connection_lost(exc)
+                return
             if self._counted is None and limits is not None:
                 return  # refused in connection_made: uvicorn never saw it
             if self._counted is not None:
@@ -160,7 +194,7 @@ def _guarded_protocol(head_timeout_s: float, limits: ConnectionLimits | None = N
 
         def data_received(self, data: bytes) -> None:
             if limits is not None and self._counted is None:
-                return  # a refused connection: its bytes are dropped
+                return  # a refused or evicted connection: its bytes are dropped
             super().data_received(data)
 
     return GuardedH11

@@ -230,6 +230,8 @@ class ControlService(SharingMixin, OperatorMixin):
     def _tenant(self, job_id: str) -> _Tenant:
         if job_id not in self._tenants:
             self._tenants[job_id] = _Tenant(job_id, {f: SafeWindowGate(self.gate_config) for f in set(GATE_FAMILY.values())})
+            # a removal the operator asked for before a restart goes on after it (the journal keeps it)
+            self._tenants[job_id].removing = self.registry.is_removing(job_id)
         return self._tenants[job_id]
 
     # ------------------------------------------------------------------ intents
@@ -242,7 +244,13 @@ class ControlService(SharingMixin, OperatorMixin):
             Unknown job; GPUs outside the job's placement (naming the foreign ToRs and PoDs); a
             malformed intent (naming the field).
         """
+        arrived = time.monotonic()
         with self._lock, self._top_level():
+            # Every intent is decided under one lock, so under load a request waits for the others' commits
+            # (32 committing jobs on a loaded 2-core host: p99 0.77 s, against 50 ms windows). That wait is
+            # part of the window the job asked in: the gate decides at the job's time plus the wait, so a
+            # plan whose window passed while it queued is deferred to the next one, never applied late.
+            queued_s = time.monotonic() - arrived
             job = self._job(job_id)
             if self._tenant(job_id).removing:
                 raise Conflict(f"job {job_id!r} is being removed; it may report events until its circuits are freed, "
@@ -271,14 +279,15 @@ class ControlService(SharingMixin, OperatorMixin):
             family = GATE_FAMILY[intent.stage]
             now = max(float(t_s) if t_s is not None else tenant.last_t_s, tenant.last_t_s)
             tenant.last_t_s = now if now > float("-inf") else 0.0
-            return self._offer(tenant, intent, family, tenant.last_t_s)
+            return self._offer(tenant, intent, family, tenant.last_t_s, queued_s)
 
     def clear_memos(self) -> None:
         """Forget remembered parses, plans and orders (as after a restart; e.g. to time a first iteration)."""
         with self._lock:
             self.planner.clear()
 
-    def _offer(self, tenant: _Tenant, intent: Intent, family: str, now_s: float) -> PeriodDecision:
+    def _offer(self, tenant: _Tenant, intent: Intent, family: str, now_s: float,
+               queued_s: float = 0.0) -> PeriodDecision:
         result = self._materialize(tenant, intent)
         tenant.plans += 1
         plan_id = f"{tenant.job}#{tenant.plans}"
@@ -298,7 +307,11 @@ class ControlService(SharingMixin, OperatorMixin):
         change = self.planner.change(tenant.active, result.plan)
         pending = _Pending(result, intent, plan_id, family, change, self._epoch)
         base["switch_delay_s"] = change.switching_time_s(self.switch_delay_s)  # devices of a step switch together
-        d = tenant.gates[family].submit(tenant.job, intent.stage, base["switch_delay_s"], now_s, plan_id)
+        base["queued_s"] = queued_s
+        d = tenant.gates[family].submit(tenant.job, intent.stage, base["switch_delay_s"], now_s + queued_s, plan_id)
+        if queued_s > 0.001 and d.action != "commit" and d.window_s is not None:
+            d = replace(d, reason=f"{d.reason} (decided {queued_s * 1e3:.0f} ms after the request arrived, behind "
+                                  "other jobs' commits)")
         return self._settle(tenant, pending, d, base)
 
     def _settle(self, tenant: _Tenant, pending: _Pending, d: CommitDecision, base: dict) -> PeriodDecision:
@@ -563,10 +576,12 @@ class ControlService(SharingMixin, OperatorMixin):
         event (counted in ``clock_steps``); events without a number are taken in time order and
         those older than the last one are listed in ``rejected``.
         """
+        arrived = time.monotonic()
         parsed = parse_events(events)
         numbered = [(ev.get("seq"), str(ev.get("source") or job_id)) if isinstance(ev, dict) else (None, job_id)
                     for ev in events]
         with self._lock, self._top_level():
+            queued_s = time.monotonic() - arrived
             self._job(job_id)
             tenant = self._tenant(job_id)
             tenant.last_event_at = time.monotonic()
@@ -592,8 +607,8 @@ class ControlService(SharingMixin, OperatorMixin):
                         steps += 1
                     clock[source] = (seq, offset)
                     ev = replace(ev, t_s=t)
-                try:
-                    out = tenant.gates[GATE_FAMILY[ev.stage]].observe(ev)
+                try:  # the time this request queued is gone from any window its events open (see announce_intent)
+                    out = tenant.gates[GATE_FAMILY[ev.stage]].observe(ev, lag_s=queued_s)
                 except EventOrderError as exc:
                     rejected.append({"index": i, "reason": str(exc)})
                     continue

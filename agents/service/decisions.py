@@ -48,6 +48,7 @@ class PeriodDecision:
     at: float = field(default_factory=time.time)  # unix time of the decision
     core_asked: int | None = None  # OCS-Core circuits the intent's demand asked for (None: no tenant shares its PoDs)
     core_granted: int | None = None  # OCS-Core circuits the plan got
+    queued_s: float = 0.0  # wall time the request waited for other jobs' decisions; the gate counts it in the window
 
     def to_json(self) -> dict[str, Any]:
         return {**{f.name: getattr(self, f.name) for f in fields(self)}, "devices": list(self.devices)}

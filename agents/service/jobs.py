@@ -46,6 +46,11 @@ _MIN_TOKEN_CHARS = 16
 _SCHEMA = """CREATE TABLE IF NOT EXISTS service_jobs (
     job TEXT PRIMARY KEY, gpus_json TEXT NOT NULL, token_sha256 TEXT NOT NULL, registered_at REAL NOT NULL,
     intent_json TEXT)"""
+# Jobs the operator removed whose circuits are not freed yet (DELETE /v1/jobs/{job} waits for the job's safe
+# window). Kept in the state file, so a restart neither gives the revoked token back its rights nor forgets to
+# free the circuits. A table of its own: state files written before it existed need no migration.
+_SCHEMA_REMOVALS = """CREATE TABLE IF NOT EXISTS service_job_removals (
+    job TEXT PRIMARY KEY, revoked_at REAL NOT NULL)"""
 
 
 def _gpus_of(value: Any, topology: Topology) -> list[int]:
@@ -161,6 +166,7 @@ class JobRegistry:
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
             try:
                 self._conn.execute(_SCHEMA)
+                self._conn.execute(_SCHEMA_REMOVALS)
             except sqlite3.OperationalError as exc:
                 self._conn.close()
                 raise store_write_error(path, exc) from exc
@@ -171,6 +177,8 @@ class JobRegistry:
                         "SELECT job, gpus_json, token_sha256, registered_at, intent_json FROM service_jobs"):
                     placement = placement_of(topology, _gpus_of(json.loads(gpus), topology))
                     self._jobs[job] = Job(job, placement, digest, at, json.loads(intent) if intent else None)
+                self._removing = {job for (job,) in self._conn.execute("SELECT job FROM service_job_removals")
+                                  if job in self._jobs}
             except (ValueError, TypeError, KeyError, sqlite3.DatabaseError) as exc:
                 self._conn.close()
                 raise StoreCorruptError(path, f"table service_jobs holds an unreadable job ({type(exc).__name__}: "
@@ -202,10 +210,28 @@ class JobRegistry:
         return None
 
     def revoke(self, job_id: str) -> None:
-        """Revoke ``job_id``'s token for everything but reporting events (the job is being removed)."""
+        """Revoke ``job_id``'s token for everything but reporting events (the job is being removed), durably.
+
+        Raises
+        ------
+        StoreWriteError
+            If the state file refuses the write (the token is then not revoked).
+        """
         with self._lock:
-            if job_id in self._jobs:
-                self._removing.add(job_id)
+            if job_id not in self._jobs or job_id in self._removing:
+                return
+            if self._conn is not None:
+                self._conn.execute("PRAGMA synchronous=FULL")
+                try:
+                    self._execute("INSERT OR REPLACE INTO service_job_removals (job, revoked_at) VALUES (?, ?)",
+                                  (job_id, time.time()))
+                finally:
+                    self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._removing.add(job_id)
+
+    def is_removing(self, job_id: str) -> bool:
+        """Whether ``job_id`` was removed by the operator and waits for its circuits to be freed."""
+        return job_id in self._removing
 
     # -- changes -----------------------------------------------------------------------------
     def register(self, job_id: str, gpus: Iterable[int]) -> tuple[Job, str]:
@@ -246,6 +272,7 @@ class JobRegistry:
                 self._conn.execute("PRAGMA synchronous=FULL")
                 try:
                     self._execute("DELETE FROM service_jobs WHERE job = ?", (job_id,))
+                    self._execute("DELETE FROM service_job_removals WHERE job = ?", (job_id,))
                 finally:
                     self._conn.execute("PRAGMA synchronous=NORMAL")
             self._jobs.pop(job_id, None)

@@ -566,11 +566,14 @@ class OperatorMixin:
             if self.registry.get(job_id) is None:
                 raise NotFound(f"no job {job_id!r} is registered")
             t = self._tenant(job_id)
+            try:
+                self.registry.revoke(job_id)  # at once and durably: from now on its token only reports events
+            except StoreWriteError as exc:
+                raise self._storage_failed(exc) from None
             for gate in t.gates.values():
                 gate.withdraw(job_id)
             t.pending = None
             t.removing = True
-            self.registry.revoke(job_id)  # at once: from now on its token only reports events
             return self._finish_removal(job_id)
 
     def _finish_removal(self, job_id: str) -> dict[str, Any]:

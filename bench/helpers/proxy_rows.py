@@ -174,7 +174,7 @@ def _probe(url: str, n: int) -> dict:
 
 
 def bench_slow_clients(lab: EmulatedFabric, work: Path, probes: int) -> dict:
-    """Health under 300 half-sent heads (one address on --listen; 20 addresses, probed on --admin-listen)."""
+    """Health under 300 half-sent heads (one address on --listen; 20 addresses, probed on both listeners)."""
     lab.state_path = work / "slow.db"
     if True:  # the caller's switches
         proxy = lab.start_proxy("--reset", "--admin-listen", "127.0.0.1:0")
@@ -188,6 +188,8 @@ def bench_slow_clients(lab: EmulatedFabric, work: Path, probes: int) -> dict:
         held = _half_open(proxy.url, 300, [f"127.0.0.{k}" for k in range(2, 22)])
         time.sleep(0.3)
         out["many_addresses_admin"] = {**_probe(admin, probes), "held": len(held)}
+        # the main listener too: a probe that sends its request at once takes a stalled head's slot
+        out["many_addresses_listen"] = {**_probe(proxy.url, probes), "held": len(held)}
         for s in held:
             s.close()
         lab.proxy.stop()
@@ -227,6 +229,9 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
         for mode in ("committing", "remembered"):
             lat: list[float] = []
             windows: list[float] = []
+            late: list[float] = []
+            retried: dict[str, int] = {}
+            queued: list[float] = []
             decisions: dict[str, int] = {}
             stop = time.monotonic() + seconds
             lock = threading.Lock()
@@ -238,7 +243,10 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                     ev = [{"kind": "start", "t_s": t, "stage": "train", "primitive": "all-to-all", "communicator": "ep"},
                           {"kind": "end", "t_s": t + 0.002, "stage": "train", "primitive": "all-to-all",
                            "communicator": "ep"}]
-                    _call(c, "POST", f"/v1/jobs/{job}/events", {"events": ev})
+                    _, evdoc = _call(c, "POST", f"/v1/jobs/{job}/events", {"events": ev})
+                    with lock:  # a deferred plan retried at the window this event opened
+                        for d in (evdoc.get("decisions", []) if isinstance(evdoc, dict) else []):
+                            retried[d["decision"]] = retried.get(d["decision"], 0) + 1
                     started = time.monotonic()
                     status, doc = _call(c, "POST", f"/v1/jobs/{job}/intents", _load_intent(job, gpus, variant, t + 0.002))
                     took = time.monotonic() - started
@@ -249,6 +257,11 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                             lat.append(took)
                             if doc.get("window_s") is not None:
                                 windows.append(doc["window_s"])
+                                # realised: the answer (devices switched) came after the window the job asked in
+                                if key == "commit" and took > doc["window_s"] + doc.get("queued_s", 0.0):
+                                    late.append(took)
+                        if isinstance(doc, dict) and doc.get("queued_s") is not None:
+                            queued.append(doc["queued_s"])
                     t += 0.052
                     variant += 1 if mode == "committing" else 0
                 c.close()
@@ -260,7 +273,9 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                 th.join()
             wall = time.monotonic() - started
             out[mode] = {"decisions": decisions, "per_s": len(lat) / wall, "commits_per_s": decisions.get("commit", 0) / wall,
-                         "p50_s": _pct(lat, 0.5), "p99_s": _pct(lat, 0.99), "window_p50_s": _pct(windows, 0.5)}
+                         "retried": retried, "retry_commits_per_s": retried.get("commit", 0) / wall,
+                         "p50_s": _pct(lat, 0.5), "p99_s": _pct(lat, 0.99), "window_p50_s": _pct(windows, 0.5),
+                         "late_commits": len(late), "queued_p50_s": _pct(queued, 0.5), "queued_p99_s": _pct(queued, 0.99)}
         op.close()
         lab.proxy.stop()
     out["jobs"] = len(pairs)

@@ -18,19 +18,20 @@ netconf    :class:`fabric.ocs.netconf_driver.NetconfDriver`  Polatis optical-swi
 gnmi       :class:`fabric.ocs.gnmi_driver.GnmiDriver`      SONiC OCS tables (OCS_CROSS_CONNECT, OCS_PORT)
 =========  ==============================================  =========================================
 
-The device file picks the adapter per switch (``protocol:``) and :func:`open_adapter` builds it;
+The device file picks the adapter per switch (``protocol:``) and :func:`fabric.ocs.devices.open_adapter` builds it (kept
+there: the adapters import this module, so building them here would be an import circle);
 credentials come from the secrets file (:mod:`fabric.ocs.secrets`), never from the device file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Iterable, Protocol, runtime_checkable
 
 from orchestrl.fabric.ocs.errors import OcsRequestError
 from orchestrl.fabric.ocs.model import BulkResult, PortStatus
 
-__all__ = ["PROTOCOLS", "Capabilities", "OcsAdapter", "open_adapter", "check_ports", "check_pairs", "chunked"]
+__all__ = ["PROTOCOLS", "Capabilities", "OcsAdapter", "check_ports", "check_pairs", "chunked"]
 
 PROTOCOLS = ("tl1", "netconf", "gnmi")
 
@@ -91,25 +92,6 @@ class OcsAdapter(Protocol):
     def close(self) -> None:
         """Release the session; the switch keeps its cross-connects."""
         ...
-
-
-def open_adapter(protocol: str, host: str, port: int, **kwargs: Any) -> OcsAdapter:
-    """Return the (not yet connected) adapter of ``protocol`` for the switch at ``host:port``.
-
-    ``kwargs`` are the adapter's parameters (``name``, ``user``, ``password``, ``timeout_s``,
-    ``ports``, ``switch_delay_s``, ``max_bulk`` and its protocol's own ones).
-    """
-    if protocol == "tl1":
-        from orchestrl.fabric.ocs.driver import Tl1Driver
-        return Tl1Driver(host, port, **kwargs)
-    if protocol == "netconf":
-        from orchestrl.fabric.ocs.netconf_driver import NetconfDriver
-        return NetconfDriver(host, port, **kwargs)
-    if protocol == "gnmi":
-        from orchestrl.fabric.ocs.gnmi_driver import GnmiDriver
-        return GnmiDriver(host, port, **kwargs)
-    raise OcsRequestError(kwargs.get("name", f"{host}:{port}"), "open",
-                          f"protocol {protocol!r} is unknown; use one of {', '.join(PROTOCOLS)}")
 
 
 def check_ports(ports: Iterable[int], n: int, device: str, command: str) -> list[int]:

@@ -138,6 +138,10 @@ class DeviceCore:
         self.frontends: list[Frontend] = []  # closed and reopened by a restart
         self.counters = {"logins": 0, "restarts": 0, "dropped": 0, "commands": 0}
         self.alarm_listeners: list[Callable[[list[int], str], None]] = []  # TL1 sessions report REPT ALM
+        # Set while a restart holds the switch down until told (DOWNMS=HOLD): tests that must see a switch
+        # down for as long as a proxy takes to start cannot use a fixed window, whose length a loaded host decides.
+        self.power_on = asyncio.Event()
+        self.power_on.set()
 
     @property
     def n(self) -> int:
@@ -269,12 +273,18 @@ class DeviceCore:
             **{k.upper(): v for k, v in self.counters.items()},
         }
 
-    async def restart(self, keep_table: bool, down_s: float, before: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Close every protocol listener and session, stay down ``down_s``, come back with or without the table."""
+    async def restart(self, keep_table: bool, down_s: float | None,
+                      before: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Close every protocol listener and session, stay down ``down_s`` (None: until :meth:`power_up`),
+        come back with or without the table."""
         await asyncio.sleep(0.02)  # let the reply to the restart command reach the client first
         for front in self.frontends:
             await front.close()
-        await asyncio.sleep(down_s)
+        if down_s is None:
+            self.power_on.clear()
+            await self.power_on.wait()
+        else:
+            await asyncio.sleep(down_s)
         if keep_table:
             self._settle(list(self._tuning))
         else:

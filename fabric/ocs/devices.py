@@ -26,11 +26,12 @@ from typing import Any, Callable, Mapping
 
 from orchestrl.fabric.config import Reader, load_document
 from orchestrl.fabric.errors import ConfigError
-from orchestrl.fabric.ocs.adapter import PROTOCOLS
+from orchestrl.fabric.ocs.errors import OcsRequestError
+from orchestrl.fabric.ocs.adapter import PROTOCOLS, OcsAdapter
 from orchestrl.fabric.ocs.device_core import PROFILES
 from orchestrl.fabric.ocs.secrets import Secrets, load_secrets
 
-__all__ = ["DeviceConfig", "load_devices", "devices_from_mapping", "check_devices", "open_device"]
+__all__ = ["DeviceConfig", "load_devices", "devices_from_mapping", "check_devices", "open_device", "open_adapter"]
 
 _FIELDS = {"host", "port", "user", "password_env", "credentials", "ports", "profile", "timeout_s", "protocol",
            "transport", "max_bulk", "los_dbm", "tls_ca", "ssh_known_hosts", "datastore", "confirm_timeout_s"}
@@ -235,8 +236,26 @@ def open_device(cfg: DeviceConfig, **overrides: Any):
 
     ``overrides`` replace adapter arguments (``user``, ``password``, ``timeout_s``, ...).
     """
-    from orchestrl.fabric.ocs.adapter import open_adapter
 
     kwargs = {"name": cfg.name, "user": cfg.user, "password": cfg.password, "timeout_s": cfg.timeout_s,
               "ports": cfg.ports, "switch_delay_s": cfg.switch_delay_s, **dict(cfg.options), **overrides}
     return open_adapter(cfg.protocol, cfg.host, cfg.port, **kwargs)
+
+
+def open_adapter(protocol: str, host: str, port: int, **kwargs: Any) -> OcsAdapter:
+    """Return the (not yet connected) adapter of ``protocol`` for the switch at ``host:port``.
+
+    ``kwargs`` are the adapter's parameters (``name``, ``user``, ``password``, ``timeout_s``,
+    ``ports``, ``switch_delay_s``, ``max_bulk`` and its protocol's own ones).
+    """
+    if protocol == "tl1":
+        from orchestrl.fabric.ocs.driver import Tl1Driver
+        return Tl1Driver(host, port, **kwargs)
+    if protocol == "netconf":
+        from orchestrl.fabric.ocs.netconf_driver import NetconfDriver
+        return NetconfDriver(host, port, **kwargs)
+    if protocol == "gnmi":
+        from orchestrl.fabric.ocs.gnmi_driver import GnmiDriver
+        return GnmiDriver(host, port, **kwargs)
+    raise OcsRequestError(kwargs.get("name", f"{host}:{port}"), "open",
+                          f"protocol {protocol!r} is unknown; use one of {', '.join(PROTOCOLS)}")

@@ -26,8 +26,11 @@ verbs that need no login and are never dropped or delayed; a real switch has non
                                            BLOCK=<ports>  RELEASE=<ports|ALL>  DROP=<probability>
                                            DROPNEXT=<n>  DELAYMS=<ms>  PARTIAL=<k|OFF>  SWITCHMS=<ms>
                                            CLEAR=FAULTS|TABLE|ALL
-    OPR-EMUL-RESTART:::<ctag>::TABLE=KEEP|LOSE,DOWNMS=<ms>;   close every connection and the listener,
-                                           stay down DOWNMS, come back with or without the table
+    OPR-EMUL-RESTART:::<ctag>::TABLE=KEEP|LOSE,DOWNMS=<ms>|HOLD;   close every connection and the listener,
+                                           stay down DOWNMS (HOLD: until OPR-EMUL-UP), come back with or
+                                           without the table
+    OPR-EMUL-UP:::<ctag>:;                 end a HOLD: the switch comes back now (needs the control
+                                           listener apart from the switch's own: --control-port)
     RTRV-EMUL:::<ctag>:;                   data lines "<KEY>=<VALUE>": the current settings and counters
 
 A dropped reply means the command was applied and its reply never sent; replies to ``ACT-USER``
@@ -58,7 +61,7 @@ __all__ = ["EmulatorConfig", "Emulator", "run_emulator", "serve", "CONTROL_VERBS
 
 log = logging.getLogger(__name__)
 
-CONTROL_VERBS = ("ED-EMUL", "OPR-EMUL-RESTART", "RTRV-EMUL")
+CONTROL_VERBS = ("ED-EMUL", "OPR-EMUL-RESTART", "OPR-EMUL-UP", "RTRV-EMUL")
 EMULATOR_PROTOCOLS = ("tl1", "netconf", "gnmi")
 _SESSION_VERBS = ("ACT-USER", "CANC-USER")
 
@@ -356,8 +359,21 @@ class Emulator:
         table = keys.get("TABLE", "KEEP").upper()
         if table not in ("KEEP", "LOSE"):
             return self._deny(cmd, "IDNV", f"TABLE={table} is not KEEP or LOSE")
-        asyncio.get_running_loop().create_task(self.core.restart(table == "KEEP", float(keys.get("DOWNMS", 200)) / 1e3))
+        down = keys.get("DOWNMS", "200").upper()
+        if down == "HOLD" and not self.control_only:
+            # this listener is the switch's own: it goes down too, and nothing could send OPR-EMUL-UP
+            return self._deny(cmd, "IDNV", "DOWNMS=HOLD needs a control listener of its own; start the emulator "
+                                           "with --control-port")
+        try:
+            down_s = None if down == "HOLD" else float(down) / 1e3
+        except ValueError:
+            return self._deny(cmd, "IDNV", f"DOWNMS={down} is not a number of ms or HOLD")
+        asyncio.get_running_loop().create_task(self.core.restart(table == "KEEP", down_s))
         return self._ok(cmd, comment=f"restarting, table {table.lower()}")
+
+    def _opr_emul_up(self, session: _Session, cmd: Command) -> Response:
+        self.core.power_on.set()
+        return self._ok(cmd)
 
     def _rtrv_emul(self, session: _Session, cmd: Command) -> Response:
         values = self.core.settings(sessions=sum(len(f._sessions) for f in self.core.frontends
@@ -381,6 +397,7 @@ _HANDLERS = {
     "RTRV-ALM-ALL": Emulator._rtrv_alm_all, "RTRV-EQPT": Emulator._rtrv_eqpt, "RTRV-INV": Emulator._rtrv_inv,
     "RTRV-NETYPE": Emulator._rtrv_netype, "OPR-PORT-SHUTTER": Emulator._shutter, "RLS-PORT-SHUTTER": Emulator._shutter,
     "ED-EMUL": Emulator._ed_emul, "OPR-EMUL-RESTART": Emulator._opr_emul_restart, "RTRV-EMUL": Emulator._rtrv_emul,
+    "OPR-EMUL-UP": Emulator._opr_emul_up,
 }
 
 
@@ -390,11 +407,12 @@ def _stamp() -> dict[str, str]:
 
 
 async def serve(config: EmulatorConfig, protocol: str = "tl1", announce: Callable[[str], None] = print, *,
-                ssh: bool = False, control_port: int = 0) -> None:
+                ssh: bool = False, control_port: int | None = None) -> None:
     """Serve one emulated switch in ``protocol`` until cancelled; announce ``listening on`` and ``control on``.
 
-    TL1 takes its control verbs on its own listener; NETCONF and gNMI get a TL1 control listener on
-    ``control_port`` (0: a free one) next to theirs, on the same core.
+    TL1 over TCP takes its control verbs on its own listener unless ``control_port`` is given; NETCONF,
+    gNMI and TL1 over SSH always get a TL1 control listener on ``control_port`` (0 or None: a free one)
+    next to theirs, on the same core, which stays up while the switch is restarted or held down.
     """
     if protocol not in EMULATOR_PROTOCOLS:
         raise OcsRequestError(config.sid, "emulate", f"protocol {protocol!r} is unknown; use {', '.join(EMULATOR_PROTOCOLS)}")
@@ -408,10 +426,10 @@ async def serve(config: EmulatorConfig, protocol: str = "tl1", announce: Callabl
         from orchestrl.fabric.ocs.gnmi_emulator import GnmiEmulator
         front = GnmiEmulator(core)
     host, port = await front.start()
-    if protocol == "tl1" and not ssh:
+    if protocol == "tl1" and not ssh and control_port is None:
         control_host, control = host, port
     else:
-        ctl = Emulator(EmulatorConfig(host=config.host, port=control_port), announce, core=core, control_only=True)
+        ctl = Emulator(EmulatorConfig(host=config.host, port=control_port or 0), announce, core=core, control_only=True)
         control_host, control = await ctl.start()
     announce(f"listening on {host}:{port}")
     announce(f"control on {control_host}:{control}")
@@ -419,7 +437,7 @@ async def serve(config: EmulatorConfig, protocol: str = "tl1", announce: Callabl
 
 
 def run_emulator(config: EmulatorConfig, announce: Callable[[str], None] = print, *, protocol: str = "tl1",
-                 ssh: bool = False) -> None:
+                 ssh: bool = False, control_port: int | None = None) -> None:
     """Serve an emulated switch until interrupted; ``announce`` gets ``listening on HOST:PORT``."""
     with suppress(KeyboardInterrupt):  # Ctrl-C is how an operator stops an emulator
-        asyncio.run(serve(config, protocol, announce, ssh=ssh))
+        asyncio.run(serve(config, protocol, announce, ssh=ssh, control_port=control_port))

@@ -110,10 +110,17 @@ class EmulatorControl:
         """Clear ``FAULTS`` (reply faults, failed and blocked ports), the ``TABLE``, or ``ALL``."""
         self.set(CLEAR=what)
 
-    def restart(self, keep_table: bool = True, down_ms: float = 200, wait_s: float = 15.0) -> None:
-        """Restart the emulator's listener (every session is closed) and wait until it is back."""
+    def restart(self, keep_table: bool = True, down_ms: float | None = 200, wait_s: float = 15.0) -> None:
+        """Restart the emulator's listener (every session is closed) and wait until it is back.
+
+        ``down_ms=None`` holds the switch down until :meth:`power_up` (``wait_s`` is then not waited; the
+        emulator needs its own control listener, ``--control-port``).
+        """
         before = int(self.settings().get("RESTARTS", 0))
-        self._call("OPR-EMUL-RESTART", {"TABLE": "KEEP" if keep_table else "LOSE", "DOWNMS": down_ms})
+        self._call("OPR-EMUL-RESTART", {"TABLE": "KEEP" if keep_table else "LOSE",
+                                        "DOWNMS": "HOLD" if down_ms is None else down_ms})
+        if down_ms is None:
+            return
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             time.sleep(0.02)
@@ -123,6 +130,17 @@ class EmulatorControl:
             except OcsError:
                 continue  # still down
         raise OcsTimeout(self.name, "OPR-EMUL-RESTART", f"emulator not back within {wait_s:g} s")
+
+
+    def power_up(self, wait_s: float = 15.0) -> None:
+        """End a hold of :meth:`restart` (``down_ms=None``) and wait until the switch is back."""
+        before = int(self.settings().get("RESTARTS", 0))
+        self._call("OPR-EMUL-UP")
+        deadline = time.monotonic() + wait_s
+        while int(self.settings().get("RESTARTS", 0)) <= before:
+            if time.monotonic() > deadline:
+                raise OcsTimeout(self.name, "OPR-EMUL-UP", f"emulator not back within {wait_s:g} s")
+            time.sleep(0.02)
 
 
 class EmulatorProcess(NamedTuple):

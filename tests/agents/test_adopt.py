@@ -132,7 +132,7 @@ def test_one_switch_reached_under_two_entries_is_refused_at_start_up_by_its_own_
                for d in ("core0", "pod0/agg0")}
         devices = {**one, "pod1/agg0": FakeOcsDevice("pod1/agg0", topo.devices["pod1/agg0"].radix_ports)}
         svc = _service(topo, devices, tmp_path / "fabric.db")
-        with pytest.raises(DuplicateDevice, match=r"'core0' and 'pod0/agg0' are one switch \(TL1 SID core0\)"):
+        with pytest.raises(DuplicateDevice, match=r"'core0' and 'pod0/agg0' are one switch \(serial CORE0\)"):
             svc.start("check")
         assert not one["core0"].cross_connects(), "a refused start changed the switch"
         svc.close()

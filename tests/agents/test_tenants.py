@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from orchestrl.agents.lab import EmulatedFabric
 from orchestrl.agents.service.core import ControlService
 from orchestrl.agents.service.fairness import max_min_fair
@@ -196,4 +198,43 @@ def test_a_removed_jobs_token_stops_working_at_once_except_to_report_the_events_
     assert not any(tables(devices).values()), "the collective ended: its circuits must be freed"
     r = http.post("/v1/jobs/gone/events", json={"events": [{**inside, "t_s": 2.0}]}, headers=me)
     assert r.status_code == 401, r.json()  # circuits freed: the token is gone entirely
+    svc.close()
+
+
+def test_a_removal_waiting_for_its_window_survives_a_restart_token_still_revoked_circuits_still_freed(tmp_path):
+    """Issue 28.8: the revocation is kept in the state file, not only in memory (a restart must not undo it)."""
+    topo = load_topology(TOPOLOGY_64)
+    devices = {d: FakeOcsDevice(d, dev.radix_ports) for d, dev in topo.devices.items()}
+    op_token, state = "operator-token-0123456789", str(tmp_path / "fabric.db")
+
+    def service() -> ControlService:
+        svc = ControlService(topo, devices, FabricStore(state), JobRegistry(topo, [op_token], state))
+        svc.recover()
+        return svc
+
+    svc = service()
+    _, token = svc.register_job("gone", "0-31")
+    svc.report_events("gone", [e for k in range(6) for e in (
+        {"kind": "start", "t_s": 0.05 * k, "stage": "train", "primitive": "all-to-all", "communicator": "ep"},
+        {"kind": "end", "t_s": 0.05 * k + 0.002, "stage": "train", "primitive": "all-to-all", "communicator": "ep"})])
+    assert svc.announce_intent("gone", {**intent("train-fwd-bwd.yaml", job="gone"), "t_s": 0.252}).decision == "commit"
+    inside = {"kind": "start", "t_s": 1.0, "stage": "train", "primitive": "all-to-all", "communicator": "ep"}
+    svc.report_events("gone", [inside])
+    assert svc.remove_job("gone")["pending_removal"]
+    svc.close()
+
+    svc = service()  # restarted while the removal waits for the job's window
+    principal = svc.registry.authenticate(token)
+    assert principal is not None and principal.events_only, "a restart gave the removed job's token back its rights"
+    assert any(v for v in tables(devices).values())
+    # the restarted gate never saw the start, so this end is refused, and not an error; the job is then quiet
+    doc = svc.report_events("gone", [{**inside, "kind": "end", "t_s": 1.002}])
+    assert doc["accepted"] == 0 and "no open start" in doc["rejected"][0]["reason"], doc
+    time.sleep(1.05)  # quiet for one audit period (1 s without an auditor): its safe window
+    svc.retry_removals()
+    assert not any(tables(devices).values()), "the removal was forgotten across the restart"
+    assert svc.registry.authenticate(token) is None
+    svc.close()
+    svc = service()
+    assert svc.registry.get("gone") is None and not svc.registry.is_removing("gone")
     svc.close()

@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from orchestrl.fabric.ocs.adapter import open_adapter
+from orchestrl.fabric.ocs.devices import open_adapter
 from orchestrl.fabric.ocs.emulator_control import start_emulator_process, stop_emulator_process
 from orchestrl.fabric.ocs.errors import OcsAuthError, OcsConnectionError, OcsPortFailed, OcsPortInUse, OcsTimeout
 from orchestrl.fabric.ocs.model import PortState
