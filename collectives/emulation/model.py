@@ -67,16 +67,31 @@ def synthetic_region(spec: ParamSpec, index: int, lo: int, hi: int, device: "str
     shape = spec.shape or (1,)
     d = spec.split_dim
     outer, ext, inner = prod(shape[:d]), shape[d], prod(shape[d + 1:])
-    o = torch.arange(outer, dtype=torch.int64, device=device).view(-1, 1, 1)
-    j = torch.arange(lo, hi, dtype=torch.int64, device=device).view(1, -1, 1)
-    k = torch.arange(inner, dtype=torch.int64, device=device).view(1, 1, -1)
-    g = (o * ext + j) * inner + k
-    x = g * 0x9E3779B1 + (index + 1) * 0x85EBCA77 + seed * 0xC2B2AE3D
-    x = (x ^ (x >> 15)) * 0x2C1B3C6D
-    x = x ^ (x >> 13)
+    # 32-bit arithmetic for elements of up to 4 bytes (half the memory traffic of 64-bit: generating the data
+    # costs more CPU than a loopback sync of it); the hash wraps modulo 2**32 alike in every process
+    wide = spec.itemsize == 8
+    word = torch.int64 if wide else torch.int32
+    if outer == 1:  # rows [lo, hi) of a 1-D or row-split tensor: one contiguous range of element numbers
+        g = torch.arange(lo * inner, hi * inner, dtype=torch.int64, device=device).to(word)
+    else:
+        o = torch.arange(outer, dtype=torch.int64, device=device).view(-1, 1, 1)
+        j = torch.arange(lo, hi, dtype=torch.int64, device=device).view(1, -1, 1)
+        k = torch.arange(inner, dtype=torch.int64, device=device).view(1, 1, -1)
+        g = ((o * ext + j) * inner + k).to(word)
+
+    def c(v: int) -> int:  # a constant as the signed word it is modulo 2**bits
+        bits = 64 if wide else 32
+        v %= 1 << bits
+        return v - (1 << bits) if v >= 1 << (bits - 1) else v
+
+    x = g * c(0x9E3779B1)
+    x += c((index + 1) * 0x85EBCA77 + seed * 0xC2B2AE3D)
+    x ^= x >> 15
+    x *= c(0x2C1B3C6D)
+    x ^= x >> 13
     if spec.dtype.startswith(("float", "bfloat")):
-        x = x & ~(1 << (8 * spec.itemsize - 2))  # no Inf/NaN: keeps values exact through casts
-    bits = x.to(words[spec.itemsize]) if spec.itemsize < 8 else x
+        x &= c(~(1 << (8 * spec.itemsize - 2)))  # no Inf/NaN: keeps values exact through casts
+    bits = x.to(words[spec.itemsize]) if spec.itemsize < 4 else x
     out = bits.view(TORCH_DTYPES[spec.dtype])
     return out.reshape(spec.region_shape(lo, hi))
 

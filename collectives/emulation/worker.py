@@ -132,8 +132,7 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
         for i, spec in enumerate(sch.params):
             runs = sch.initial_runs(job.rank, i)
             if runs is not None:
-                local[spec.source_name] = synthetic_local(spec, i, runs, device=device, seed=job.seed,
-                                                          dtype=spec.trainer_dtype)
+                local[spec.source_name] = _synthetic(spec, i, runs, device, job.seed, spec.trainer_dtype).clone()
         # what the training framework would state: this process's own TP/PP/EP ranks
         coords = sch.trainer.coords(job.coords_of if job.coords_of >= 0 else job.rank)
         cpu = time.process_time()
@@ -181,7 +180,7 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
     _CPU["sync"] = time.process_time() - cpu
     _CPU["rss_growth"] = rss.growth
     for i, tensor in got if job.check else ():
-        want = synthetic_local(sch.params[i], i, sch.runs(job.rank, i), device=device, seed=job.seed)
+        want = _synthetic(sch.params[i], i, sch.runs(job.rank, i), device, job.seed)
         if not torch.equal(tensor.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)):
             mismatches.append(sch.params[i].name)
     if job.check and len(got) != sum(sch.runs(job.rank, i) is not None for i in range(len(sch.params))):
@@ -189,6 +188,16 @@ def _one_round(job: RankJob, sync, sch: Schedule, first: bool = True):
     return report, mismatches
 
 
+def _synthetic(spec, index: int, runs, device, seed: int, dtype: str = "") -> torch.Tensor:
+    """``synthetic_local``, computed once per process: every round of a job moves the same synthetic model, and
+    generating it (a hash per element) costs more CPU than a loopback round itself."""
+    key = (spec.name, index, repr(runs), str(device), seed, dtype)
+    if key not in _SYNTHETIC:
+        _SYNTHETIC[key] = synthetic_local(spec, index, runs, device=device, seed=seed, dtype=dtype)
+    return _SYNTHETIC[key]
+
+
+_SYNTHETIC: dict[tuple, torch.Tensor] = {}
 _CPU: dict[str, float] = {}  # CPU seconds (and a receiver's RSS growth) of the last send/receive call
 
 
