@@ -260,9 +260,8 @@ class NetconfEmulator:
         removals, merges, creates, enable, disable = self._edits(config, default_op)
         if store == "candidate":
             cand = (self._candidate or self._running()).copy()
-            for i in removals:
-                if cand.pairs.pop(i, None) is None and i in creates:
-                    pass
+            for i in removals:  # a removal of an absent pair is no error on the candidate (replace semantics)
+                cand.pairs.pop(i, None)
             for i, e in {**merges, **creates}.items():
                 cand.pairs[i] = e
             cand.disabled = (cand.disabled | disable) - enable
