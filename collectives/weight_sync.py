@@ -30,7 +30,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import re
-import sys
 import threading
 import time
 import weakref
@@ -43,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from orchestrl.collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
+from orchestrl.collectives.coords import check_coords, megatron_coords  # noqa: F401 (megatron_coords: re-exported)
 from orchestrl.collectives.errors import WeightSyncError
 from orchestrl.collectives.executor import Loader, LoadWeights, StreamExecutor
 from orchestrl.collectives.liveness import Liveness
@@ -290,39 +290,7 @@ class WeightSync:
     # -- buffers -------------------------------------------------------------------------------
     def _check_coords(self, coords: Mapping[str, int] | None) -> None:
         """Raise ConfigError unless this process holds the shards the schedule expects of its rank."""
-        sch, rank, lay = self.schedule, self.rank, self.schedule.trainer
-        where = f"{sch.rank_name(rank)}: send()"
-        axes = {"tp": (lay.tp, lay.tp_rank), "pp": (lay.pp, lay.pp_rank), "ep": (lay.ep, lay.ep_rank),
-                "expert_tp": (lay.expert_tp_size, lay.expert_tp_rank)}
-        needed = [a for a, (size, _) in axes.items() if size > 1
-                  and (a != "expert_tp" or lay.ep > 1 or lay.expert_tp is not None)]  # dense: expert TP is TP
-        if not needed:
-            return
-        have = dict(coords) if coords is not None else megatron_coords()
-        if have is None:
-            raise ConfigError(where, "coords", "are unknown, so nothing proves this process holds the shards of "
-                              f"its schedule rank ({', '.join(f'{a} {axes[a][0]}' for a in needed)} ranks "
-                              "hold different shards of the same shape)",
-                              "send(..., coords={'tp': tp_rank, 'pp': pp_rank, ...}) from the training framework, "
-                              "or initialise megatron-core's parallel state")
-        unknown = sorted(set(have) - set(axes))
-        if unknown:
-            raise ConfigError(where, "coords", f"has unknown keys {unknown}", "tp, pp, ep, expert_tp")
-        missing = [a for a in needed if a not in have]
-        if missing:
-            raise ConfigError(where, "coords", f"lacks {missing}, which this layout splits over",
-                              "every axis of size > 1: " + ", ".join(needed))
-        mine = {a: axes[a][1](rank) for a in needed}
-        claimed = {a: int(have[a]) for a in needed}
-        if claimed != mine:
-            owners = [r for r in range(lay.world_size) if all(axes[a][1](r) == claimed[a] for a in needed)]
-            who = (f"which the schedule gives to {', '.join(sch.rank_name(r) for r in owners[:3])}"
-                   + (f" and {len(owners) - 3} more" if len(owners) > 3 else "") if owners
-                   else "which no rank of the schedule has")
-            raise ConfigError(where, "coords", f"this process is {_coords_text(claimed)} in its framework, {who}; the "
-                              f"schedule expects {sch.rank_name(rank)} to be {_coords_text(mine)}",
-                              f"a TrainerLayout whose rank order matches the framework's (order={lay.order!r} now), "
-                              "or schedule ranks assigned from the framework's own ranks")
+        check_coords(self.schedule, self.rank, coords)
 
     def _trainer_buffers(self, named_params, coords: Mapping[str, int] | None = None) -> dict[int, ParamBuffer]:
         sch, rank = self.schedule, self.rank
@@ -555,22 +523,6 @@ class WeightSync:
 SETTLE_S = 1.0
 
 
-def megatron_coords() -> dict[str, int] | None:
-    """This process's TP/PP/EP/expert-TP ranks from megatron-core's parallel state, or None if it is not set up.
-
-    Only a process that imported megatron-core already can have set it up, so nothing is imported here.
-    """
-    ps = sys.modules.get("megatron.core.parallel_state")
-    if ps is None or not ps.model_parallel_is_initialized():
-        return None
-    return {"tp": ps.get_tensor_model_parallel_rank(), "pp": ps.get_pipeline_model_parallel_rank(),
-            "ep": ps.get_expert_model_parallel_rank(), "expert_tp": ps.get_expert_tensor_parallel_rank()}
-
-
-def _coords_text(coords: Mapping[str, int]) -> str:
-    return ", ".join(f"{a} rank {v}" for a, v in coords.items())
-
-
 def _short(exc: BaseException) -> str:
     """The transport's message without source paths and boilerplate advice."""
     text = re.sub(r"\[/[^\]]*\] ?", "", str(exc)).split(" This is typically")[0].strip()
@@ -587,8 +539,6 @@ def _fetch(ctl, who: str, where: str, timeout_s: float) -> Schedule:
     if schedule.digest != ctl.get("schedule-digest").decode():
         raise WeightSyncError(f"{who}: the schedule at {where} does not match its digest", peer=0, phase="connecting")
     return schedule
-
-
 
 
 @atexit.register
