@@ -140,9 +140,11 @@ def test_installs_beside_fabric_and_openai_agents(tmp_path):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
+    # a checkout on PYTHONPATH would shadow the installed packages (and make pip think orchestrl is installed)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for order in ([str(wheel)], ["fabric", "openai-agents"]):  # orchestrl first, then the others on top of it
         inst = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-compile", *order], capture_output=True, text=True,
-                              timeout=900)
+                              timeout=900, env=clean)
         assert inst.returncode == 0, inst.stderr[-3000:]
     code = ("import fabric, agents, orchestrl.fabric, orchestrl.agents.host_agent, orchestrl.collectives\n"
             "from fabric import Connection\n"       # Fabric's own API
@@ -150,7 +152,7 @@ def test_installs_beside_fabric_and_openai_agents(tmp_path):
             "from orchestrl.fabric.topology import Topology\n"
             "from orchestrl.agents.host_agent import HostAgent\n"
             "print(fabric.__file__); print(agents.__file__); print(orchestrl.fabric.__file__)")
-    out = subprocess.run([str(py), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([str(py), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean)
     assert out.returncode == 0, out.stderr[-3000:]
     fab, ag, ours = out.stdout.split()
     assert "site-packages/fabric/" in fab and "site-packages/agents/" in ag

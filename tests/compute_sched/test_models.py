@@ -21,8 +21,9 @@ def pm14():
 
 
 def test_table3_models_and_four_gpus_are_bundled():
+    # Table 3, RollArt §3.1's model, and JigsawRL's pipelines (Qwen3-0.6B/4B/14B/32B, Llama-3.1-8B)
     assert set(bundled_models()) == {"Qwen2.5-14B", "Qwen2.5-32B", "Qwen2-57B-A14B", "Qwen2.5-72B", "Qwen3-235B-A22B",
-                                     "Qwen3-8B"}  # Table 3, and RollArt §3.1's model
+                                     "Qwen3-8B", "Qwen3-0.6B", "Qwen3-4B", "Qwen3-14B", "Qwen3-32B", "Llama-3.1-8B"}
     assert set(bundled_gpus()) == {"H800", "H20", "H100", "A100"}
     moe = load_model("Qwen3-235B-A22B")
     assert moe.is_moe and 21e9 < moe.active_params < 23e9  # "A22B"
