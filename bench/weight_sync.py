@@ -226,7 +226,8 @@ def run_loopback(args: argparse.Namespace, report=lambda row: None) -> list[dict
     rounds, the second timed) and is checked bit for bit.
     """
     out = []
-    for name, trainer, generator, pp in (c for c in LOOPBACK if args.only in c[0]):
+    configs = LOOPBACK[1:2] if args.quick else LOOPBACK  # a smoke run: one layout (TP4 -> TP4), one run each
+    for name, trainer, generator, pp in (c for c in configs if args.only in c[0]):
         params = synthetic_model(args.loopback_bytes, hidden=args.loopback_hidden, pp=pp)
         links = FabricLinks(nic_bps=100e9)
         # ours at its best setting, as the baselines get theirs: each chunk size with the planner's automatic
