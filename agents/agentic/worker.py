@@ -19,6 +19,7 @@ side's policy stand-in supplies (docs/agentic.md says what is real and what is n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections import deque
@@ -183,10 +184,9 @@ class GenerationWorker:
             horizon = eng.next_event_s() if hasattr(eng, "next_event_s") else 0.01
             horizon = 1e-4 if not math.isfinite(horizon) or horizon <= 0 else horizon
             self._wake.clear()
-            try:
+            # woken by new work or by the engine's next event, whichever comes first
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=horizon)
-            except asyncio.TimeoutError:
-                pass
             now = loop.time()
             dt = now - clock
             clock = now

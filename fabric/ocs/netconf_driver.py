@@ -20,6 +20,7 @@ two leaves the switch to roll itself back. A step's removal and addition are one
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -162,10 +163,8 @@ class NetconfDriver:
     def _drop(self) -> None:
         m, self._m = self._m, None
         if m is not None:
-            try:
+            with contextlib.suppress(Exception):  # the session is already gone: nothing left to close
                 m._session.close()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
 
     @property
     def capabilities(self) -> Capabilities:
