@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 
 from orchestrl.collectives.errors import IntegrityError, WeightSyncError
 
-__all__ = ["Liveness"]
+__all__ = ["Liveness", "StoreClients"]
 
 _NO_ABORT = "-"
 
@@ -48,6 +48,28 @@ def _bounded(store, timeout_s: float):
     out = store.clone()
     out.set_timeout(timedelta(seconds=timeout_s))
     return out
+
+
+class StoreClients:
+    """The three store clients a rank's liveness uses, each its own connection with its own bound.
+
+    One for the calling thread (joins, barriers), one for the heartbeat thread and one for failure
+    records (bounded by ``FAIL_RECORD_S``). A :class:`~orchestrl.collectives.WeightSync` keeps one set
+    across successful rounds and drops it after a failed one (a client whose call timed out may still
+    receive that call's late answer, so it is not reused).
+    """
+
+    def __init__(self, store, timeout_s: float) -> None:
+        self.main = _bounded(store, timeout_s)
+        self.heartbeat = _bounded(store, timeout_s)
+        self.failure = _bounded(store, min(timeout_s, FAIL_RECORD_S))
+
+    def prefixed(self, prefix: str) -> tuple:
+        if not prefix:
+            return self.main, self.heartbeat, self.failure
+        import torch.distributed as dist
+
+        return tuple(dist.PrefixStore(prefix, c) for c in (self.main, self.heartbeat, self.failure))
 
 
 def _quietly(fn: Callable[[], None]) -> None:
@@ -89,11 +111,16 @@ class Liveness:
         everyone is watched while joining.
     generation : int
         This rank's transport generation, published for its peers (see ``TorchTransport``).
+    clients : StoreClients, optional
+        Bounded store clients kept across rounds (``store`` is then the round's key prefix, a str). Without
+        them, each round opens clients of its own: new connections, each of which torch's store server
+        answers only after a reverse DNS lookup of the client (see ``collectives/store.py``).
     """
 
     def __init__(self, store, rank: int, world_size: int, digest: str, *, timeout_s: float,
                  join_timeout_s: float, load_timeout_s: float, rank_name: Callable[[int], str] = lambda r: f"rank {r}",
-                 peers: Iterable[int] = (), generation: int = 0, poll_s: float | None = None) -> None:
+                 peers: Iterable[int] = (), generation: int = 0, poll_s: float | None = None,
+                 clients: StoreClients | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.digest = digest
@@ -110,9 +137,10 @@ class Liveness:
         # that hosts it) must not block in a call for the store's own, long, connect timeout. Each thread
         # has its own client; the failure record has one of its own with a shorter bound.
         self.fail_s = min(self.timeout_s, FAIL_RECORD_S)
-        self._store = _bounded(store, self.timeout_s)  # this thread's (joins, barriers)
-        self._bg_store = _bounded(store, self.timeout_s)  # the heartbeat thread's
-        self._fail_store = _bounded(store, self.fail_s)
+        if clients is None:
+            clients = StoreClients(store, self.timeout_s)
+            store = ""
+        self._store, self._bg_store, self._fail_store = clients.prefixed(store)
         self._state = "joining"
         self._beat = 0
         self._watch_all = True

@@ -45,8 +45,9 @@ from orchestrl.collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
 from orchestrl.collectives.coords import check_coords, megatron_coords  # noqa: F401 (megatron_coords: re-exported)
 from orchestrl.collectives.errors import WeightSyncError
 from orchestrl.collectives.executor import Loader, LoadWeights, StreamExecutor
-from orchestrl.collectives.liveness import Liveness
+from orchestrl.collectives.liveness import Liveness, StoreClients
 from orchestrl.collectives.schedule import Op, Schedule
+from orchestrl.collectives.store import tcp_store
 from orchestrl.collectives.targets import check_tensor, resolve_targets
 from orchestrl.fabric.errors import ConfigError
 
@@ -145,6 +146,7 @@ class WeightSync:
         self.window = 2  # transfers each peer stream keeps posted (see collectives.executor)
         self.lookahead = 4  # steps a stream may run ahead of the rank's slowest one
         self._round = 0
+        self._clients: StoreClients | None = None  # liveness clients of the store, kept across rounds
         self._peers = sorted({op.peer for _, ops in schedule.program(self.rank) for op in ops})
         self._executor: StreamExecutor | None = None
         self._pending: SyncHandle | None = None
@@ -175,8 +177,7 @@ class WeightSync:
         """
         from orchestrl.collectives.transport.torch_dist import TorchTransport
 
-        store = dist.TCPStore(host, port, None, rank == 0, timeout=timedelta(seconds=join_timeout_s),
-                              wait_for_workers=False)
+        store = tcp_store(host, port, is_master=rank == 0, timeout_s=join_timeout_s)
         ctl = dist.PrefixStore(f"{group_name}/ctl/", store)
         if schedule is not None and rank == 0:
             ctl.set("schedule", zlib.compress(schedule.canonical_json(), 1))
@@ -353,11 +354,11 @@ class WeightSync:
         """Fail the next round for every rank with this rank's argument error, then raise it here."""
         sch = self.schedule
         n = self._next_round()
-        store = dist.PrefixStore(f"round/{n}/", self.transport.store)
-        live = Liveness(store, self.rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
+        live = Liveness(f"round/{n}/", self.rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
                         join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
-                        rank_name=sch.rank_name)
+                        rank_name=sch.rank_name, clients=self._store_clients())
         live.fail(self.rank, f"{sch.rank_name(self.rank)} refused its arguments: {exc}", kind="config")
+        self._clients = None  # the failure record may have timed out on them
         self._round = n
         raise exc
 
@@ -385,6 +386,12 @@ class WeightSync:
             time.sleep(0.05)  # the round runs without this rank: it will fail; join the next one
         return latest + 1
 
+    def _store_clients(self) -> StoreClients:
+        """This rank's liveness clients of the store: opened once, kept across successful rounds."""
+        if self._clients is None:
+            self._clients = StoreClients(self.transport.store, self.timeout_s)
+        return self._clients
+
     def _wait_pending(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None:
@@ -398,10 +405,10 @@ class WeightSync:
         n = self._next_round()
         self._round = n
         self.transport.store.set("latest-round", str(n))
-        store = dist.PrefixStore(f"round/{n}/", self.transport.store)
-        live = Liveness(store, rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
+        live = Liveness(f"round/{n}/", rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
                         join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
-                        rank_name=sch.rank_name, peers=self._peers, generation=self.transport.generation)
+                        rank_name=sch.rank_name, peers=self._peers, generation=self.transport.generation,
+                        clients=self._store_clients())
         loader = Loader(load_weights, live, sch, targets or {}, self.schedule.is_trainer(rank))
         try:
             live.join()
@@ -500,6 +507,7 @@ class WeightSync:
     def _after_failure(self) -> None:
         """End this rank's pending transfers and let its stream threads return before the error surfaces."""
         executor = self._executor
+        self._clients = None  # a call of the failed round may have timed out on them: the next round opens new ones
         if executor is not None:
             executor.stop()
         # a transport that cannot reset is discarded by the caller (documented)

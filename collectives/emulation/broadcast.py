@@ -29,6 +29,7 @@ from orchestrl.collectives.emulation.netns import Host
 from orchestrl.collectives.emulation.runner import SyncRun, free_port
 from orchestrl.collectives.layout import GeneratorLayout, ParamSpec, TrainerLayout
 from orchestrl.collectives.slicing import Piece, trainer_runs
+from orchestrl.collectives.store import tcp_store
 
 __all__ = ["BroadcastJob", "run_broadcast_rank", "run_broadcast"]
 
@@ -62,8 +63,8 @@ def run_broadcast_rank(job: BroadcastJob) -> dict:
     torch.set_num_threads(1)
     t, g = job.trainer.world_size, job.generator.world_size
     world = t + g
-    store = dist.TCPStore(job.store_host, job.store_port, world, job.rank == 0,
-                          timeout=timedelta(seconds=job.timeout_s), wait_for_workers=False)
+    store = tcp_store(job.store_host, job.store_port, is_master=job.rank == 0, timeout_s=job.timeout_s,
+                      world_size=world)
     buckets = owner_buckets(job.params, job.trainer, job.bucket_bytes)
     by_owner: dict[int, list[int]] = {}
     for k, (owner, _) in enumerate(buckets):

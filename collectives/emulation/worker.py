@@ -20,6 +20,7 @@ import torch
 from orchestrl.collectives.codec import HEADER_BYTES, TORCH_DTYPES
 from orchestrl.collectives.emulation.model import synthetic_local
 from orchestrl.collectives.schedule import Schedule
+from orchestrl.collectives.store import tcp_store
 
 __all__ = ["RankJob", "run_rank", "main", "KEEP"]
 
@@ -100,14 +101,10 @@ def run_rank(job: RankJob) -> dict:
 def _connect(job: RankJob, cls):
     sch = job.schedule
     if job.backend == "ucx":
-        from datetime import timedelta
-
-        import torch.distributed as dist
-
         from orchestrl.collectives.transport.ucx import UcxTransport
 
-        store = dist.TCPStore(job.store_host, job.store_port, sch.world_size, job.rank == 0,
-                              timeout=timedelta(seconds=job.timeout_s), wait_for_workers=False)
+        store = tcp_store(job.store_host, job.store_port, is_master=job.rank == 0, timeout_s=job.timeout_s,
+                          world_size=sch.world_size)
         transport = UcxTransport(store, job.rank, sch.world_size, host_ip=job.host_ip or job.store_host,
                                  timeout_s=2 * job.timeout_s, group_name=job.group)
         return cls(sch, transport, timeout_s=job.timeout_s, join_timeout_s=job.join_timeout_s,

@@ -104,8 +104,9 @@ class TorchTransport:
     def connect(cls, host: str, port: int, rank: int, world_size: int, *, backend: str = "gloo",
                 timeout_s: float = 60.0, group_name: str = "orchestrl-weight-sync") -> "TorchTransport":
         """Create the transport with a ``TCPStore`` at ``host:port`` hosted by schedule rank 0."""
-        store = dist.TCPStore(host, port, world_size, rank == 0, timeout=timedelta(seconds=timeout_s),
-                              wait_for_workers=False)
+        from orchestrl.collectives.store import tcp_store
+
+        store = tcp_store(host, port, is_master=rank == 0, timeout_s=timeout_s, world_size=world_size)
         return cls(store, rank, world_size, backend=backend, timeout_s=timeout_s, group_name=group_name)
 
     @property
