@@ -29,7 +29,8 @@ leaves the service usable); a journal write the disk refuses is a
 :class:`~agents.service.checks.StorageUnavailable` (507), after whatever the devices were told
 beyond the journal was undone, so the journal never disagrees with the devices. OCS-Core is shared
 max-min fair between tenants (:mod:`agents.service.sharing`); start-up, health, the device audit's
-repairs and the operator's routes are in :mod:`agents.service.operator`.
+repairs and the operator's routes are in :mod:`agents.service.operator`; device commits and device
+faults in :mod:`agents.service.device_commit`.
 
 All state changes take one lock, so decisions and device commands are totally ordered; the HTTP
 layer only translates.
@@ -45,7 +46,6 @@ from typing import Any, Mapping
 
 from orchestrl.agents.service.checks import (
     Conflict,
-    DeviceUnavailable,
     NotFound,
     ServiceError,
     Unprocessable,
@@ -53,19 +53,18 @@ from orchestrl.agents.service.checks import (
     parse_events,
 )
 from orchestrl.agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
+from orchestrl.agents.service.device_commit import DeviceCommitMixin
 from orchestrl.agents.service.jobs import JobConflict, JobRegistry
 from orchestrl.agents.service.metrics import MetricsRegistry, declare_service_metrics
 from orchestrl.agents.service.operator import OperatorMixin
-from orchestrl.agents.service.ordered_commit import OrderedCommit, PlannedChange, apply_in_order
+from orchestrl.agents.service.ordered_commit import PlannedChange
 from orchestrl.agents.service.planner import JobPlanner
 from orchestrl.agents.service.sharing import SharingMixin
 from orchestrl.fabric.controller import FabricController, MaterializeResult
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.fabric.intent import Intent, parse_gpu_set
-from orchestrl.fabric.ocs.errors import OcsError
 from orchestrl.fabric.plan import CircuitPlan, same_cross_connects, validate_plan
-from orchestrl.fabric.runtime.commit import CommitError, CommitInDoubt, CommitInFlightError
-from orchestrl.fabric.runtime.reconcile import reconcile, reconcile_devices_to
+from orchestrl.fabric.runtime.commit import CommitError, CommitInDoubt
 from orchestrl.fabric.runtime.store import FabricStore, StoreWriteError
 from orchestrl.fabric.safe_window import (
     CommitDecision,
@@ -114,7 +113,7 @@ class _Tenant:
     clock: dict[str, tuple[int, float]] | None = None  # sender -> (last seq, offset added to its t_s)
 
 
-class ControlService(SharingMixin, OperatorMixin):
+class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
     """Serve jobs' intents on one fabric: plan, gate, journal, drive the devices, audit them.
 
     Parameters
@@ -387,133 +386,6 @@ class ControlService(SharingMixin, OperatorMixin):
             "reason": why + (f"; outage: {'; '.join(report.outages)}" if report.outages else ""),
             "circuits": len(plan.circuits), "removed": report.removed, "added": report.added,
             "devices": report.devices, "commit_id": report.commit_id, "steps": report.steps}), tenant)
-
-    def _apply(self, tenant: _Tenant, plan: CircuitPlan, change: PlannedChange | None = None) -> OrderedCommit:
-        """Apply the job's change as journalled commits; a refused journal write undoes what the devices were told."""
-        scope = tenant.job if tenant.job.startswith("fabric/") else scope_of(tenant.job)  # fabric/adopted is no job
-        steps = change.steps if change is not None else 2
-        with self._deadline((steps + 1) * self.round_trip_s):
-            return self._apply_bounded(tenant, plan, change, scope)
-
-    @contextmanager
-    def _deadline(self, seconds: float):  # noqa: ANN202 - a context manager
-        """Cap every device wait of the commit clients at ``seconds`` from now (an outer deadline stays)."""
-        deadline = time.monotonic() + seconds
-        set_here = [c for c in self.devices.values() if hasattr(c, "deadline") and c.deadline is None]
-        for c in set_here:
-            c.deadline = deadline
-        try:
-            yield
-        finally:
-            for c in set_here:
-                c.deadline = None
-
-    def commit_bound_s(self, steps: int = 2) -> float:
-        """The longest a commit of ``steps`` steps waits on the devices: (steps + 1) device round trips."""
-        return (steps + 1) * self.round_trip_s
-
-    def _apply_bounded(self, tenant: _Tenant, plan: CircuitPlan, change: PlannedChange | None,
-                       scope: str) -> OrderedCommit:
-        try:
-            try:
-                return apply_in_order(self.store, tenant.active, plan, self.devices, scope=scope, change=change)
-            except CommitInFlightError:  # an earlier commit was cut short: restore the devices first
-                self._self_reconcile("before-commit")
-                tenant.active = self.store.last_committed_plan(scope)
-                try:
-                    return apply_in_order(self.store, tenant.active, plan, self.devices, scope=scope)
-                except CommitInFlightError:
-                    raise DeviceUnavailable(self._unreconciled("an interrupted commit could not be closed")) from None
-        except StoreWriteError as exc:
-            # The journal refused a record: undo on the devices whatever it does not hold, so that the devices
-            # never disagree with it, then answer 507. A commit whose intent was not written touched nothing.
-            restored = reconcile_devices_to(self.committed_plans().values(), self.devices)
-            self._epoch += 1
-            tenant.active = self.store.last_committed_plan(scope)
-            if not restored.ok:
-                self._after_device_error(None)
-            raise self._storage_failed(exc, "the change was not made; the devices hold the last committed plans"
-                                       + ("" if restored.ok else " except on devices that did not answer")) from None
-        except OcsError as exc:  # a device error outside a step (e.g. reading back after a refusal)
-            self._after_device_error(exc)
-            self._self_reconcile("after-device-error")
-            tenant.active = self.store.last_committed_plan(scope)
-            raise DeviceUnavailable(f"device {exc.device}: {exc}; " + self._agreement()) from None
-
-    def _self_reconcile(self, outcome: str) -> Any:
-        """Bring every device back to the journal (after a failed or half-applied commit); the service stays usable."""
-        self.metrics.inc("orchestrl_reconciliations_total", outcome=outcome)
-        try:
-            report = reconcile(self.store, self.devices)
-        except StoreWriteError as exc:
-            raise self._storage_failed(exc) from None
-        self._epoch += 1
-        self.last_reconcile_report = report
-        for j, t in self._tenants.items():
-            t.active = self.store.last_committed_plan(scope_of(j))
-        if report.failed_ports:
-            self.controller.mask_ports(report.failed_ports)
-        if self.auditor is not None:
-            self.auditor.poke()
-        return report
-
-    def _unreconciled(self, what: str) -> str:
-        report = getattr(self, "last_reconcile_report", None)
-        bad = [f"{d.device} ({'; '.join(d.errors[-1:]) or f'{len(d.residual)} cross-connects differ'})"
-               for d in (report.devices if report else ()) if not d.ok]
-        return f"{what}: devices {', '.join(bad) or 'unknown'} do not match the journal; the audit keeps repairing"
-
-    def _after_device_error(self, exc: BaseException | None) -> None:
-        """A device erred: audit now, and reconcile at once if the rollback did not bring the devices back."""
-        if isinstance(exc, CommitError) and not exc.rolled_back:
-            self._self_reconcile("after-failed-commit")
-        elif self.auditor is not None:
-            self.auditor.poke()
-
-    def _device_failed(self, tenant: _Tenant, base: dict, reason: str, started: float, *,
-                       in_doubt: bool = False) -> DeviceUnavailable:
-        """Journal the decision as failed and return the 503 that reports it, saying what the devices hold now."""
-        if not in_doubt:
-            reason += "; " + self._agreement()
-        self._failed(tenant, base, reason, started)
-        return DeviceUnavailable(reason)
-
-    def _agreement(self) -> str:
-        """What is true of the devices after a failed commit and its rollback, in words (issue 28.7)."""
-        report = getattr(self, "last_reconcile_report", None)
-        bad = [d for d in (report.devices if report is not None else ()) if not d.ok]
-        if not bad:
-            return "the devices were restored: the job keeps its last committed circuits and the journal and the devices agree"
-        period = self.auditor.period_s if self.auditor is not None else 1.0
-        for d in bad:
-            if self.auditor is not None:
-                self.auditor.mark(d.device, "drift" if d.reachable else "unreachable",
-                                  "a failed commit could not be rolled back" + (f": {d.errors[-1]}" if d.errors else ""))
-        return (f"devices {', '.join(d.device for d in bad)} may be half-changed ("
-                + "; ".join(f"{d.device}: {len(d.residual)} cross-connects differ from the journal" if d.reachable
-                            else f"{d.device}: did not answer" for d in bad)
-                + f"); the audit reads them every {period:g} s and repairs them in the job's next safe window once "
-                  "they answer and the fault is gone")
-
-    def _in_doubt(self, tenant: _Tenant, base: dict, exc: CommitInDoubt, started: float) -> DeviceUnavailable:
-        """Record a commit whose outcome is unknown: health says so at once, the next read-back settles it."""
-        self.in_doubt[exc.scope] = {"commit": exc.commit_id, "devices": exc.devices, "since": time.time(),
-                                    "reason": exc.problem}
-        self.metrics.inc("orchestrl_device_faults_total", kind="in-doubt")
-        tenant.active = self.store.last_committed_plan(exc.scope)
-        self._epoch += 1
-        if self.auditor is not None:
-            self.auditor.poke()
-        period = self.auditor.period_s if self.auditor is not None else 1.0
-        return self._device_failed(tenant, base, (
-            f"commit {exc.commit_id} is in doubt: {exc.problem}; the devices {', '.join(exc.devices)} may hold the new "
-            f"plan or the last committed one; health says so, and the next read-back of the audit (every {period:g} s) "
-            "settles it: committed if the devices hold it, else restored to the last committed plan"), started,
-            in_doubt=True)
-
-    def _failed(self, tenant: _Tenant, base: dict, reason: str, started: float) -> PeriodDecision:
-        took = time.perf_counter() - started
-        return self._record(PeriodDecision(**{**base, "decision": "failed", "reason": reason, "device_s": took}))
 
     def _record(self, d: PeriodDecision, tenant: _Tenant | None = None) -> PeriodDecision:
         if tenant is not None and tenant.starved and d.decision in ("commit", "unchanged"):

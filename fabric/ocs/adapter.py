@@ -26,12 +26,13 @@ credentials come from the secrets file (:mod:`fabric.ocs.secrets`), never from t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol, runtime_checkable
+from typing import Callable, Iterable, Mapping, Protocol, runtime_checkable
 
-from orchestrl.fabric.ocs.errors import OcsRequestError
-from orchestrl.fabric.ocs.model import BulkResult, PortStatus
+from orchestrl.fabric.ocs.errors import OcsAborted, OcsDenied, OcsRequestError
+from orchestrl.fabric.ocs.model import BulkResult, PortStatus, XcStatus, applied_status
 
-__all__ = ["PROTOCOLS", "Capabilities", "OcsAdapter", "check_ports", "check_pairs", "chunked"]
+__all__ = ["PROTOCOLS", "Capabilities", "OcsAdapter", "check_ports", "check_pairs", "chunked", "bulk_connect",
+           "ingress_ids"]
 
 PROTOCOLS = ("tl1", "netconf", "gnmi")
 
@@ -137,3 +138,43 @@ def chunked(items: list, size: int) -> list[list]:
     if size <= 0 or len(items) <= size:
         return [items]
     return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def bulk_connect(pairs: list[tuple[int, int]], max_bulk: int, mode: str, send: Callable[[list[tuple[int, int]]], None],
+                 read_table: Callable[[], Mapping[int, int]],
+                 fatal: tuple[type[BaseException], ...] = ()) -> BulkResult:
+    """Create checked ``pairs`` with one ``send`` (a whole transaction) per ``max_bulk`` of them.
+
+    For adapters whose protocol applies a request whole or not at all (NETCONF ``edit-config``, gNMI ``Set``).
+    ``mode="stop"``: a refusal raises its :class:`OcsDenied`. ``mode="continue"``: the refused pairs get their
+    code and the rest are sent again, unless the refusal names none of them or is one of ``fatal``. A bulk the
+    device stopped part way (:class:`OcsAborted`) is read back and raised with what was and was not applied.
+    """
+    statuses: dict[tuple[int, int], XcStatus] = {}
+    for part in chunked(pairs, max_bulk):
+        remaining = list(part)
+        while remaining:
+            try:
+                send(remaining)
+            except OcsDenied as exc:
+                if isinstance(exc, OcsAborted):
+                    table = read_table()
+                    exc.applied = tuple(p for p in remaining if table.get(p[0]) == p[1])
+                    exc.unapplied = tuple(p for p in remaining if p not in exc.applied)
+                    raise
+                refused = [p for p in remaining if set(exc.ports) & set(p)]
+                if mode == "stop" or not refused or isinstance(exc, fatal):
+                    raise
+                statuses.update((p, XcStatus(*p, exc.code, exc.message, (set(exc.ports) & set(p)).pop()))
+                                for p in refused)
+                remaining = [p for p in remaining if p not in refused]
+                continue
+            statuses.update((p, applied_status(*p)) for p in remaining)
+            break
+    return BulkResult([statuses[p] for p in pairs], mode)
+
+
+def ingress_ids(ports: Iterable[int], table: Mapping[int, int]) -> list[int]:
+    """The cross-connects (by ingress port) that hold any of ``ports`` (either side) in ``table``, each once."""
+    by_egress = {e: i for i, e in table.items()}
+    return list(dict.fromkeys(p if p in table else by_egress[p] for p in ports if p in table or p in by_egress))

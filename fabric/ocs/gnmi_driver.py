@@ -31,10 +31,10 @@ from typing import Any, Iterable
 
 import grpc
 
-from orchestrl.fabric.ocs.adapter import Capabilities, check_pairs, check_ports, chunked
-from orchestrl.fabric.ocs.errors import (OcsAborted, OcsAuthError, OcsConnectionError, OcsDenied, OcsProtocolError,
+from orchestrl.fabric.ocs.adapter import Capabilities, bulk_connect, check_pairs, check_ports, ingress_ids
+from orchestrl.fabric.ocs.errors import (OcsAuthError, OcsConnectionError, OcsProtocolError,
                                         OcsTimeout, denied_from_code)
-from orchestrl.fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
+from orchestrl.fabric.ocs.model import BulkResult, PortState, PortStatus, applied_status, normalize_mode
 from orchestrl.fabric.ocs.sonic import parse_port, port_name, xc_id
 
 __all__ = ["GnmiDriver"]
@@ -210,28 +210,8 @@ class GnmiDriver:
         """Create ``(ingress, egress)`` cross-connects, one SetRequest per ``max_bulk`` pairs."""
         mode = normalize_mode(mode, self.name, "Set")
         pairs = check_pairs(pairs, self._size(), self.name, "Set")
-        statuses: dict[tuple[int, int], XcStatus] = {}
-        for part in chunked(pairs, self.max_bulk):
-            remaining = list(part)
-            while remaining:
-                try:
-                    self._set([], remaining)
-                except OcsDenied as exc:
-                    if isinstance(exc, OcsAborted):
-                        table = self.cross_connects()
-                        exc.applied = tuple(p for p in remaining if table.get(p[0]) == p[1])
-                        exc.unapplied = tuple(p for p in remaining if p not in exc.applied)
-                        raise
-                    refused = [p for p in remaining if set(exc.ports) & set(p)]
-                    if mode == "stop" or not refused or isinstance(exc, OcsAuthError):
-                        raise
-                    statuses.update((p, XcStatus(*p, exc.code, exc.message, (set(exc.ports) & set(p)).pop()))
-                                    for p in refused)
-                    remaining = [p for p in remaining if p not in refused]
-                    continue
-                statuses.update((p, applied_status(*p)) for p in remaining)
-                break
-        return BulkResult([statuses[p] for p in pairs], mode)
+        return bulk_connect(pairs, self.max_bulk, mode, lambda part: self._set([], part), self.cross_connects,
+                            fatal=(OcsAuthError,))
 
     def disconnect(self, ports: list[int]) -> BulkResult:
         """Remove the cross-connects on ``ports`` (either side): read the table to name their ids, then one Set."""
@@ -239,9 +219,7 @@ class GnmiDriver:
         if not ports:
             return BulkResult([], "stop")
         table = self.cross_connects()
-        by_egress = {e: i for i, e in table.items()}
-        gone = list(dict.fromkeys(p if p in table else by_egress[p] for p in ports if p in table or p in by_egress))
-        pairs = [(i, table[i]) for i in gone]
+        pairs = [(i, table[i]) for i in ingress_ids(ports, table)]
         if pairs:
             self._set(pairs, [])
         return BulkResult([applied_status(*p) for p in pairs])

@@ -28,10 +28,10 @@ from typing import Any, Iterable
 
 from lxml import etree
 
-from orchestrl.fabric.ocs.adapter import Capabilities, check_pairs, check_ports, chunked
-from orchestrl.fabric.ocs.errors import (OcsAborted, OcsConnectionError, OcsDenied, OcsError, OcsProtocolError,
+from orchestrl.fabric.ocs.adapter import Capabilities, bulk_connect, check_pairs, check_ports, ingress_ids
+from orchestrl.fabric.ocs.errors import (OcsConnectionError, OcsDenied, OcsError, OcsProtocolError,
                                         OcsTimeout, denied_from_code)
-from orchestrl.fabric.ocs.model import BulkResult, PortState, PortStatus, XcStatus, applied_status, normalize_mode
+from orchestrl.fabric.ocs.model import BulkResult, PortState, PortStatus, applied_status, normalize_mode
 
 __all__ = ["NetconfDriver", "NS_OPTICAL"]
 
@@ -289,28 +289,8 @@ class NetconfDriver:
         """
         mode = normalize_mode(mode, self.name, "edit-config")
         pairs = check_pairs(pairs, self._size(), self.name, "edit-config")
-        statuses: dict[tuple[int, int], XcStatus] = {}
-        for part in chunked(pairs, self.max_bulk):
-            remaining = list(part)
-            while remaining:
-                try:
-                    self._edit("edit-config", (), remaining)
-                except OcsDenied as exc:
-                    if isinstance(exc, OcsAborted):
-                        table = self.cross_connects()
-                        exc.applied = tuple(p for p in remaining if table.get(p[0]) == p[1])
-                        exc.unapplied = tuple(p for p in remaining if p not in exc.applied)
-                        raise
-                    refused = [p for p in remaining if set(exc.ports) & set(p)]
-                    if mode == "stop" or not refused:
-                        raise
-                    statuses.update((p, XcStatus(*p, exc.code, exc.message, (set(exc.ports) & set(p)).pop()))
-                                    for p in refused)
-                    remaining = [p for p in remaining if p not in refused]
-                    continue
-                statuses.update((p, applied_status(*p)) for p in remaining)
-                break
-        return BulkResult([statuses[p] for p in pairs], mode)
+        return bulk_connect(pairs, self.max_bulk, mode, lambda part: self._edit("edit-config", (), part),
+                            self.cross_connects)
 
     def disconnect(self, ports: list[int]) -> BulkResult:
         """Remove the cross-connects on ``ports`` (either side): the table is read to name them, then one ``edit-config``."""
@@ -318,8 +298,7 @@ class NetconfDriver:
         if not ports:
             return BulkResult([], "stop")
         table = self.cross_connects()
-        by_egress = {e: i for i, e in table.items()}
-        gone = list(dict.fromkeys(p if p in table else by_egress[p] for p in ports if p in table or p in by_egress))
+        gone = ingress_ids(ports, table)
         if gone:
             self._edit("edit-config", gone, ())
         return BulkResult([applied_status(i, table[i]) for i in gone])
