@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python bench/proxy.py            # full run (a few minutes)
-    python bench/proxy.py --quick    # the same checks, fewer rounds (about a minute)
+    python bench/proxy.py --quick    # the same checks, fewer rounds (under a minute): a smoke run, not a measurement
     python bench/proxy.py --json     # also print one JSON document at the end
 
 Setup: the 64-GPU testbed (``examples/topology-64gpu-h800.yaml``: OCS-Core and one OCS-Agg per
@@ -416,29 +416,39 @@ def bench_http(lab: EmulatedFabric, work: Path, n: int, seconds: float) -> dict:
 
 
 # ------------------------------------------------------------------ report
+def _timed(what: str, fn, *args):  # noqa: ANN001, ANN202 - progress on stderr, the table stays on stdout
+    started = time.perf_counter()
+    print(f"[proxy bench] {what} ...", file=sys.stderr, flush=True)
+    out = fn(*args)
+    print(f"[proxy bench] {what}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rounds (used by the test suite)")
     ap.add_argument("--json", action="store_true", help="also print a JSON document")
     ap.add_argument("--seed", type=int, default=17, help="seed of the chaos run (default 17)")
     args = ap.parse_args(argv)
-    trials, rounds, examples, n, seconds = (2, 6, 4, 200, 1.5) if args.quick else (10, 40, 25, 2000, 8.0)
+    trials, rounds, examples, n, seconds = (1, 4, 2, 100, 0.75) if args.quick else (10, 40, 25, 2000, 8.0)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="orchestrl-bench-proxy-") as tmp:
         work = Path(tmp)
         with EmulatedFabric(TOPOLOGY, work / "lab", profile="test") as lab:
             lab.start_switches()
             lab.state_path = work / "drift.db"
-            drift = bench_drift(lab, trials)
+            drift = _timed("drift", bench_drift, lab, trials)
             lab.state_path = work / "chaos.db"
-            chaos = bench_chaos(lab, rounds, args.seed)
+            chaos = _timed("chaos", bench_chaos, lab, rounds, args.seed)
             lab.state_path = work / "hostile.db"
-            hostile = bench_hostile(lab, examples, work)
-            http_ = bench_http(lab, work, n, seconds)
-            partial = bench_partial(lab, work, 1 if args.quick else 5)
-            slow = bench_slow_clients(lab, work, 5 if args.quick else 50)
-        faults = {"partial": partial, "slow_clients": slow, "doubt": bench_doubt(work, 1 if args.quick else 3),
-                  "load": bench_commit_load(work, 1.0 if args.quick else 10.0, 8 if args.quick else 32)}
+            hostile = _timed("hostile clients and fuzzing", bench_hostile, lab, examples, work)
+            http_ = _timed("http latency and intent rate", bench_http, lab, work, n, seconds)
+            partial = _timed("partial bulk", bench_partial, lab, work, 1 if args.quick else 5)
+            slow = _timed("slow clients", bench_slow_clients, lab, work, 5 if args.quick else 50)
+        faults = {"partial": partial, "slow_clients": slow,
+                  "doubt": _timed("in doubt", bench_doubt, work, 1 if args.quick else 3),
+                  "load": _timed("committing load", bench_commit_load, work, 1.0 if args.quick else 10.0,
+                                 8 if args.quick else 32)}
     doc = {"drift": drift, "chaos": chaos, "hostile": hostile, "http": http_, "faults": faults, "quick": args.quick,
            "machine": f"{platform.machine()} {os.cpu_count()} cores", "python": platform.python_version(),
            "date": datetime.date.today().isoformat(), "took_s": time.perf_counter() - started}
