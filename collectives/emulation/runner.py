@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 
 from orchestrl.collectives.emulation.launch import RankGroup, RankResult
 from orchestrl.collectives.emulation.netns import Host
+from orchestrl.collectives.emulation.ports import free_port
 from orchestrl.collectives.emulation.worker import KEEP, RankJob, run_rank
 from orchestrl.collectives.schedule import Schedule
 
@@ -34,10 +35,6 @@ class SyncRun:
         return [f"rank {r.rank}: {r.error}" for r in self.results if not r.ok]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout_s: float = 30.0,

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import io
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -155,9 +154,9 @@ def test_routing_prefers_the_tag_pool_keeps_affinity_and_falls_back_when_full():
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from orchestrl.collectives.emulation.ports import free_port  # below the ephemeral range
+
+    return free_port()
 
 
 def test_reward_service_answers_over_http_and_a_slow_or_dead_one_fails_in_bounded_time():

@@ -10,9 +10,9 @@ from tests.agents.conftest import Api, intent
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from orchestrl.collectives.emulation.ports import free_port  # below the ephemeral range
+
+    return free_port()
 
 
 def _hammer(agent: HostAgent, n: int) -> float:

@@ -1,0 +1,38 @@
+"""Ports for test and benchmark processes that bind them later (no torch needed)."""
+
+from __future__ import annotations
+
+import random
+import socket
+
+__all__ = ["free_port"]
+
+
+def free_port() -> int:
+    """A port that is free now and that the kernel will not hand out to an outgoing connection meanwhile.
+
+    The port is bound later, by another process (rank 0's store). A port the kernel picked (bind to 0)
+    lies in the ephemeral range, where any outgoing connection (a store client, a gloo pair) may take it
+    first; this one is drawn below that range, so only another caller of free_port could, at random.
+    """
+    low, _ = _ephemeral_range()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # everything below the range is taken: fall back on the kernel's pick
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return low, high
