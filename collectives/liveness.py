@@ -27,8 +27,9 @@ import json
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from orchestrl.collectives.errors import IntegrityError, WeightSyncError
 
@@ -50,26 +51,30 @@ def _bounded(store, timeout_s: float):
     return out
 
 
+@dataclass(frozen=True)
 class StoreClients:
     """The three store clients a rank's liveness uses, each its own connection with its own bound.
 
     One for the calling thread (joins, barriers), one for the heartbeat thread and one for failure
-    records (bounded by ``FAIL_RECORD_S``). A :class:`~orchestrl.collectives.WeightSync` keeps one set
-    across successful rounds and drops it after a failed one (a client whose call timed out may still
-    receive that call's late answer, so it is not reused).
+    records (bounded by ``min(timeout_s, FAIL_RECORD_S)``). A :class:`~orchestrl.collectives.WeightSync`
+    opens one set and keeps it across successful rounds, dropping it after a failed one (a client whose
+    call timed out may still receive that call's late answer, so it is not reused): each new connection
+    costs torch's store server a reverse DNS lookup of the client (see ``collectives/store.py``).
     """
 
-    def __init__(self, store, timeout_s: float) -> None:
-        self.main = _bounded(store, timeout_s)
-        self.heartbeat = _bounded(store, timeout_s)
-        self.failure = _bounded(store, min(timeout_s, FAIL_RECORD_S))
+    main: Any
+    heartbeat: Any
+    failure: Any
 
-    def prefixed(self, prefix: str) -> tuple:
-        if not prefix:
-            return self.main, self.heartbeat, self.failure
+    @classmethod
+    def open(cls, store, timeout_s: float) -> "StoreClients":
+        return cls(_bounded(store, timeout_s), _bounded(store, timeout_s), _bounded(store, min(timeout_s, FAIL_RECORD_S)))
+
+    def prefixed(self, prefix: str) -> "StoreClients":
+        """The same connections, with every key under ``prefix`` (one round's keys)."""
         import torch.distributed as dist
 
-        return tuple(dist.PrefixStore(prefix, c) for c in (self.main, self.heartbeat, self.failure))
+        return StoreClients(*(dist.PrefixStore(prefix, c) for c in (self.main, self.heartbeat, self.failure)))
 
 
 def _quietly(fn: Callable[[], None]) -> None:
@@ -91,9 +96,10 @@ class Liveness:
 
     Parameters
     ----------
-    store : torch.distributed.Store
-        Shared by all ranks; keys are written under it as given (use a ``PrefixStore`` per round).
-        The heartbeat thread and the waits use their own clones of it.
+    clients : StoreClients
+        This rank's bounded clients of the store all ranks share (``StoreClients.open``), with one round's
+        key prefix (``.prefixed``); the calling thread, the heartbeat thread and failure records each use
+        their own.
     rank, world_size : int
         This rank and the number of ranks in its schedule.
     digest : str
@@ -111,16 +117,11 @@ class Liveness:
         everyone is watched while joining.
     generation : int
         This rank's transport generation, published for its peers (see ``TorchTransport``).
-    clients : StoreClients, optional
-        Bounded store clients kept across rounds (``store`` is then the round's key prefix, a str). Without
-        them, each round opens clients of its own: new connections, each of which torch's store server
-        answers only after a reverse DNS lookup of the client (see ``collectives/store.py``).
     """
 
-    def __init__(self, store, rank: int, world_size: int, digest: str, *, timeout_s: float,
+    def __init__(self, clients: StoreClients, rank: int, world_size: int, digest: str, *, timeout_s: float,
                  join_timeout_s: float, load_timeout_s: float, rank_name: Callable[[int], str] = lambda r: f"rank {r}",
-                 peers: Iterable[int] = (), generation: int = 0, poll_s: float | None = None,
-                 clients: StoreClients | None = None) -> None:
+                 peers: Iterable[int] = (), generation: int = 0, poll_s: float | None = None) -> None:
         self.rank = rank
         self.world_size = world_size
         self.digest = digest
@@ -137,10 +138,7 @@ class Liveness:
         # that hosts it) must not block in a call for the store's own, long, connect timeout. Each thread
         # has its own client; the failure record has one of its own with a shorter bound.
         self.fail_s = min(self.timeout_s, FAIL_RECORD_S)
-        if clients is None:
-            clients = StoreClients(store, self.timeout_s)
-            store = ""
-        self._store, self._bg_store, self._fail_store = clients.prefixed(store)
+        self._store, self._bg_store, self._fail_store = clients.main, clients.heartbeat, clients.failure
         self._state = "joining"
         self._beat = 0
         self._watch_all = True

@@ -354,9 +354,10 @@ class WeightSync:
         """Fail the next round for every rank with this rank's argument error, then raise it here."""
         sch = self.schedule
         n = self._next_round()
-        live = Liveness(f"round/{n}/", self.rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
+        live = Liveness(self._store_clients().prefixed(f"round/{n}/"), self.rank, sch.world_size, sch.digest,
+                        timeout_s=self.timeout_s,
                         join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
-                        rank_name=sch.rank_name, clients=self._store_clients())
+                        rank_name=sch.rank_name)
         live.fail(self.rank, f"{sch.rank_name(self.rank)} refused its arguments: {exc}", kind="config")
         self._clients = None  # the failure record may have timed out on them
         self._round = n
@@ -389,7 +390,7 @@ class WeightSync:
     def _store_clients(self) -> StoreClients:
         """This rank's liveness clients of the store: opened once, kept across successful rounds."""
         if self._clients is None:
-            self._clients = StoreClients(self.transport.store, self.timeout_s)
+            self._clients = StoreClients.open(self.transport.store, self.timeout_s)
         return self._clients
 
     def _wait_pending(self) -> None:
@@ -405,10 +406,10 @@ class WeightSync:
         n = self._next_round()
         self._round = n
         self.transport.store.set("latest-round", str(n))
-        live = Liveness(f"round/{n}/", rank, sch.world_size, sch.digest, timeout_s=self.timeout_s,
+        live = Liveness(self._store_clients().prefixed(f"round/{n}/"), rank, sch.world_size, sch.digest,
+                        timeout_s=self.timeout_s,
                         join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
-                        rank_name=sch.rank_name, peers=self._peers, generation=self.transport.generation,
-                        clients=self._store_clients())
+                        rank_name=sch.rank_name, peers=self._peers, generation=self.transport.generation)
         loader = Loader(load_weights, live, sch, targets or {}, self.schedule.is_trainer(rank))
         try:
             live.join()
