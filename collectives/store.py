@@ -6,8 +6,9 @@ torch's TCPStore server (the libuv one, the default since torch 2.4) serves ever
 and for each *new* connection it formats the client's address with ``getnameinfo`` without
 ``NI_NUMERICHOST``: a reverse DNS lookup, made on that one thread. Where the resolver is slow or drops the
 query, the whole store stops answering for the resolver's timeout (5 s with glibc's defaults) each time a
-client connects, and every rank's store call waits with it. We measured exactly that on loopback in this
-project's CI: the server listens on a dual-stack IPv6 socket, so a client on 127.0.0.1 arrives as
+client connects, and every rank's store call waits with it. Measured on loopback on the development host,
+where it also explains a CI failure (a rejoin test whose ranks, at ``timeout_s=4``, declared the store
+lost): the server listens on a dual-stack IPv6 socket, so a client on 127.0.0.1 arrives as
 ``::ffff:127.0.0.1``, which ``/etc/hosts`` does not list, so the lookup goes to DNS (gdb showed the
 ``pt_tcpstore_uv`` thread in ``send_dg`` for ``1.0.0.127.in-addr.arpa``, poll timeout 5000 ms).
 
@@ -27,7 +28,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-#: Pending connections the IPv4 listener queues (TCPStore's own listener uses the kernel's maximum).
+#: Pending connections the IPv4 listener queues (the kernel caps it at net.core.somaxconn).
 BACKLOG = 4096
 
 
@@ -60,6 +61,11 @@ def tcp_store(host: str, port: int, *, is_master: bool, timeout_s: float, world_
         sock.close()
         raise OSError(exc.errno, f"rank 0 cannot host the coordination store on port {port}: {exc.strerror}; "
                                  "pick a free port (or stop the process holding it)") from exc
-    fd = sock.detach()  # the store owns the descriptor from here on
-    return dist.TCPStore(host, port, world_size, True, timeout=timeout, wait_for_workers=wait_for_workers,
-                         master_listen_fd=fd)
+    try:
+        store = dist.TCPStore(host, port, world_size, True, timeout=timeout, wait_for_workers=wait_for_workers,
+                              master_listen_fd=sock.fileno())
+    except BaseException:
+        sock.close()
+        raise
+    sock.detach()  # the store owns the descriptor from here on
+    return store
