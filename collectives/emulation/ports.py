@@ -15,7 +15,7 @@ def free_port() -> int:
     lies in the ephemeral range, where any outgoing connection (a store client, a gloo pair) may take it
     first; this one is drawn below that range, so only another caller of free_port could, at random.
     """
-    low, _ = _ephemeral_range()
+    low = _ephemeral_low()
     rng = random.SystemRandom()
     for _ in range(200):
         port = rng.randrange(max(1024, low - 12000), low)
@@ -30,9 +30,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where /proc does not say)."""
     try:
-        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
-    except (OSError, ValueError):
-        low, high = 32768, 60999  # Linux's default
-    return low, high
+        return int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768

@@ -35,8 +35,6 @@ class SyncRun:
         return [f"rank {r.rank}: {r.error}" for r in self.results if not r.ok]
 
 
-
-
 def run_sync(schedule: Schedule, *, hosts: Sequence[Host] | None = None, timeout_s: float = 30.0,
              wait_s: float = 120.0, die_after: Mapping[int, int] | None = None,
              stop_after: Mapping[int, int] | None = None, group: str = "orchestrl-weight-sync",

@@ -20,6 +20,7 @@ from orchestrl.agents.agentic.reward import HttpRewardClient, LocalRewardClient,
 from orchestrl.agents.agentic.runtime import RolloutRuntime, TaskSpec
 from orchestrl.agents.agentic.worker import sim_worker
 from orchestrl.agents.cli import main
+from orchestrl.collectives.emulation.ports import free_port
 from orchestrl.compute_sched.agentic.routing import HwMapping, Router
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.agentic.clock import run_virtual
@@ -153,14 +154,10 @@ def test_routing_prefers_the_tag_pool_keeps_affinity_and_falls_back_when_full():
         Router([a], HwMapping({"lake": ("nope",)}))
 
 
-def _free_port() -> int:
-    from orchestrl.collectives.emulation.ports import free_port  # below the ephemeral range
-
-    return free_port()
 
 
 def test_reward_service_answers_over_http_and_a_slow_or_dead_one_fails_in_bounded_time():
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "orchestrl.agents.agentic.reward", "--listen", f"127.0.0.1:{port}",
                              "--delay-s", "0.0"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -6,13 +6,8 @@ import socket
 import time
 
 from orchestrl.agents.host_agent import HostAgent
+from orchestrl.collectives.emulation.ports import free_port
 from tests.agents.conftest import Api, intent
-
-
-def _free_port() -> int:
-    from orchestrl.collectives.emulation.ports import free_port  # below the ephemeral range
-
-    return free_port()
 
 
 def _hammer(agent: HostAgent, n: int) -> float:
@@ -29,7 +24,7 @@ def _hammer(agent: HostAgent, n: int) -> float:
 
 
 def test_calls_return_at_once_and_losses_are_counted_when_the_proxy_is_down():
-    agent = HostAgent(f"http://127.0.0.1:{_free_port()}", "t", job="j", queue_size=1000, timeout_s=5.0)
+    agent = HostAgent(f"http://127.0.0.1:{free_port()}", "t", job="j", queue_size=1000, timeout_s=5.0)
     started = time.perf_counter()
     worst = _hammer(agent, 20_000)
     agent.announce(intent("gen.yaml"))
@@ -101,7 +96,7 @@ def test_a_job_clock_stepped_back_an_hour_still_gets_its_reconfiguration(lab, op
 
 
 def test_flush_does_not_wait_for_a_proxy_that_is_down():
-    agent = HostAgent(f"http://127.0.0.1:{_free_port()}", "t", job="j", timeout_s=5.0)
+    agent = HostAgent(f"http://127.0.0.1:{free_port()}", "t", job="j", timeout_s=5.0)
     agent.collective_start("tp0", "train", "all-reduce")
     started = time.perf_counter()
     agent.flush(timeout_s=5.0)  # the first send fails (refused): its event is dropped and counted
@@ -119,7 +114,7 @@ def test_flush_does_not_wait_for_a_proxy_that_is_down():
 
 
 def test_events_carry_the_senders_sequence_numbers_in_order():
-    agent = HostAgent(f"http://127.0.0.1:{_free_port()}", "t", job="j", timeout_s=0.2)
+    agent = HostAgent(f"http://127.0.0.1:{free_port()}", "t", job="j", timeout_s=0.2)
     for _ in range(3):
         agent.collective_start("tp0", "train", "all-reduce")
     queued = [item for kind, item in list(agent._queue) if kind == "event"]
