@@ -1,38 +1,45 @@
 """orchestrl's schedule as a vLLM weight-transfer backend (``WeightTransferConfig(backend="orchestrl")``).
 
-Current vLLM moves trainer weights into its workers through a *weight-transfer engine* chosen by
-name (``vllm/distributed/weight_transfer/``: ``WeightTransferEngine`` in ``base.py``, the registry
-``WeightTransferEngineFactory.register_engine`` in ``factory.py``). Each worker calls
-``init_transfer_engine`` once, then per update ``receive_weights(update_info, load_weights)``
-between the worker's ``start_weight_update(is_checkpoint_format)`` and ``finish_weight_update()``,
-which wrap the loading in vLLM's layerwise reload (so quantized and post-processed layers are
-dequantized, repacked and post-processed by vLLM's own loaders). This module is that engine:
+vLLM moves trainer weights into its workers through a *weight-transfer engine* chosen by name
+(``vllm/distributed/weight_transfer/``: ``WeightTransferEngine`` in ``base.py``, the registries in
+``factory.py``). This module is that engine, for both shapes of the API:
 
-* ``init_transfer_engine`` connects the worker as generator rank ``rank_offset + worker rank`` of
-  the job's schedule (published in the store by the trainer's rank 0) and checks that the
-  schedule's TP layout for this rank is the worker's;
-* ``receive_weights`` runs one :class:`~orchestrl.collectives.WeightSync` round and hands every
-  completed parameter to ``load_weights``. With ``is_checkpoint_format=True`` (the default, and
-  what quantized models need) vLLM's loaders expect whole checkpoint tensors under checkpoint
-  (Hugging Face) names and cut them to the worker's shard themselves, so the schedule must deliver
-  whole tensors to every rank of the engine: plan it with :func:`checkpoint_receivers`. With
-  ``False`` the tensors are the worker's own shards under vLLM's names (plan with
-  :func:`orchestrl.collectives.specs.vllm_layout`), which vLLM copies into its parameters;
-* ``trainer_send_weights`` is the trainer side: one round of ``WeightSync.send``.
+* **vLLM >= 0.25** (``base.py`` at commit 02f250b0, after vLLM PR #44353 "Weight sync refactor"):
+  each engine owns its update's lifecycle. The engine is built with ``(config, vllm_config,
+  device, model)``; per update the worker calls ``start_weight_update()``, ``update_weights(info)``
+  (-> ``receive_weights(info)``) and ``finish_weight_update()``. With checkpoint-format weights
+  (``OrchestrlInitInfo.checkpoint_format=True``, the default and what quantized or post-processed
+  layers need) start/finish run vLLM's layerwise reload (``initialize_layerwise_reload(model)`` /
+  ``finalize_layerwise_reload(model, model_config)``, as vLLM's NCCL and IPC engines do) and every
+  parameter goes through ``model.load_weights``; with ``checkpoint_format=False`` the worker's own
+  shards are written in place into vLLM's parameters (checked first: dtype, shape, device) and
+  start/finish do nothing, like vLLM's in-place engines. The trainer side is
+  :class:`OrchestrlTrainerWeightTransferEngine` (vLLM's ``TrainerWeightTransferEngine``:
+  ``trainer_init(config, init_info, client=, source=)`` on every trainer rank, then
+  ``send_weights()`` per update; rank 0 drives the workers through the client).
+* **vLLM 0.22-0.24** (``base.py`` at commit aa1cd966): the worker runs start/finish itself and
+  calls ``receive_weights(update_info, load_weights)``; the same class accepts that call, and
+  ``trainer_send_weights`` (static) is the trainer side.
+
+Every engine worker joins the job's schedule as generator ``rank_offset + worker rank``, where the
+worker rank is vLLM's ``data_parallel_index * world_size + rank`` (as vLLM's NCCL engine numbers
+its workers), and the schedule's TP size and rank for it must be the worker's.
+
+With checkpoint format, vLLM's loaders expect whole checkpoint tensors under checkpoint (Hugging
+Face) names and cut them to the worker's shard themselves, so the schedule must deliver whole
+tensors to every worker: plan it with :func:`checkpoint_receivers`. In place, plan with vLLM's
+names and layouts (:func:`orchestrl.collectives.specs.vllm_layout`) and the engine's TP size.
 
 Pausing generation and resetting the prefix cache are the driver's part, as for vLLM's own
 backends: :func:`update_engine_weights` does pause -> start -> update -> finish -> reset prefix
-cache -> resume on an ``AsyncLLM``.
+cache -> resume on an ``AsyncLLM``, and the trainer engine does the same through its client where
+the client offers ``pause_generation`` / ``reset_prefix_cache`` / ``resume_generation``.
 
-Supported vLLM: written against ``base.py`` at commit aa1cd966 (the engine API of vLLM 0.22-0.24:
-``init_weight_transfer_engine`` / ``update_weights`` with ``start_weight_update`` /
-``finish_weight_update`` on the worker). vLLM 0.25 moved ``start_weight_update`` /
-``finish_weight_update`` into the engine and 0.26 added a trainer-side engine; this module does not
-implement those yet, and :func:`register` declines (with a warning naming the missing methods) on a
-vLLM whose base class requires methods it lacks. It has not been run inside a real vLLM here (vLLM
-needs CUDA); the tests check the contract and run real rounds through the engine's methods.
-For older vLLM (0.10 to 0.21), :mod:`orchestrl.collectives.vllm_ext` is the worker extension that
-writes into the engine's parameters directly (no layerwise reload: not for quantized models).
+It has not run inside a real vLLM here (vLLM needs CUDA and does not install on these machines);
+``tests/collectives/test_vllm_backend.py`` checks the classes against vLLM's documented signatures
+and runs real updates through them in separate processes, driven the way vLLM's worker and
+trainer factory drive them. For vLLM 0.10 to 0.21, :mod:`orchestrl.collectives.vllm_ext` is the
+worker extension that writes into the engine's parameters directly (no layerwise reload).
 
 Registration in every vLLM process happens through vLLM's general-plugin entry point
 (``vllm.general_plugins``: ``orchestrl = orchestrl.collectives.vllm_backend:register``), installed
@@ -41,20 +48,24 @@ with orchestrl; :func:`register` can also be called by hand.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import KW_ONLY, asdict, dataclass
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any
 
 import torch
 
 from orchestrl.collectives.layout import GeneratorLayout, GeneratorRank
+from orchestrl.collectives.schedule import Schedule
 from orchestrl.collectives.weight_sync import WeightSync
 from orchestrl.fabric.errors import ConfigError
 
-__all__ = ["OrchestrlInitInfo", "OrchestrlUpdateInfo", "OrchestrlWeightTransferEngine", "register",
-           "checkpoint_receivers", "update_engine_weights", "BACKEND", "VLLM_MIN_VERSION"]
+__all__ = ["OrchestrlInitInfo", "OrchestrlUpdateInfo", "OrchestrlTrainerInitInfo", "OrchestrlWeightTransferEngine",
+           "OrchestrlTrainerWeightTransferEngine", "register", "checkpoint_receivers", "update_engine_weights",
+           "BACKEND", "VLLM_MIN_VERSION", "VLLM_BASES", "ENGINE_LIFECYCLE"]
 
 BACKEND = "orchestrl"
 VLLM_MIN_VERSION = "0.22"
@@ -75,20 +86,21 @@ except Exception:  # noqa: BLE001 -- vLLM absent or of another shape: same field
 
     @dataclass
     class _UpdateInfo:  # type: ignore[no-redef]
-        """Stand-in for vLLM's ``WeightTransferUpdateInfo``: the keyword-only ``is_checkpoint_format``."""
-
-        _: KW_ONLY
-        is_checkpoint_format: bool = True
+        """Stand-in for vLLM's ``WeightTransferUpdateInfo`` (an empty dataclass from vLLM 0.25 on)."""
 
     class _Engine:  # type: ignore[no-redef]
-        """Stand-in for vLLM's ``WeightTransferEngine``: the constructor and the dict parsers it provides."""
+        """Stand-in for vLLM >= 0.25's ``WeightTransferEngine``: its constructor, dict parsers and ``update_weights``."""
 
         init_info_cls: type
         update_info_cls: type
 
-        def __init__(self, config: Any, parallel_config: Any) -> None:
+        def __init__(self, config: Any, vllm_config: Any, device: Any, model: Any) -> None:
             self.config = config
-            self.parallel_config = parallel_config
+            self.vllm_config = vllm_config
+            self.parallel_config = vllm_config.parallel_config
+            self.model_config = vllm_config.model_config
+            self.device = device
+            self.model = model
 
         def parse_init_info(self, init_dict: dict[str, Any]):
             try:
@@ -102,10 +114,41 @@ except Exception:  # noqa: BLE001 -- vLLM absent or of another shape: same field
             except TypeError as e:
                 raise ValueError(f"Invalid update_info for {self.__class__.__name__}: {e}") from e
 
+        def update_weights(self, update_info: dict[str, Any]) -> None:
+            self.receive_weights(self.parse_update_info(update_info))  # type: ignore[attr-defined]
+
+try:  # vLLM >= 0.26: the trainer-side engine and its registry
+    from vllm.distributed.weight_transfer.base import (  # type: ignore[import-not-found]
+        TrainerInitInfo as _TrainerInitInfo,
+        TrainerWeightTransferEngine as _TrainerEngine,
+    )
+except Exception:  # noqa: BLE001
+    @dataclass
+    class _TrainerInitInfo:  # type: ignore[no-redef]
+        """Stand-in for vLLM's ``TrainerInitInfo``: the keyword-only ``rank`` of this trainer process."""
+
+        rank: int = field(kw_only=True)
+
+        @property
+        def is_sender(self) -> bool:
+            return self.rank == 0
+
+    class _TrainerEngine:  # type: ignore[no-redef]
+        """Stand-in for vLLM's ``TrainerWeightTransferEngine``: its constructor."""
+
+        def __init__(self, config: Any, *, client: Any, source: Any, is_sender: bool = True) -> None:
+            self.config = config
+            self.is_sender = is_sender
+            self.client = client
+            self.source = source
+
+#: True where the engine owns start/finish (vLLM >= 0.25, and the stand-in); False on vLLM 0.22-0.24.
+ENGINE_LIFECYCLE = "model" in inspect.signature(_Engine.__init__).parameters
+
 
 @dataclass
 class OrchestrlInitInfo(_InitInfo):
-    """Where the job's weight-sync store is and which generator ranks this engine's workers are."""
+    """Where the job's weight-sync store is, which generator ranks this engine's workers are, and the format."""
 
     store_host: str
     store_port: int
@@ -113,6 +156,7 @@ class OrchestrlInitInfo(_InitInfo):
     backend: str = "nccl"  # transport: "nccl" (GPUs), "ipc" (trainer on the same GPUs), "gloo"
     timeout_s: float = 60.0
     group_name: str = "orchestrl-weight-sync"
+    checkpoint_format: bool = True  # whole checkpoint tensors through vLLM's loaders (False: own shards, in place)
 
 
 @dataclass
@@ -120,6 +164,29 @@ class OrchestrlUpdateInfo(_UpdateInfo):
     """One update: nothing travels here but the step (the schedule says what moves)."""
 
     step: int = -1  # the trainer's step, reported back (-1: not given)
+    _: KW_ONLY
+    is_checkpoint_format: bool | None = None  # None: as the engine was initialised (vLLM 0.22-0.24 sends it)
+
+
+@dataclass
+class OrchestrlTrainerInitInfo(_TrainerInitInfo):
+    """A trainer rank's side of the job (vLLM >= 0.26's trainer engine); ``rank`` is the schedule's trainer rank.
+
+    Rank 0 passes the planned ``schedule`` (a :class:`~orchestrl.collectives.Schedule`) and hosts the
+    store; the others pass None. ``worker_init`` is what rank 0 sends the workers through the client
+    (an :class:`OrchestrlInitInfo` as a dict; by default built from the fields here).
+    """
+
+    store_host: str
+    store_port: int
+    schedule: Any = None
+    backend: str = "nccl"
+    timeout_s: float = 60.0
+    group_name: str = "orchestrl-weight-sync"
+    rank_offset: int = 0
+    checkpoint_format: bool = True
+    coords: dict[str, int] | None = None  # this rank's TP/PP/EP/DP coordinates, checked against the schedule
+    worker_store_host: str | None = None  # the store's address as the workers reach it (default: store_host)
 
 
 def checkpoint_receivers(engines: list[tuple[int, int]]) -> GeneratorLayout:
@@ -133,18 +200,29 @@ def checkpoint_receivers(engines: list[tuple[int, int]]) -> GeneratorLayout:
                                  for _ in range(n)))
 
 
+def _worker_rank(parallel_config: Any) -> int:
+    """The worker's rank across the engine's data-parallel groups (vLLM's NCCL engine numbers workers this way)."""
+    dp = int(getattr(parallel_config, "data_parallel_index", 0) or 0)
+    return dp * int(getattr(parallel_config, "world_size", 1) or 1) + int(getattr(parallel_config, "rank", 0))
+
+
 class OrchestrlWeightTransferEngine(_Engine):
     """vLLM weight-transfer engine running orchestrl's planned schedule (see the module note)."""
 
     init_info_cls = OrchestrlInitInfo
     update_info_cls = OrchestrlUpdateInfo
 
-    def __init__(self, config: Any, parallel_config: Any, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, parallel_config, *args, **kwargs)
+    def __init__(self, config: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, vllm_config, *args, **kwargs)  # vLLM 0.22-0.24 pass (config, parallel_config)
         self._sync: WeightSync | None = None
+        self._checkpoint = True
+        self._into: dict[int, list[torch.Tensor]] | None = None
+        self._reloading = False
 
+    # -- lifecycle (vLLM >= 0.25 calls these; older vLLM runs its own around receive_weights) ---------
     def init_transfer_engine(self, init_info: OrchestrlInitInfo) -> None:
-        worker = int(getattr(self.parallel_config, "rank", 0))
+        pc = self.parallel_config
+        worker = _worker_rank(pc)
         schedule = WeightSync.fetch_schedule(init_info.store_host, init_info.store_port,
                                              timeout_s=init_info.timeout_s, group_name=init_info.group_name)
         j = init_info.rank_offset + worker
@@ -152,38 +230,88 @@ class OrchestrlWeightTransferEngine(_Engine):
             raise ConfigError("OrchestrlInitInfo", "rank_offset", f"{init_info.rank_offset} + worker rank {worker} is "
                               f"generator {j}, outside the schedule's {schedule.generator.world_size} generators",
                               f"0..{schedule.generator.world_size - 1} minus the engine's workers")
+        self._checkpoint = bool(init_info.checkpoint_format)
+        self._check_layout(schedule, j)
         self._sync = WeightSync.connect(schedule, init_info.store_host, init_info.store_port,
                                         schedule.generator_rank(j), backend=init_info.backend,
                                         timeout_s=init_info.timeout_s, group_name=init_info.group_name)
+        model = getattr(self, "model", None)
+        if not self._checkpoint and model is not None:  # in place: every target checked before a byte moves
+            from orchestrl.collectives.vllm_ext import engine_targets
+            self._into = engine_targets(self._sync.schedule, self._sync.rank, dict(model.named_parameters()),
+                                        self._sync.transport.device)
+
+    def start_weight_update(self) -> None:
+        """Begin vLLM's layerwise reload for checkpoint-format weights (nothing to do in place)."""
+        if self._checkpoint and getattr(self, "model", None) is not None:
+            from vllm.model_executor.model_loader.reload import initialize_layerwise_reload  # type: ignore[import-not-found]
+            initialize_layerwise_reload(self.model)
+            self._reloading = True
+
+    def finish_weight_update(self) -> None:
+        """Finalise vLLM's layerwise reload (quantized and post-processed layers are processed here)."""
+        if self._reloading:
+            from vllm.model_executor.model_loader.reload import finalize_layerwise_reload  # type: ignore[import-not-found]
+            self._reloading = False
+            finalize_layerwise_reload(self.model, self.model_config)
 
     def receive_weights(self, update_info: OrchestrlUpdateInfo,
-                        load_weights: Callable[[list[tuple[str, torch.Tensor]]], None]) -> None:
+                        load_weights: Callable[[list[tuple[str, torch.Tensor]]], None] | None = None) -> None:
+        """One round of the schedule. ``load_weights`` is vLLM 0.22-0.24's argument; later vLLM loads into ``model``."""
         if self._sync is None:
             raise ConfigError("OrchestrlWeightTransferEngine", "init_info",
                               "receive_weights before init_transfer_engine", "call init_weight_transfer_engine first")
         sch, rank = self._sync.schedule, self._sync.rank
-        me = sch.generator.ranks[rank - sch.trainer.world_size]
-        tp = int(getattr(self.parallel_config, "tensor_parallel_size", 1))
-        if update_info.is_checkpoint_format:
-            partial = [p.name for i, p in enumerate(sch.params)
-                       if sch.local_shape(rank, i) not in (None, tuple(p.shape))]
-            if partial:
-                raise ConfigError("OrchestrlUpdateInfo", "is_checkpoint_format",
-                                  f"is True, but the schedule gives {sch.rank_name(rank)} shards, not whole tensors "
-                                  f"({partial[0]!r} and {len(partial) - 1} more); vLLM's checkpoint loaders cut whole "
-                                  "tensors themselves", "a schedule planned with checkpoint_receivers(...), or "
-                                  "is_checkpoint_format=False with vLLM's names and layouts")
-        elif me.tp_size != tp:
+        checkpoint = self._checkpoint if update_info.is_checkpoint_format is None else update_info.is_checkpoint_format
+        if checkpoint != self._checkpoint and ENGINE_LIFECYCLE:
             raise ConfigError("OrchestrlUpdateInfo", "is_checkpoint_format",
-                              f"is False (the worker's own shards), but the schedule plans {sch.rank_name(rank)} as "
-                              f"one of a TP={me.tp_size} engine and this engine runs TP={tp}",
-                              "a GeneratorLayout with the engine's tensor-parallel size")
+                              f"is {checkpoint} but the engine was initialised with checkpoint_format={self._checkpoint}",
+                              "leave it out (the format is the engine's, set in init_info), or re-initialise")
+        if checkpoint:
+            self._check_whole(sch, rank)
+        model = getattr(self, "model", None)
+        if load_weights is None:
+            if model is None:
+                raise ConfigError("OrchestrlWeightTransferEngine", "load_weights", "is None and the engine has no "
+                                  "model (vLLM 0.22-0.24 pass the worker's loader)", "pass model.load_weights")
+            if not checkpoint and self._into is not None:
+                from orchestrl.collectives.vllm_ext import engine_loader
+                into = {sch.params[i].name: ts[0] for i, ts in self._into.items()}
+                self._sync.receive(engine_loader(model, sch, self._into), into=into)
+                return
+            load_weights = model.load_weights
         self._sync.receive(load_weights)
 
     def shutdown(self) -> None:
         if self._sync is not None:
             self._sync.close()
 
+    # -- checks ----------------------------------------------------------------------------------
+    def _check_layout(self, schedule: Schedule, j: int) -> None:
+        """Refuse a worker whose place in the engine is not the one the schedule planned for generator ``j``."""
+        me = schedule.generator.ranks[j]
+        pc = self.parallel_config
+        tp = int(getattr(pc, "tensor_parallel_size", 1) or 1)
+        if self._checkpoint:
+            return  # whole tensors: vLLM's loaders cut them for whatever TP the worker runs
+        tp_rank = int(getattr(pc, "rank", 0)) % tp
+        if me.tp_size != tp or me.tp_rank != tp_rank:
+            raise ConfigError("OrchestrlInitInfo", "rank_offset",
+                              f"generator {j} is TP rank {me.tp_rank} of {me.tp_size} in the schedule, but this worker "
+                              f"is TP rank {tp_rank} of {tp}", "a GeneratorLayout with the engine's tensor-parallel "
+                              "size in vLLM's worker order, and the engine's first generator rank as rank_offset")
+
+    @staticmethod
+    def _check_whole(sch: Schedule, rank: int) -> None:
+        partial = [p.name for i, p in enumerate(sch.params) if sch.local_shape(rank, i) not in (None, tuple(p.shape))]
+        if partial:
+            raise ConfigError("OrchestrlUpdateInfo", "is_checkpoint_format",
+                              f"is True, but the schedule gives {sch.rank_name(rank)} shards, not whole tensors "
+                              f"({partial[0]!r} and {len(partial) - 1} more); vLLM's checkpoint loaders cut whole "
+                              "tensors themselves", "a schedule planned with checkpoint_receivers(...), or "
+                              "checkpoint_format=False with vLLM's names and layouts")
+
+    # -- trainer side, vLLM 0.22-0.25 ------------------------------------------------------------
     @staticmethod
     def trainer_send_weights(iterator: Iterator[tuple[str, torch.Tensor]], trainer_args: dict[str, Any]) -> None:
         """Trainer side of one update: this rank's shards through the schedule.
@@ -209,28 +337,141 @@ _TRAINERS: dict[tuple[str, int, int], WeightSync] = {}
 _TRAINERS_LOCK = threading.Lock()
 
 
+class OrchestrlTrainerWeightTransferEngine(_TrainerEngine):
+    """vLLM >= 0.26's trainer-side engine for orchestrl: every trainer rank sends its own shards.
+
+    Unlike vLLM's broadcast engines, where only rank 0 transmits, every trainer rank sends the pieces
+    the schedule gives it; rank 0 alone talks to the workers through ``client`` (vLLM's
+    ``VLLMWeightSyncClient``: ``init_weight_transfer_engine``, ``start_weight_update``,
+    ``update_weights``, ``finish_weight_update``), running ``update_weights`` on a thread while it
+    sends, since the workers' receive returns only when the round is done. A client that also has
+    ``pause_generation`` / ``reset_prefix_cache`` / ``resume_generation`` is paused for the update,
+    its prefix cache reset after it (cached KV came from the old weights) and resumed. A failed
+    round raises on every rank and leaves generation paused: the workers' tensors may be partly
+    updated (docs/collectives.md, Failures); call :meth:`send_weights` again (a retry
+    rewrites every tensor) or restore and resume yourself.
+    """
+
+    init_info_cls = OrchestrlTrainerInitInfo
+    config_cls = dict  # orchestrl needs no trainer config beyond the init info (vLLM passes WeightTransferConfig)
+
+    def __init__(self, config: Any, *, client: Any, source: Iterable[tuple[str, torch.Tensor]],
+                 is_sender: bool = True) -> None:
+        super().__init__(config, client=client, source=source, is_sender=is_sender)
+        self.init_info: OrchestrlTrainerInitInfo | None = None
+        self._sync: WeightSync | None = None
+        self.step = 0
+
+    @classmethod
+    def trainer_init(cls, config: Any, init_info: OrchestrlTrainerInitInfo, *, client: Any,
+                     source: Iterable[tuple[str, torch.Tensor]]) -> "OrchestrlTrainerWeightTransferEngine":
+        """Connect this trainer rank; rank 0 also has the workers join (through ``client``) meanwhile."""
+        if isinstance(init_info, dict):
+            init_info = OrchestrlTrainerInitInfo(**init_info)
+        engine = cls(config, client=client, source=source, is_sender=init_info.rank == 0)
+        engine.init_info = init_info
+        schedule = init_info.schedule
+        if isinstance(schedule, dict):
+            schedule = Schedule.from_json(schedule)
+        worker_init = asdict(OrchestrlInitInfo(
+            store_host=init_info.worker_store_host or init_info.store_host, store_port=init_info.store_port,
+            rank_offset=init_info.rank_offset, backend=init_info.backend, timeout_s=init_info.timeout_s,
+            group_name=init_info.group_name, checkpoint_format=init_info.checkpoint_format))
+        call = _Call(client.init_weight_transfer_engine, worker_init) if engine.is_sender else None
+        try:
+            engine._sync = WeightSync.connect(schedule if engine.is_sender else None, init_info.store_host,
+                                              init_info.store_port, init_info.rank, backend=init_info.backend,
+                                              timeout_s=init_info.timeout_s, group_name=init_info.group_name)
+        finally:
+            if call is not None:
+                call.join(init_info.timeout_s * 3, "init_weight_transfer_engine")
+        return engine
+
+    def send_weights(self) -> None:
+        """One update: this rank's shards through the schedule; rank 0 drives the workers' start/update/finish."""
+        assert self._sync is not None and self.init_info is not None, "use trainer_init"
+        info = self.init_info
+        self.step += 1
+        if not self.is_sender:
+            self._sync.send(iter(self.source), coords=info.coords)
+            return
+        client = self.client
+        _maybe(client, "pause_generation")
+        client.start_weight_update()
+        call = _Call(client.update_weights, asdict(OrchestrlUpdateInfo(step=self.step)))
+        try:
+            self._sync.send(iter(self.source), coords=info.coords)
+        finally:
+            call.join(info.timeout_s * 3, "update_weights")
+        client.finish_weight_update()
+        _maybe(client, "reset_prefix_cache")
+        _maybe(client, "resume_generation")
+
+    def shutdown(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+
+
+class _Call:
+    """A client call on its own thread, joined with a bound; its exception is raised by :meth:`join`."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name="orchestrl-vllm-client", daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:  # raised in the trainer's thread by join()
+            self.error = exc
+
+    def join(self, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            raise TimeoutError(f"the vLLM client's {what} did not return within {timeout_s:.0f} s (3 x timeout_s); "
+                               "check that every engine worker is up and reaches the store")
+        if self.error is not None:
+            raise RuntimeError(f"the vLLM client's {what} failed: {type(self.error).__name__}: "
+                               f"{self.error}") from self.error
+
+
+def _maybe(client: Any, method: str) -> None:
+    fn = getattr(client, method, None)
+    if callable(fn):
+        fn()
+
+
 def register() -> None:
     """Register the ``"orchestrl"`` backend with vLLM (idempotent; a no-op where vLLM is not installed)."""
     try:
-        from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory  # type: ignore[import-not-found]
+        from vllm.distributed.weight_transfer import factory  # type: ignore[import-not-found]
     except Exception:  # noqa: BLE001 -- no vLLM (or one without weight transfer): nothing to register with
         return
     missing = sorted(getattr(OrchestrlWeightTransferEngine, "__abstractmethods__", ()))
     if missing:  # a vLLM newer than this engine's API: refuse here rather than fail inside a worker
         logging.getLogger(__name__).warning(
             "orchestrl weight-transfer backend not registered: this vLLM's WeightTransferEngine requires %s, "
-            "which orchestrl %s does not implement (written for vLLM %s-0.24); use "
-            "orchestrl.collectives.vllm_ext or another backend", missing, BACKEND, VLLM_MIN_VERSION)
+            "which orchestrl's engine does not implement (written for vLLM %s and later up to base.py at "
+            "02f250b0); use orchestrl.collectives.vllm_ext or another backend", missing, VLLM_MIN_VERSION)
         return
-    if BACKEND not in getattr(WeightTransferEngineFactory, "_registry", {}):
-        WeightTransferEngineFactory.register_engine(BACKEND, __name__, "OrchestrlWeightTransferEngine")
+    engines = factory.WeightTransferEngineFactory
+    if BACKEND not in getattr(engines, "_registry", {}):
+        engines.register_engine(BACKEND, __name__, "OrchestrlWeightTransferEngine")
+    trainers = getattr(factory, "WeightTransferTrainerFactory", None)  # vLLM >= 0.26
+    if trainers is not None and BACKEND not in getattr(trainers, "_registry", {}) \
+            and not getattr(OrchestrlTrainerWeightTransferEngine, "__abstractmethods__", ()):
+        trainers.register_engine(BACKEND, __name__, "OrchestrlTrainerWeightTransferEngine")
 
 
 async def update_engine_weights(engine: Any, *, is_checkpoint_format: bool = True, step: int = -1) -> None:
     """Driver side of one update on an ``AsyncLLM``: pause, start, update, finish, reset the prefix cache, resume.
 
-    The trainer ranks call :meth:`OrchestrlWeightTransferEngine.trainer_send_weights` meanwhile. The
-    prefix cache is reset because cached KV blocks were computed with the old weights.
+    The trainer ranks send meanwhile. The prefix cache is reset because cached KV blocks were computed
+    with the old weights. If a step raises, generation stays paused: the engine's weights may be partly
+    updated, so run the update again (a retry rewrites every tensor) before ``resume_generation``. On vLLM >= 0.25 the format is the engine's (``OrchestrlInitInfo``) and
+    ``is_checkpoint_format`` only has to agree with it; vLLM 0.22-0.24 take it at start.
     """
     from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest  # type: ignore[import-not-found]
 
@@ -239,13 +480,14 @@ async def update_engine_weights(engine: Any, *, is_checkpoint_format: bool = Tru
     if missing:
         raise ConfigError("update_engine_weights", "engine", f"has no {missing} (vLLM older than "
                           f"{VLLM_MIN_VERSION}?)", f"vLLM >= {VLLM_MIN_VERSION}, or orchestrl.collectives.vllm_ext")
+    takes_format = "is_checkpoint_format" in inspect.signature(engine.start_weight_update).parameters
     await engine.pause_generation()
-    try:
+    if takes_format:  # vLLM 0.22-0.24
         await engine.start_weight_update(is_checkpoint_format=is_checkpoint_format)
-        info = asdict(OrchestrlUpdateInfo(step=step, is_checkpoint_format=is_checkpoint_format))
-        await engine.update_weights(WeightTransferUpdateRequest(update_info=info))
-        await engine.finish_weight_update()
-        await engine.reset_prefix_cache()
-    finally:
-        await engine.resume_generation()
-
+    else:
+        await engine.start_weight_update()
+    info = asdict(OrchestrlUpdateInfo(step=step, is_checkpoint_format=is_checkpoint_format))
+    await engine.update_weights(WeightTransferUpdateRequest(update_info=info))
+    await engine.finish_weight_update()
+    await engine.reset_prefix_cache()
+    await engine.resume_generation()  # not after a failure: the weights may be partly updated (see the docs)

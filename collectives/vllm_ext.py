@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -35,7 +35,7 @@ from orchestrl.collectives.schedule import Schedule
 from orchestrl.collectives.targets import check_tensor, resolve_targets
 from orchestrl.collectives.weight_sync import WeightSync
 
-__all__ = ["WeightSyncWorkerExtension", "vllm_unavailable", "engine_targets"]
+__all__ = ["WeightSyncWorkerExtension", "vllm_unavailable", "engine_targets", "engine_loader"]
 
 
 def vllm_unavailable() -> str | None:
@@ -79,6 +79,27 @@ def engine_targets(schedule: Schedule, rank: int, params: Mapping[str, torch.Ten
     return targets
 
 
+def engine_loader(model: torch.nn.Module, schedule: Schedule,
+                  targets: Mapping[int, list[torch.Tensor]]) -> Callable[[list[tuple[str, torch.Tensor]]], None]:
+    """The ``load_weights`` of an in-place receive into ``model``: parameters in ``targets`` were written in place
+    already; a whole tensor under one of the engine's own names is copied into it (shape, dtype checked); anything
+    else goes through ``model.load_weights`` (whole tensors only, as :func:`engine_targets` made sure)."""
+    params = dict(model.named_parameters())
+    names = {name: i for i, p in enumerate(schedule.params) for name in p.names}
+
+    def load(batch: list[tuple[str, torch.Tensor]]) -> None:
+        for name, tensor in batch:
+            if names.get(name) in targets:
+                continue  # already written in place
+            if name in params:  # whole tensor under the engine's own name: same dtype, no conversion
+                check_tensor(tensor, where="vLLM engine", name=name, shape=tuple(params[name].shape),
+                             dtype=str(params[name].dtype).removeprefix("torch."), device=tensor.device)
+                params[name].data.copy_(tensor)
+            else:
+                model.load_weights(weights=[(name, tensor.to(next(iter(params.values())).device))])
+    return load
+
+
 class WeightSyncWorkerExtension:
     """Methods vLLM adds to each worker (``self`` is the worker: ``self.model_runner.model``)."""
 
@@ -108,24 +129,9 @@ class WeightSyncWorkerExtension:
 
     def orchestrl_receive(self) -> dict[str, Any]:
         """Receive one sync round; return this worker's :class:`~collectives.weight_sync.SyncReport`."""
-        model = self.model_runner.model
-        params = dict(model.named_parameters())
         sch = self._orl_sync.schedule
-        names = {name: i for i, p in enumerate(sch.params) for name in p.names}
         into = {sch.params[i].name: ts[0] for i, ts in self._orl_into.items()}
-
-        def load(batch: list[tuple[str, torch.Tensor]]) -> None:
-            for name, tensor in batch:
-                if names.get(name) in self._orl_into:
-                    continue  # already written in place
-                if name in params:  # whole tensor under the engine's own name: same dtype, no conversion
-                    check_tensor(tensor, where="vLLM engine", name=name, shape=tuple(params[name].shape),
-                                 dtype=str(params[name].dtype).removeprefix("torch."), device=tensor.device)
-                    params[name].data.copy_(tensor)
-                else:
-                    model.load_weights(weights=[(name, tensor.to(next(iter(params.values())).device))])
-
-        report = self._orl_sync.receive(load, into=into)
+        report = self._orl_sync.receive(engine_loader(self.model_runner.model, sch, self._orl_into), into=into)
         torch.cuda.synchronize()
         return asdict(report)
 
