@@ -316,8 +316,10 @@ def no_gc():
 
     A schedule at 256 + 256 ranks is ~80,000 edges and their tuples; creating them triggers full
     collections that scan every object of the process (a receiving rank's model and torch state
-    included), which measured 0.27-0.42 s of parsing with the collector paused against 0.84-4.0 s
-    with it running, on a host busy with other work. The collector resumes (if it was on) on exit.
+    included): parsing and building one rank's program took 0.15-0.27 s with the collector paused
+    against 0.52-0.78 s before, on a 2-core host (docs/benchmarks.md). The pause is process-wide
+    (other threads run without cyclic collection for that long); the collector resumes, if it was
+    on, on exit.
     """
     if not gc.isenabled():
         yield

@@ -269,6 +269,12 @@ class OrchestrlWeightTransferEngine(_Engine):
                               "leave it out (the format is the engine's, set in init_info), or re-initialise")
         if checkpoint:
             self._check_whole(sch, rank)
+        else:  # the worker's own shards: the schedule must plan it where the engine runs it
+            saved, self._checkpoint = self._checkpoint, False
+            try:
+                self._check_layout(sch, rank - sch.trainer.world_size)
+            finally:
+                self._checkpoint = saved
         model = getattr(self, "model", None)
         if load_weights is None:
             if model is None:
@@ -368,6 +374,10 @@ class OrchestrlTrainerWeightTransferEngine(_TrainerEngine):
         """Connect this trainer rank; rank 0 also has the workers join (through ``client``) meanwhile."""
         if isinstance(init_info, dict):
             init_info = OrchestrlTrainerInitInfo(**init_info)
+        if init_info.rank == 0 and client is None:
+            raise ConfigError("trainer_init", "client", "is None on trainer rank 0, which drives the workers' "
+                              "init, start, update and finish", "vLLM's client of the inference deployment (e.g. its "
+                              "HTTP client); the other trainer ranks may pass None")
         engine = cls(config, client=client, source=source, is_sender=init_info.rank == 0)
         engine.init_info = init_info
         schedule = init_info.schedule
@@ -401,8 +411,10 @@ class OrchestrlTrainerWeightTransferEngine(_TrainerEngine):
         call = _Call(client.update_weights, asdict(OrchestrlUpdateInfo(step=self.step)))
         try:
             self._sync.send(iter(self.source), coords=info.coords)
-        finally:
-            call.join(info.timeout_s * 3, "update_weights")
+        except BaseException:
+            call.join(info.timeout_s * 3, "update_weights", raise_error=False)  # the workers' side failed too
+            raise  # this rank's error names the rank that failed
+        call.join(info.timeout_s * 3, "update_weights")
         client.finish_weight_update()
         _maybe(client, "reset_prefix_cache")
         _maybe(client, "resume_generation")
@@ -426,9 +438,11 @@ class _Call:
         except BaseException as exc:  # raised in the trainer's thread by join()
             self.error = exc
 
-    def join(self, timeout_s: float, what: str) -> None:
+    def join(self, timeout_s: float, what: str, raise_error: bool = True) -> None:
         deadline = time.monotonic() + timeout_s
         self._thread.join(max(0.0, deadline - time.monotonic()))
+        if not raise_error:
+            return
         if self._thread.is_alive():
             raise TimeoutError(f"the vLLM client's {what} did not return within {timeout_s:.0f} s (3 x timeout_s); "
                                "check that every engine worker is up and reaches the store")

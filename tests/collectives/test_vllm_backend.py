@@ -341,3 +341,29 @@ def test_a_worker_in_the_wrong_tp_place_is_refused_before_connecting():
                                             None)
     engine2._checkpoint = False
     engine2._check_layout(sch, 1)  # the right place: accepted
+
+
+def test_trainer_rank_0_without_a_client_is_refused_with_the_fix():
+    from orchestrl.fabric.errors import ConfigError
+
+    init = OrchestrlTrainerInitInfo("127.0.0.1", 1, backend="gloo", rank=0)
+    with pytest.raises(ConfigError, match="client.*is None on trainer rank 0"):
+        OrchestrlTrainerWeightTransferEngine.trainer_init({"backend": "orchestrl"}, init, client=None, source=[])
+
+
+def test_shards_planned_for_another_tp_size_are_refused_at_the_update():
+    """The worker's TP size is checked again when an update asks for shards (vLLM 0.22-0.24 choose the format
+    per update, so the check at init may not have run)."""
+    from orchestrl.collectives.emulation.model import synthetic_model
+    from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
+    from orchestrl.collectives.plan import plan_weight_sync
+    from orchestrl.fabric.errors import ConfigError
+
+    sch = plan_weight_sync(synthetic_model(1 << 16, hidden=16), TrainerLayout(tp=2),
+                           GeneratorLayout.uniform(pods=(1,), ranks_per_pod=2, tp=2), FabricLinks(nic_bps=1e9))
+    engine = OrchestrlWeightTransferEngine({"backend": "orchestrl"}, _vllm_config(rank=0, tp=1), torch.device("cpu"),
+                                           None)
+    engine._sync = SimpleNamespace(schedule=sch, rank=2, receive=lambda load, into=None: None)
+    engine._checkpoint = False
+    with pytest.raises(ConfigError, match="TP rank 0 of 2 in the schedule, but this worker is TP rank 0 of 1"):
+        engine.receive_weights(OrchestrlUpdateInfo(), lambda batch: None)
