@@ -16,10 +16,11 @@ vLLM moves trainer weights into its workers through a *weight-transfer engine* c
   start/finish do nothing, like vLLM's in-place engines. The trainer side is
   :class:`OrchestrlTrainerWeightTransferEngine` (vLLM's ``TrainerWeightTransferEngine``:
   ``trainer_init(config, init_info, client=, source=)`` on every trainer rank, then
-  ``send_weights()`` per update; rank 0 drives the workers through the client).
+  ``send_weights()`` per update; rank 0 drives the workers through the client), for vLLM versions
+  that have it (added by vLLM PR #48042; vLLM's own NCCL engine moved to it in 0.28).
 * **vLLM 0.22-0.24** (``base.py`` at commit aa1cd966): the worker runs start/finish itself and
   calls ``receive_weights(update_info, load_weights)``; the same class accepts that call, and
-  ``trainer_send_weights`` (static) is the trainer side.
+  ``trainer_send_weights`` (static; vLLM removes it from its own engines in 0.28) is the trainer side.
 
 Every engine worker joins the job's schedule as generator ``rank_offset + worker rank``, where the
 worker rank is vLLM's ``data_parallel_index * world_size + rank`` (as vLLM's NCCL engine numbers
@@ -117,7 +118,7 @@ except Exception:  # noqa: BLE001 -- vLLM absent or of another shape: same field
         def update_weights(self, update_info: dict[str, Any]) -> None:
             self.receive_weights(self.parse_update_info(update_info))  # type: ignore[attr-defined]
 
-try:  # vLLM >= 0.26: the trainer-side engine and its registry
+try:  # vLLM with the trainer-side engine and its registry (vLLM PR #48042, July 2026; NCCL's uses it from 0.28)
     from vllm.distributed.weight_transfer.base import (  # type: ignore[import-not-found]
         TrainerInitInfo as _TrainerInitInfo,
         TrainerWeightTransferEngine as _TrainerEngine,
@@ -170,7 +171,7 @@ class OrchestrlUpdateInfo(_UpdateInfo):
 
 @dataclass
 class OrchestrlTrainerInitInfo(_TrainerInitInfo):
-    """A trainer rank's side of the job (vLLM >= 0.26's trainer engine); ``rank`` is the schedule's trainer rank.
+    """A trainer rank's side of the job (vLLM's ``TrainerWeightTransferEngine``); ``rank`` is the schedule's trainer rank.
 
     Rank 0 passes the planned ``schedule`` (a :class:`~orchestrl.collectives.Schedule`) and hosts the
     store; the others pass None. ``worker_init`` is what rank 0 sends the workers through the client
@@ -317,7 +318,7 @@ class OrchestrlWeightTransferEngine(_Engine):
                               "tensors themselves", "a schedule planned with checkpoint_receivers(...), or "
                               "checkpoint_format=False with vLLM's names and layouts")
 
-    # -- trainer side, vLLM 0.22-0.25 ------------------------------------------------------------
+    # -- trainer side, for vLLM without the trainer engine ---------------------------------------
     @staticmethod
     def trainer_send_weights(iterator: Iterator[tuple[str, torch.Tensor]], trainer_args: dict[str, Any]) -> None:
         """Trainer side of one update: this rank's shards through the schedule.
@@ -344,7 +345,7 @@ _TRAINERS_LOCK = threading.Lock()
 
 
 class OrchestrlTrainerWeightTransferEngine(_TrainerEngine):
-    """vLLM >= 0.26's trainer-side engine for orchestrl: every trainer rank sends its own shards.
+    """vLLM's trainer-side engine (``TrainerWeightTransferEngine``) for orchestrl: every trainer rank sends its shards.
 
     Unlike vLLM's broadcast engines, where only rank 0 transmits, every trainer rank sends the pieces
     the schedule gives it; rank 0 alone talks to the workers through ``client`` (vLLM's
@@ -392,14 +393,19 @@ class OrchestrlTrainerWeightTransferEngine(_TrainerEngine):
             engine._sync = WeightSync.connect(schedule if engine.is_sender else None, init_info.store_host,
                                               init_info.store_port, init_info.rank, backend=init_info.backend,
                                               timeout_s=init_info.timeout_s, group_name=init_info.group_name)
-        finally:
-            if call is not None:
-                call.join(init_info.timeout_s * 3, "init_weight_transfer_engine")
+        except BaseException:
+            if call is not None:  # the workers' join fails with it; this rank's error says why
+                call.join(init_info.timeout_s * 3, "init_weight_transfer_engine", raise_error=False)
+            raise
+        if call is not None:
+            call.join(init_info.timeout_s * 3, "init_weight_transfer_engine")
         return engine
 
     def send_weights(self) -> None:
         """One update: this rank's shards through the schedule; rank 0 drives the workers' start/update/finish."""
-        assert self._sync is not None and self.init_info is not None, "use trainer_init"
+        if self._sync is None or self.init_info is None:
+            raise ConfigError("OrchestrlTrainerWeightTransferEngine", "send_weights", "called on an engine that "
+                              "trainer_init did not build", "OrchestrlTrainerWeightTransferEngine.trainer_init(...)")
         info = self.init_info
         self.step += 1
         if not self.is_sender:
@@ -473,19 +479,20 @@ def register() -> None:
     engines = factory.WeightTransferEngineFactory
     if BACKEND not in getattr(engines, "_registry", {}):
         engines.register_engine(BACKEND, __name__, "OrchestrlWeightTransferEngine")
-    trainers = getattr(factory, "WeightTransferTrainerFactory", None)  # vLLM >= 0.26
+    trainers = getattr(factory, "WeightTransferTrainerFactory", None)  # vLLM with trainer engines
     if trainers is not None and BACKEND not in getattr(trainers, "_registry", {}) \
             and not getattr(OrchestrlTrainerWeightTransferEngine, "__abstractmethods__", ()):
         trainers.register_engine(BACKEND, __name__, "OrchestrlTrainerWeightTransferEngine")
 
 
-async def update_engine_weights(engine: Any, *, is_checkpoint_format: bool = True, step: int = -1) -> None:
+async def update_engine_weights(engine: Any, *, is_checkpoint_format: bool | None = None, step: int = -1) -> None:
     """Driver side of one update on an ``AsyncLLM``: pause, start, update, finish, reset the prefix cache, resume.
 
     The trainer ranks send meanwhile. The prefix cache is reset because cached KV blocks were computed
     with the old weights. If a step raises, generation stays paused: the engine's weights may be partly
-    updated, so run the update again (a retry rewrites every tensor) before ``resume_generation``. On vLLM >= 0.25 the format is the engine's (``OrchestrlInitInfo``) and
-    ``is_checkpoint_format`` only has to agree with it; vLLM 0.22-0.24 take it at start.
+    updated, so run the update again (a retry rewrites every tensor) before ``resume_generation``.
+    On vLLM >= 0.25 the format is the engine's (``OrchestrlInitInfo.checkpoint_format``) and
+    ``is_checkpoint_format``, if given, must agree with it; vLLM 0.22-0.24 take it at start (default True).
     """
     from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest  # type: ignore[import-not-found]
 
@@ -497,7 +504,8 @@ async def update_engine_weights(engine: Any, *, is_checkpoint_format: bool = Tru
     takes_format = "is_checkpoint_format" in inspect.signature(engine.start_weight_update).parameters
     await engine.pause_generation()
     if takes_format:  # vLLM 0.22-0.24
-        await engine.start_weight_update(is_checkpoint_format=is_checkpoint_format)
+        await engine.start_weight_update(is_checkpoint_format=True if is_checkpoint_format is None
+                                         else is_checkpoint_format)
     else:
         await engine.start_weight_update()
     info = asdict(OrchestrlUpdateInfo(step=step, is_checkpoint_format=is_checkpoint_format))

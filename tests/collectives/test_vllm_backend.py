@@ -367,3 +367,63 @@ def test_shards_planned_for_another_tp_size_are_refused_at_the_update():
     engine._checkpoint = False
     with pytest.raises(ConfigError, match="TP rank 0 of 2 in the schedule, but this worker is TP rank 0 of 1"):
         engine.receive_weights(OrchestrlUpdateInfo(), lambda batch: None)
+
+
+def test_update_engine_weights_drives_an_async_llm_in_vllms_order_and_stays_paused_after_a_failure(monkeypatch):
+    """The driver's calls on an ``AsyncLLM``-shaped engine (vLLM's method names; ``WeightTransferUpdateRequest``
+    stood in where vLLM is absent): pause, start, update, finish, reset the prefix cache, resume; the format goes
+    to ``start_weight_update`` only where it takes one (vLLM 0.22-0.24); a failing update is not resumed."""
+    import asyncio
+    from dataclasses import dataclass, field
+
+    from orchestrl.collectives.vllm_backend import update_engine_weights
+
+    if not VLLM_BASES:
+        @dataclass
+        class WeightTransferUpdateRequest:
+            update_info: dict = field(default_factory=dict)
+
+        for n in ("vllm", "vllm.distributed", "vllm.distributed.weight_transfer",
+                  "vllm.distributed.weight_transfer.base"):
+            monkeypatch.setitem(sys.modules, n, sys.modules.get(n) or types.ModuleType(n))
+        monkeypatch.setattr(sys.modules["vllm.distributed.weight_transfer.base"], "WeightTransferUpdateRequest",
+                            WeightTransferUpdateRequest, raising=False)
+
+    class Engine:
+        def __init__(self, old: bool, fail: bool = False) -> None:
+            self.calls, self.fail = [], fail
+            if old:  # vLLM 0.22-0.24: the format is given at start
+                async def start_weight_update(is_checkpoint_format: bool = True) -> None:
+                    self.calls.append(("start", is_checkpoint_format))
+                self.start_weight_update = start_weight_update
+
+        async def pause_generation(self):
+            self.calls.append("pause")
+
+        async def start_weight_update(self):
+            self.calls.append(("start",))
+
+        async def update_weights(self, request):
+            self.calls.append(("update", request.update_info))
+            if self.fail:
+                raise RuntimeError("a trainer rank died")
+
+        async def finish_weight_update(self):
+            self.calls.append("finish")
+
+        async def reset_prefix_cache(self):
+            self.calls.append("reset_prefix_cache")
+
+        async def resume_generation(self):
+            self.calls.append("resume")
+
+    new, old = Engine(old=False), Engine(old=True)
+    asyncio.run(update_engine_weights(new, step=7))
+    asyncio.run(update_engine_weights(old, step=7))
+    update = ("update", {"step": 7, "is_checkpoint_format": None})
+    assert new.calls == ["pause", ("start",), update, "finish", "reset_prefix_cache", "resume"]
+    assert old.calls == ["pause", ("start", True), update, "finish", "reset_prefix_cache", "resume"]
+    failing = Engine(old=False, fail=True)
+    with pytest.raises(RuntimeError, match="a trainer rank died"):
+        asyncio.run(update_engine_weights(failing))
+    assert failing.calls[-1][0] == "update" and "resume" not in failing.calls  # stays paused: weights may be torn
