@@ -52,7 +52,6 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any
@@ -173,9 +172,9 @@ class OrchestrlUpdateInfo(_UpdateInfo):
 class OrchestrlTrainerInitInfo(_TrainerInitInfo):
     """A trainer rank's side of the job (vLLM's ``TrainerWeightTransferEngine``); ``rank`` is the schedule's trainer rank.
 
-    Rank 0 passes the planned ``schedule`` (a :class:`~orchestrl.collectives.Schedule`) and hosts the
-    store; the others pass None. ``worker_init`` is what rank 0 sends the workers through the client
-    (an :class:`OrchestrlInitInfo` as a dict; by default built from the fields here).
+    Rank 0 passes the planned ``schedule`` (a :class:`~orchestrl.collectives.Schedule`, or its JSON) and
+    hosts the store; the others pass None. Rank 0 sends the workers an :class:`OrchestrlInitInfo` built from
+    these fields through the client (``worker_store_host``, if set, is the store's address as they reach it).
     """
 
     store_host: str
@@ -232,7 +231,8 @@ class OrchestrlWeightTransferEngine(_Engine):
                               f"generator {j}, outside the schedule's {schedule.generator.world_size} generators",
                               f"0..{schedule.generator.world_size - 1} minus the engine's workers")
         self._checkpoint = bool(init_info.checkpoint_format)
-        self._check_layout(schedule, j)
+        if not self._checkpoint:  # own shards (whole tensors suit any TP: vLLM's loaders cut them)
+            self._check_layout(schedule, j)
         self._sync = WeightSync.connect(schedule, init_info.store_host, init_info.store_port,
                                         schedule.generator_rank(j), backend=init_info.backend,
                                         timeout_s=init_info.timeout_s, group_name=init_info.group_name)
@@ -271,20 +271,15 @@ class OrchestrlWeightTransferEngine(_Engine):
         if checkpoint:
             self._check_whole(sch, rank)
         else:  # the worker's own shards: the schedule must plan it where the engine runs it
-            saved, self._checkpoint = self._checkpoint, False
-            try:
-                self._check_layout(sch, rank - sch.trainer.world_size)
-            finally:
-                self._checkpoint = saved
+            self._check_layout(sch, rank - sch.trainer.world_size)
         model = getattr(self, "model", None)
         if load_weights is None:
             if model is None:
                 raise ConfigError("OrchestrlWeightTransferEngine", "load_weights", "is None and the engine has no "
                                   "model (vLLM 0.22-0.24 pass the worker's loader)", "pass model.load_weights")
             if not checkpoint and self._into is not None:
-                from orchestrl.collectives.vllm_ext import engine_loader
-                into = {sch.params[i].name: ts[0] for i, ts in self._into.items()}
-                self._sync.receive(engine_loader(model, sch, self._into), into=into)
+                from orchestrl.collectives.vllm_ext import receive_in_place
+                receive_in_place(self._sync, model, self._into)
                 return
             load_weights = model.load_weights
         self._sync.receive(load_weights)
@@ -295,12 +290,10 @@ class OrchestrlWeightTransferEngine(_Engine):
 
     # -- checks ----------------------------------------------------------------------------------
     def _check_layout(self, schedule: Schedule, j: int) -> None:
-        """Refuse a worker whose place in the engine is not the one the schedule planned for generator ``j``."""
+        """Refuse a worker whose TP place in the engine is not the one the schedule planned for generator ``j``."""
         me = schedule.generator.ranks[j]
         pc = self.parallel_config
         tp = int(getattr(pc, "tensor_parallel_size", 1) or 1)
-        if self._checkpoint:
-            return  # whole tensors: vLLM's loaders cut them for whatever TP the worker runs
         tp_rank = int(getattr(pc, "rank", 0)) % tp
         if me.tp_size != tp or me.tp_rank != tp_rank:
             raise ConfigError("OrchestrlInitInfo", "rank_offset",
@@ -445,8 +438,7 @@ class _Call:
             self.error = exc
 
     def join(self, timeout_s: float, what: str, raise_error: bool = True) -> None:
-        deadline = time.monotonic() + timeout_s
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+        self._thread.join(timeout_s)
         if not raise_error:
             return
         if self._thread.is_alive():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -35,7 +35,7 @@ from orchestrl.collectives.schedule import Schedule
 from orchestrl.collectives.targets import check_tensor, resolve_targets
 from orchestrl.collectives.weight_sync import WeightSync
 
-__all__ = ["WeightSyncWorkerExtension", "vllm_unavailable", "engine_targets", "engine_loader"]
+__all__ = ["WeightSyncWorkerExtension", "vllm_unavailable", "engine_targets", "receive_in_place"]
 
 
 def vllm_unavailable() -> str | None:
@@ -79,13 +79,16 @@ def engine_targets(schedule: Schedule, rank: int, params: Mapping[str, torch.Ten
     return targets
 
 
-def engine_loader(model: torch.nn.Module, schedule: Schedule,
-                  targets: Mapping[int, list[torch.Tensor]]) -> Callable[[list[tuple[str, torch.Tensor]]], None]:
-    """The ``load_weights`` of an in-place receive into ``model``: parameters in ``targets`` were written in place
-    already; a whole tensor under one of the engine's own names is copied into it (shape, dtype checked); anything
-    else goes through ``model.load_weights`` (whole tensors only, as :func:`engine_targets` made sure)."""
+def receive_in_place(sync: WeightSync, model: torch.nn.Module, targets: Mapping[int, list[torch.Tensor]]):
+    """One round received into ``model``'s own tensors (``targets`` from :func:`engine_targets`); returns the report.
+
+    Parameters in ``targets`` are written in place; a whole tensor under one of the engine's own names is copied
+    into it (shape, dtype checked); anything else goes through ``model.load_weights`` (whole tensors only, as
+    :func:`engine_targets` made sure).
+    """
+    sch = sync.schedule
     params = dict(model.named_parameters())
-    names = {name: i for i, p in enumerate(schedule.params) for name in p.names}
+    names = {name: i for i, p in enumerate(sch.params) for name in p.names}
 
     def load(batch: list[tuple[str, torch.Tensor]]) -> None:
         for name, tensor in batch:
@@ -97,7 +100,8 @@ def engine_loader(model: torch.nn.Module, schedule: Schedule,
                 params[name].data.copy_(tensor)
             else:
                 model.load_weights(weights=[(name, tensor.to(next(iter(params.values())).device))])
-    return load
+
+    return sync.receive(load, into={sch.params[i].name: ts[0] for i, ts in targets.items()})
 
 
 class WeightSyncWorkerExtension:
@@ -129,9 +133,7 @@ class WeightSyncWorkerExtension:
 
     def orchestrl_receive(self) -> dict[str, Any]:
         """Receive one sync round; return this worker's :class:`~collectives.weight_sync.SyncReport`."""
-        sch = self._orl_sync.schedule
-        into = {sch.params[i].name: ts[0] for i, ts in self._orl_into.items()}
-        report = self._orl_sync.receive(engine_loader(self.model_runner.model, sch, self._orl_into), into=into)
+        report = receive_in_place(self._orl_sync, self.model_runner.model, self._orl_into)
         torch.cuda.synchronize()
         return asdict(report)
 

@@ -324,7 +324,7 @@ def test_checkpoint_format_with_a_sharded_schedule_is_refused_with_the_fix():
         engine.receive_weights(OrchestrlUpdateInfo(is_checkpoint_format=True))
 
 
-def test_a_worker_in_the_wrong_tp_place_is_refused_before_connecting():
+def test_a_worker_in_the_wrong_tp_place_is_refused_naming_both_places():
     from orchestrl.collectives.emulation.model import synthetic_model
     from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
     from orchestrl.collectives.plan import plan_weight_sync
@@ -334,12 +334,12 @@ def test_a_worker_in_the_wrong_tp_place_is_refused_before_connecting():
                            GeneratorLayout.uniform(pods=(1,), ranks_per_pod=2, tp=2), FabricLinks(nic_bps=1e9))
     engine = OrchestrlWeightTransferEngine({"backend": "orchestrl"}, _vllm_config(rank=0, tp=4), torch.device("cpu"),
                                            None)
-    engine._checkpoint = False
     with pytest.raises(ConfigError, match="TP rank 0 of 2 in the schedule, but this worker is TP rank 0 of 4"):
         engine._check_layout(sch, 0)
+    with pytest.raises(ConfigError, match="TP rank 1 of 2 in the schedule, but this worker is TP rank 0 of 4"):
+        engine._check_layout(sch, 1)
     engine2 = OrchestrlWeightTransferEngine({"backend": "orchestrl"}, _vllm_config(rank=1, tp=2), torch.device("cpu"),
                                             None)
-    engine2._checkpoint = False
     engine2._check_layout(sch, 1)  # the right place: accepted
 
 
