@@ -154,8 +154,6 @@ def test_routing_prefers_the_tag_pool_keeps_affinity_and_falls_back_when_full():
         Router([a], HwMapping({"lake": ("nope",)}))
 
 
-
-
 def test_reward_service_answers_over_http_and_a_slow_or_dead_one_fails_in_bounded_time():
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "orchestrl.agents.agentic.reward", "--listen", f"127.0.0.1:{port}",
