@@ -21,7 +21,7 @@ PROTOCOL ?= tl1
 demo: setup
 	$(VENV)/bin/orchestrl demo --protocol $(PROTOCOL)
 
-# Two workers, each test file on one of them (a file's module fixtures are built once): about 13 min on
+# Two workers, each test file on one of them (a file's module fixtures are built once): 13-15 min on
 # 2 cores instead of 21. Debug one file with `$(PY) -m pytest FILE`, which runs without workers.
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile
