@@ -143,16 +143,18 @@ def create_app(service: Any, *, max_body_bytes: int = MAX_BODY_BYTES, body_timeo
     @app.post("/v1/jobs/{job}/intents", response_model=m.Decision, operation_id="announceIntent",
               responses=_responses(*_COMMON, 404))
     @_role("job")
-    def announce_intent(job: JobPath, body: m.Intent) -> Any:
+    def announce_intent(request: Request, job: JobPath, body: m.Intent) -> Any:
         """Announce the intent of the job's next communication period."""
-        return service.announce_intent(job, body.model_dump(exclude_unset=True)).to_json()
+        return service.announce_intent(job, body.model_dump(exclude_unset=True),
+                                       arrived=getattr(request.state, "arrived", None)).to_json()
 
     @app.post("/v1/jobs/{job}/events", response_model=m.EventResult, operation_id="reportEvents",
               responses=_responses(*_COMMON, 404))
     @_role("job")
-    def report_events(job: JobPath, body: m.EventBatch) -> Any:
+    def report_events(request: Request, job: JobPath, body: m.EventBatch) -> Any:
         """Report a batch of collective boundary events; decisions of plans whose window opened come back."""
-        return service.report_events(job, [e.model_dump(exclude_none=True) for e in body.events])
+        return service.report_events(job, [e.model_dump(exclude_none=True) for e in body.events],
+                                     arrived=getattr(request.state, "arrived", None))
 
     @app.get("/v1/plan", response_model=m.Plans, operation_id="getPlan", responses=_responses(401, 403, 404, 422))
     @_role("any")

@@ -144,6 +144,9 @@ class Gate:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
+        # when the request reached the application: the service counts the wait from here (its thread hand-off
+        # and the other jobs' decisions ahead of it) as gone from the safe window the request asks in
+        scope.setdefault("state", {})["arrived"] = time.monotonic()
         status = {"code": 500}
         route_name = "unmatched"
 

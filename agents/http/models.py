@@ -125,8 +125,15 @@ class Decision(_Answer):
     at: float = 0.0
     core_asked: Optional[int] = Field(None, description="OCS-Core circuits the intent's demand asked for.")
     core_granted: Optional[int] = Field(None, description="OCS-Core circuits the plan got (its fair share at most).")
-    queued_s: float = Field(0.0, description="Seconds the request waited behind other jobs' decisions; the safe-window "
-                                             "gate counts them as part of the window.")
+    queued_s: float = Field(0.0, description="Seconds from the request reaching the proxy's application to its decision "
+                                             "(other jobs' decisions ahead of it included); the safe-window gate counts "
+                                             "them as gone from the window.")
+    commit_estimate_s: float = Field(0.0, description="Seconds this proxy's commits take beyond the switching time "
+                                                      "(95th percentile of the last minute's; 0 with fewer than 5): the "
+                                                      "window had to hold it on top of switch_delay_s.")
+    late_s: Optional[float] = Field(None, description="Realised: seconds after the predicted window's end at which the "
+                                                      "switches finished (0: inside it; null: no device change or no "
+                                                      "window). Counted in orchestrl_commits_after_window_total.")
 
 
 class Event(_Body):

@@ -52,7 +52,7 @@ from orchestrl.agents.service.checks import (
     integral,
     parse_events,
 )
-from orchestrl.agents.service.decisions import GATE_FAMILY, PeriodDecision, scope_of
+from orchestrl.agents.service.decisions import GATE_FAMILY, CommitTimes, PeriodDecision, scope_of
 from orchestrl.agents.service.device_commit import DeviceCommitMixin
 from orchestrl.agents.service.jobs import JobConflict, JobRegistry
 from orchestrl.agents.service.metrics import MetricsRegistry, declare_service_metrics
@@ -157,6 +157,7 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
         self._depth = 0  # nesting of service calls (see _top_level)
         self._replan_later: set[str] = set()  # jobs to re-plan once the outermost call is done (fair shares)
         self.in_doubt: dict[str, dict[str, Any]] = {}  # scope -> a commit whose outcome a read-back must settle
+        self.commit_times = CommitTimes()  # recent commits' durations: a window must hold a commit, not only switching
         # One device round trip at most: its reply timeout plus its switching time (the slowest device's).
         self.round_trip_s = max([getattr(c, "timeout_s", 5.0) + self.switch_delay_s.get(d, 0.0)
                                  for d, c in self.devices.items()] or [5.0])
@@ -234,8 +235,11 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
         return self._tenants[job_id]
 
     # ------------------------------------------------------------------ intents
-    def announce_intent(self, job_id: str, doc: Mapping[str, Any]) -> "PeriodDecision":
+    def announce_intent(self, job_id: str, doc: Mapping[str, Any], arrived: float | None = None) -> "PeriodDecision":
         """Materialise the intent ``doc`` of ``job_id`` and commit it now or in a later safe window.
+
+        ``arrived`` is when the request reached the application (``time.monotonic()``; default: now): the time from
+        there to the decision is counted as gone from the job's window.
 
         Raises
         ------
@@ -243,7 +247,7 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
             Unknown job; GPUs outside the job's placement (naming the foreign ToRs and PoDs); a
             malformed intent (naming the field).
         """
-        arrived = time.monotonic()
+        arrived = time.monotonic() if arrived is None else arrived
         with self._lock, self._top_level():
             # Every intent is decided under one lock, so under load a request waits for the others' commits
             # (32 committing jobs on a loaded 2-core host: p99 0.77 s, against 50 ms windows). That wait is
@@ -307,7 +311,12 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
         pending = _Pending(result, intent, plan_id, family, change, self._epoch)
         base["switch_delay_s"] = change.switching_time_s(self.switch_delay_s)  # devices of a step switch together
         base["queued_s"] = queued_s
-        d = tenant.gates[family].submit(tenant.job, intent.stage, base["switch_delay_s"], now_s + queued_s, plan_id)
+        base["commit_estimate_s"] = self.commit_times.estimate()  # the window must hold the commit itself too
+        d = tenant.gates[family].submit(tenant.job, intent.stage, base["switch_delay_s"] + base["commit_estimate_s"],
+                                        now_s + queued_s, plan_id)
+        if base["commit_estimate_s"] > 0 and d.window_s is not None:
+            d = replace(d, reason=f"{d.reason} (the switch time counted is switching {base['switch_delay_s'] * 1e3:.0f} ms "
+                                  f"+ this proxy's recent commits' {base['commit_estimate_s'] * 1e3:.0f} ms)")
         if queued_s > 0.001 and d.action != "commit" and d.window_s is not None:
             d = replace(d, reason=f"{d.reason} (decided {queued_s * 1e3:.0f} ms after the request arrived, behind "
                                   "other jobs' commits)")
@@ -378,11 +387,18 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
         if self.auditor is not None and self.auditor.sessions_changed():
             self.auditor.poke()  # a driver reconnected during the commit: the device may have restarted
         self.metrics.observe("orchestrl_commit_latency_seconds", took)
+        switching = base.get("switch_delay_s") or 0.0
+        if report.devices:
+            self.commit_times.add(max(took - switching, 0.0))  # the commit's own cost beyond the switches' switching
+        # realised, not predicted: did the switches finish inside the window the gate predicted when it decided?
+        late_s = max(took - base["window_s"], 0.0) if report.devices and base.get("window_s") is not None else None
+        if late_s:
+            self.metrics.inc("orchestrl_commits_after_window_total", job=tenant.job)
         self.metrics.inc("orchestrl_circuits_changed_total", report.added, action="add")
         self.metrics.inc("orchestrl_circuits_changed_total", report.removed, action="remove")
         self._set_gauges()
         return self._record(PeriodDecision(**{
-            **base, "decision": "commit" if report.devices else "unchanged", "device_s": took,
+            **base, "decision": "commit" if report.devices else "unchanged", "device_s": took, "late_s": late_s,
             "reason": why + (f"; outage: {'; '.join(report.outages)}" if report.outages else ""),
             "circuits": len(plan.circuits), "removed": report.removed, "added": report.added,
             "devices": report.devices, "commit_id": report.commit_id, "steps": report.steps}), tenant)
@@ -439,16 +455,16 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
                         self._depth -= 1
 
     # ------------------------------------------------------------------ events
-    def report_events(self, job_id: str, events: Any) -> dict[str, Any]:
+    def report_events(self, job_id: str, events: Any, arrived: float | None = None) -> dict[str, Any]:
         """Feed a batch of boundary events to the job's gates; commit plans whose window opened.
 
         The batch is validated whole first (a malformed event refuses the batch, naming
         ``events[i].<field>``). Events numbered by their sender (``seq``, per ``source``) are taken
         in that order, and a sender whose clock stepped back is shifted to continue after its last
         event (counted in ``clock_steps``); events without a number are taken in time order and
-        those older than the last one are listed in ``rejected``.
+        those older than the last one are listed in ``rejected``. ``arrived`` as for :meth:`announce_intent`.
         """
-        arrived = time.monotonic()
+        arrived = time.monotonic() if arrived is None else arrived
         parsed = parse_events(events)
         numbered = [(ev.get("seq"), str(ev.get("source") or job_id)) if isinstance(ev, dict) else (None, job_id)
                     for ev in events]
@@ -489,7 +505,9 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
                     p = tenant.pending
                     if p is None or d.plan_id != p.plan_id:
                         continue
-                    base = {**_base(job_id, p.plan_id, p.intent, p.result, d.at_s), "switch_delay_s": d.switch_delay_s}
+                    switching = p.change.switching_time_s(self.switch_delay_s) if p.change else d.switch_delay_s
+                    base = {**_base(job_id, p.plan_id, p.intent, p.result, d.at_s), "switch_delay_s": switching,
+                            "commit_estimate_s": d.switch_delay_s - switching}
                     decisions.append(self._settle(tenant, p, d, base).to_json())
             self.metrics.inc("orchestrl_events_total", len(parsed) - len(rejected), result="accepted")
             self.metrics.inc("orchestrl_events_total", len(rejected), result="rejected")

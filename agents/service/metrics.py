@@ -136,6 +136,8 @@ def declare_service_metrics(m: MetricsRegistry) -> MetricsRegistry:
     m.histogram("orchestrl_audit_seconds", "One audit pass: every device's table read back and compared.")
     m.counter("orchestrl_decisions_total", "Plan decisions by outcome.", ["decision"])
     m.counter("orchestrl_deferrals_total", "Plans kept pending because the safe window was too short.", ["job"])
+    m.counter("orchestrl_commits_after_window_total",
+              "Commits whose switches finished after the safe window predicted when they were decided.", ["job"])
     m.counter("orchestrl_circuits_changed_total", "Full-duplex circuits made or torn down.", ["action"])
     m.counter("orchestrl_device_faults_total", "Device faults seen by commits and reconciliation.", ["kind"])
     m.counter("orchestrl_reconciliations_total", "Reconciliations of the devices to the journal.", ["outcome"])

@@ -169,3 +169,70 @@ def test_bad_events_refuse_the_whole_batch_and_out_of_order_events_are_listed():
     out = service.report_events("rl", [{"kind": "end", "t_s": 2.0, "stage": "train", "primitive": "a2a",
                                         "communicator": "ep"}])
     assert out["accepted"] == 0 and "no open start" in out["rejected"][0]["reason"]
+
+
+def test_a_request_that_waited_past_its_window_is_deferred_not_applied_late():
+    """The time from a request's arrival (HTTP: when it reached the application) to its decision is gone from
+    the window it asks in: the same intent commits when it is decided at once and is deferred, naming the
+    wait, when it arrived a second earlier (behind other jobs' decisions, a busy event loop)."""
+    import time
+
+    for waited_s, want in ((0.0, "commit"), (1.0, "defer")):
+        service, devices = _service(load_topology(TOPOLOGY_64))
+        service.register_job("rl", "0-31")
+        t = _windows(service, "rl")
+        d = service.announce_intent("rl", {**_train("rl", {"tp": 4, "ep": 4, "dp": 4, "pp": 2, "gpus": "0-31"}),
+                                           "t_s": t}, arrived=time.monotonic() - waited_s)
+        assert d.decision == want, d
+        if want == "defer":
+            assert "after the request arrived" in d.reason and d.to_json()["queued_s"] >= 1.0
+            assert all(not dev.cross_connects() for dev in devices.values())  # nothing applied late
+
+
+def test_a_window_must_hold_the_commit_itself_not_only_the_switching_time():
+    """Commits that have taken 40 ms lately make a 48 ms window with 10 ms of switching too short: the plan is
+    deferred (the answer names both parts), where the switching time alone would fit."""
+    service, devices = _service(load_topology(TOPOLOGY_64))
+    service.register_job("rl", "0-31")
+    t = _windows(service, "rl")
+    for _ in range(5):
+        service.commit_times.add(0.040)
+    assert service.commit_times.estimate() == pytest.approx(0.040)
+    d = service.announce_intent("rl", {**_train("rl", {"tp": 4, "ep": 4, "dp": 4, "pp": 2, "gpus": "0-31"}),
+                                       "t_s": t})
+    assert d.decision == "defer" and d.commit_estimate_s == pytest.approx(0.040), d
+    assert "switching 10 ms + this proxy's recent commits' 40 ms" in d.reason
+    assert all(not dev.cross_connects() for dev in devices.values())
+    service.commit_times = type(service.commit_times)()  # no recent commits: only the switching time counts
+    d = service.announce_intent("rl", {**_train("rl", {"tp": 4, "ep": 4, "dp": 4, "pp": 2, "gpus": "0-31"}),
+                                       "t_s": t})
+    assert d.decision == "commit" and d.commit_estimate_s == 0.0, d
+
+
+def test_a_commit_that_overruns_its_window_is_reported_late_and_teaches_the_gate():
+    """A switch that answers 100 ms late makes a commit the gate let into a 48 ms window finish after it: the
+    decision says by how much (``late_s``, realised, not predicted) and the counter counts it; once five such
+    commits are on record the same window is too short and the plan is deferred instead of applied late."""
+    import time
+
+    service, devices = _service(load_topology(TOPOLOGY_64))
+    for dev in devices.values():
+        connect = dev.connect
+
+        def slow(pairs, *, mode="stop", _connect=connect):
+            time.sleep(0.1)
+            return _connect(pairs, mode=mode)
+        dev.connect = slow
+    service.register_job("rl", "0-31")
+    t = _windows(service, "rl")
+    layouts = [{"tp": 4, "ep": 4, "dp": 4, "pp": 2, "gpus": "0-31"}, {"tp": 2, "ep": 8, "dp": 8, "pp": 2, "gpus": "0-31"}]
+    d = service.announce_intent("rl", {**_train("rl", layouts[0]), "t_s": t})
+    assert d.decision == "commit" and d.late_s is not None and d.late_s > 0.04, d
+    assert d.to_json()["late_s"] == d.late_s
+    assert 'orchestrl_commits_after_window_total{job="rl"} 1.0' in service.metrics.render()
+    for k in range(4):  # four more slow commits, each in a fresh window
+        t = _windows(service, "rl", t + 1.0)
+        assert service.announce_intent("rl", {**_train("rl", layouts[(k + 1) % 2]), "t_s": t}).decision == "commit"
+    t = _windows(service, "rl", t + 1.0)
+    d = service.announce_intent("rl", {**_train("rl", layouts[1]), "t_s": t})
+    assert d.decision == "defer" and d.commit_estimate_s >= 0.09 and "recent commits'" in d.reason, d
