@@ -51,8 +51,12 @@ def intent(name: str, **changes: Any) -> dict:
     return doc
 
 
-def warm_up(api: Api, job: str, t0: float = 100.0, windows: int = 6, gap_s: float = 0.05) -> tuple[float, list]:
+def warm_up(api: Api, job: str, t0: float = 100.0, windows: int = 6, gap_s: float = 0.5) -> tuple[float, list]:
     """Report ``windows`` train all-to-alls ``gap_s`` apart, so the train gate trusts its slack.
+
+    The gap is on the job's clock, but the proxy counts its own wall time from a request's arrival (thread
+    hand-off, other jobs' decisions, the commit) as gone from the window: 0.5 s holds that on a loaded 2-core
+    CI host, where 50 ms windows made a fresh proxy's first intent defer.
 
     Returns the time of the last event and the decisions of plans the windows let through.
     """
