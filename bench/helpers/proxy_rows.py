@@ -230,6 +230,7 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
             lat: list[float] = []
             windows: list[float] = []
             late: list[float] = []
+            switched_late: list[float] = []  # the proxy's realised late_s of every commit (intent or retried)
             retried: dict[str, int] = {}
             queued: list[float] = []
             decisions: dict[str, int] = {}
@@ -247,6 +248,8 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                     with lock:  # a deferred plan retried at the window this event opened
                         for d in (evdoc.get("decisions", []) if isinstance(evdoc, dict) else []):
                             retried[d["decision"]] = retried.get(d["decision"], 0) + 1
+                            if d["decision"] == "commit" and d.get("late_s"):
+                                switched_late.append(d["late_s"])
                     started = time.monotonic()
                     status, doc = _call(c, "POST", f"/v1/jobs/{job}/intents", _load_intent(job, gpus, variant, t + 0.002))
                     took = time.monotonic() - started
@@ -260,6 +263,8 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
                                 # realised: the answer (devices switched) came after the window the job asked in
                                 if key == "commit" and took > doc["window_s"] + doc.get("queued_s", 0.0):
                                     late.append(took)
+                        if key == "commit" and doc.get("late_s"):
+                            switched_late.append(doc["late_s"])
                         if isinstance(doc, dict) and doc.get("queued_s") is not None:
                             queued.append(doc["queued_s"])
                     t += 0.052
@@ -275,7 +280,8 @@ def bench_commit_load(work: Path, seconds: float, jobs_n: int = 32) -> dict:
             out[mode] = {"decisions": decisions, "per_s": len(lat) / wall, "commits_per_s": decisions.get("commit", 0) / wall,
                          "retried": retried, "retry_commits_per_s": retried.get("commit", 0) / wall,
                          "p50_s": _pct(lat, 0.5), "p99_s": _pct(lat, 0.99), "window_p50_s": _pct(windows, 0.5),
-                         "late_commits": len(late), "queued_p50_s": _pct(queued, 0.5), "queued_p99_s": _pct(queued, 0.99)}
+                         "late_commits": len(late), "switched_late": len(switched_late),
+                         "switched_late_max_s": max(switched_late, default=0.0), "queued_p50_s": _pct(queued, 0.5), "queued_p99_s": _pct(queued, 0.99)}
         op.close()
         lab.proxy.stop()
     out["jobs"] = len(pairs)
