@@ -26,7 +26,7 @@ def test_the_documented_example_runs_and_every_engine_gets_the_right_bits(tmp_pa
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "GLOO_SOCKET_IFNAME": "lo"}
     out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=240)
+                         timeout=420)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.splitlines()[-1] == "ok"
     assert len(re.findall(r"step \d: 19 parameters verified=True", out.stdout)) == 2, out.stdout
