@@ -250,9 +250,11 @@ class ControlService(SharingMixin, OperatorMixin, DeviceCommitMixin):
         arrived = time.monotonic() if arrived is None else arrived
         with self._lock, self._top_level():
             # Every intent is decided under one lock, so under load a request waits for the others' commits
-            # (32 committing jobs on a loaded 2-core host: p99 0.77 s, against 50 ms windows). That wait is
-            # part of the window the job asked in: the gate decides at the job's time plus the wait, so a
-            # plan whose window passed while it queued is deferred to the next one, never applied late.
+            # (32 committing jobs on a loaded 2-core host: p99 0.4-0.8 s, against 50 ms windows). That wait,
+            # counted from the request's arrival, is part of the window the job asked in: the gate decides at
+            # the job's time plus the wait, so a plan whose window passed while it queued is deferred to the next
+            # one. The commit's own time is covered by a percentile (commit_estimate_s), not a bound: a commit
+            # slower than recent ones can still finish after the window, which late_s reports.
             queued_s = time.monotonic() - arrived
             job = self._job(job_id)
             if self._tenant(job_id).removing:

@@ -49,7 +49,7 @@ class PeriodDecision:
     at: float = field(default_factory=time.time)  # unix time of the decision
     core_asked: int | None = None  # OCS-Core circuits the intent's demand asked for (None: no tenant shares its PoDs)
     core_granted: int | None = None  # OCS-Core circuits the plan got
-    queued_s: float = 0.0  # wall time the request waited for other jobs' decisions; the gate counts it in the window
+    queued_s: float = 0.0  # wall time from the request's arrival to its decision; the gate counts it in the window
     commit_estimate_s: float = 0.0  # the commit's own time the window had to cover too (CommitTimes.estimate)
     late_s: float | None = None  # realised: how long after the predicted window's end the switches finished (0: inside)
 
