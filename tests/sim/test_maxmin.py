@@ -75,3 +75,29 @@ def test_a_flow_on_no_bundle_is_refused():
     p = MaxMinProblem(sp.csr_matrix(np.zeros((1, 2))), np.array([-1]), sp.csr_matrix((0, 2)))
     with pytest.raises(ValueError, match="unbounded"):
         p.solve(np.array([1.0, 1.0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(factored_problems(), st.data())
+def test_the_event_loops_dense_solve_gives_the_sparse_solves_rates_and_levels(problem, data):
+    # the event loop asks for rates only (bottleneck=False); small problems then run on a dense
+    # incidence: it must fill to the same rates in the same levels as the factored sparse path
+    own, cls, prof, cap = problem
+    active = np.array(data.draw(st.lists(st.booleans(), min_size=len(cls), max_size=len(cls))))
+    p = MaxMinProblem(sp.csr_matrix(own), cls, sp.csr_matrix(prof))
+    sparse = p.solve(cap, active)
+    assert p.dense() is not None  # a problem this small is within the dense limit
+    dense = p.solve(cap, active, bottleneck=False)
+    assert np.allclose(dense.rate_bps, sparse.rate_bps, rtol=1e-12, atol=1e-12)
+    assert dense.levels == sparse.levels
+    assert np.allclose(p.load(dense.rate_bps), incidence_matrix(p).T @ dense.rate_bps)
+
+
+def test_a_problem_above_the_dense_limit_is_solved_sparse(monkeypatch):
+    import orchestrl.sim.network.maxmin as mm
+
+    monkeypatch.setattr(mm, "_DENSE_MAX", 5)
+    own = sp.csr_matrix(np.array([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.5, 1.0]]))
+    p = MaxMinProblem(own, np.full(3, -1), sp.csr_matrix((0, 3)))
+    assert p.dense() is None
+    assert p.solve(np.array([10.0, 3.0, 100.0]), bottleneck=False).rate_bps.tolist() == [8.0, 2.0, 2.0]
