@@ -94,6 +94,7 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
     """
     from orchestrl.sim.config import load_run_config, validate
     from orchestrl.sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
+    from orchestrl.sim.loop import long_lived_frozen
     from orchestrl.sim.run import build
 
     cfg = load_run_config(EXAMPLE)
@@ -106,14 +107,20 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
     build_wall, build_cpu = time.perf_counter() - wall, time.process_time() - cpu
     build_parts = dict(acc)
     now = 0.0
+    frozen = long_lived_frozen()  # the garbage-collector policy of the loop (sim.loop.run_iterations)
+    settle = frozen.__enter__()
     for k in range(1 + warm_iterations):
         acc = Counter(build_parts) if k == 0 else Counter()
         wall, cpu = time.perf_counter(), time.process_time()
         load = _load() if k else load
-        with attributing(acc):
+        with attributing(acc):  # the parts in the loop's order, each after settle() as the loop calls it
+            settle()
             trace = sim.trace(k)
+            settle()
             g = _finite(sim.stages.gen.run(trace, now), k)
+            settle()
             t = _finite(sim.stages.train.run(sim.stages.batch_of(trace, g), now + g.time_s), k)
+            settle()
             s = _finite(sim.stages.sync.run(now + g.time_s + t.time_s), k)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if k == 0:
@@ -124,6 +131,7 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
         rows.append({"gpus": gpus, "run": "cold" if k == 0 else "warm", "requests": len(trace.requests),
                      "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load1": load, "parts_cpu_s": parts,
                      "simulated_s": {"gen": g.time_s, "train": t.time_s, "weight-sync": s.time_s}})
+    frozen.__exit__(None, None, None)
     return rows
 
 
