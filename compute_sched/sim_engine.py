@@ -170,8 +170,9 @@ class SimEngine:
 
     def worker_loads(self) -> list[WorkerLoad]:
         """Eq. 5's inputs per instance without building request states (see :func:`balancer.would_migrate`)."""
-        return [WorkerLoad(i.cfg, len(i.running), len(i.waiting), sum(s.prompt + s.generated for s in i.running),
-                           float(max(0, i.cap - i.used())), i.rate_tps, i.available_at <= self._now, i.max_num_seqs)
+        # ``kv_used`` is the running requests' context, kept current by every change (no per-request sum)
+        return [WorkerLoad(i.cfg, len(i.running), len(i.waiting), i.kv_used, float(max(0, i.cap - i.kv_used)),
+                           i.rate_tps, i.available_at <= self._now, i.max_num_seqs)
                 for i in self._insts]
 
     def pending_count(self) -> int:

@@ -128,3 +128,23 @@ def test_sim_engine_reports_the_loads_its_snapshot_implies():
     eng.add_requests(reqs[20:], instance=2)
     eng.advance(1.0)
     assert eng.worker_loads() == _loads(eng.snapshot())
+    # the loads keep adding up through migrations, a layout change and KV-pressure preemptions
+    from orchestrl.compute_sched.engine import Migration
+
+    snap = eng.snapshot()
+    moving = [r.request_id for r in snap.workers[0].running[:3]] + [r.request_id for r in snap.workers[2].waiting[:2]]
+    eng.migrate([Migration(r, 0 if r in {x.request_id for x in snap.workers[0].running} else 2, 1) for r in moving])
+    eng.advance(0.5)
+    assert eng.worker_loads() == _loads(eng.snapshot())
+    two = Layout((Instance(InstanceConfig("tp", tp=8), tuple(range(8))), Instance(cfg, tuple(range(8, 12)))), 12)
+    eng.change_layout(two, {r.request_id: k % 2 for k, r in enumerate(eng.snapshot().pending)})
+    for _ in range(5):
+        eng.advance(0.7)
+        assert eng.worker_loads() == _loads(eng.snapshot())
+    tight = SimEngine(pm, Layout((Instance(cfg, tuple(range(4))),), 4), {q.request_id: 4000 for q in reqs})
+    tight.add_requests(reqs)
+    tight._insts[0].cap = 6000  # room for a few contexts: requests are preempted as contexts grow
+    for _ in range(10):
+        tight.advance(2.0)
+        assert tight.worker_loads() == _loads(tight.snapshot())
+    assert tight.preemptions > 0
