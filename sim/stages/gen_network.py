@@ -409,25 +409,35 @@ class FabricSeam:
 
     # ------------------------------------------------------------------ transfers
     def _expand(self, transfers: Sequence[Transfer]):
-        """Transfers -> (src, dst, bytes, start, transfer) per GPU pair in fabric GPUs, self-pairs dropped."""
-        srcs, dsts, sizes, starts, owners = [], [], [], [], []
+        """Transfers -> (src, dst, bytes, start, transfer) per GPU pair in fabric GPUs, self-pairs dropped.
+
+        Transfers between the same GPU sets (every request moving from one instance to another) share
+        their pair list: it is built once per set and repeated, then put back in transfer order.
+        """
+        by_gpus: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
         for k, t in enumerate(transfers):
-            ns, nd = len(t.src_gpus), len(t.dst_gpus)
+            if t.src_gpus and t.dst_gpus and t.size_bytes > 0:
+                by_gpus.setdefault((tuple(t.src_gpus), tuple(t.dst_gpus)), []).append(k)
+        srcs, dsts, sizes, starts, owners = [], [], [], [], []
+        for (sg, dg), ks in by_gpus.items():
+            ns, nd = len(sg), len(dg)
             n = max(ns, nd)
-            if not ns or not nd or t.size_bytes <= 0:
-                continue
             idx = np.arange(n)
-            s = self._copy_gpus[:, np.asarray(t.src_gpus)[idx % ns]].ravel()  # every copy moves the same
-            d = self._copy_gpus[:, np.asarray(t.dst_gpus)[idx % nd]].ravel()
+            s = self._copy_gpus[:, np.asarray(sg)[idx % ns]].ravel()  # every copy moves the same
+            d = self._copy_gpus[:, np.asarray(dg)[idx % nd]].ravel()
             keep = s != d
-            m = int(keep.sum())
-            srcs.append(s[keep]), dsts.append(d[keep]), sizes.append(np.full(m, t.size_bytes / n))
-            starts.append(np.full(m, float(t.start_s))), owners.append(np.full(m, k))
+            s, d, m = s[keep], d[keep], int(keep.sum())
+            srcs.append(np.tile(s, len(ks))), dsts.append(np.tile(d, len(ks)))
+            sizes.append(np.repeat(np.array([transfers[k].size_bytes for k in ks], dtype=np.float64) / n, m))
+            starts.append(np.repeat(np.array([float(transfers[k].start_s) for k in ks]), m))
+            owners.append(np.repeat(np.asarray(ks, dtype=np.int64), m))
         if not srcs:
             e = np.zeros(0)
             return e.astype(np.int64), e.astype(np.int64), e, e, e.astype(np.int64)
-        return (np.concatenate(srcs), np.concatenate(dsts), np.concatenate(sizes), np.concatenate(starts),
-                np.concatenate(owners))
+        owner = np.concatenate(owners)
+        order = np.argsort(owner, kind="stable")  # transfer order, each transfer's pairs in their own order
+        return (np.concatenate(srcs)[order], np.concatenate(dsts)[order], np.concatenate(sizes)[order],
+                np.concatenate(starts)[order], owner[order])
 
 
 def _replicate(layout: Layout, copies: int) -> Layout:
