@@ -222,6 +222,7 @@ class WeightSyncStage:
         self.gpu_of_rank = train_gpus + [r.gpu for r in self.generator.ranks]
         self._schedule: Schedule | None = None
         self._timings: dict[tuple, _Timing] = {}
+        self._edge_arrays: tuple[Schedule, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._mixnet: tuple | None = None
         self._intent: tuple | None = None  # (schedule, its weight-sync intent)
 
@@ -254,7 +255,11 @@ class WeightSyncStage:
             reconf = int(decision.action == "commit")
         else:
             timeline = [(0.0, self._static_state(sched))]
-        key = (self.replay_mode(), hold, tuple((t, st.signature) for t, st in timeline))
+        mode = self.replay_mode()
+        # the pipeline replay reads only the state the broadcast starts on (every circuit up): keying it by
+        # the states before it too missed the cache whenever the generation stage left other circuits
+        reads = timeline[-1:] if mode == "pipeline" and self.method != "flat" else timeline
+        key = (mode, hold, tuple((t, st.signature) for t, st in reads))
         cached = key in self._timings
         if not cached:
             self._timings[key] = self._replay(sched, timeline, hold)
@@ -305,10 +310,16 @@ class WeightSyncStage:
 
     # ------------------------------------------------------------------ replays
     def _edges(self, sched: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        gpu = np.asarray(self.gpu_of_rank, dtype=np.int64)
-        nbytes = np.array([b.nbytes for b in sched.blocks], dtype=np.float64)
-        e = sched.edges
-        return (gpu[[x.src for x in e]], gpu[[x.dst for x in e]], nbytes[[x.block for x in e]])
+        """(source GPU, destination GPU, bytes) of every edge of ``sched``, read-only, built once per schedule."""
+        if self._edge_arrays is None or self._edge_arrays[0] is not sched:
+            gpu = np.asarray(self.gpu_of_rank, dtype=np.int64)
+            nbytes = np.array([b.nbytes for b in sched.blocks], dtype=np.float64)
+            e = sched.edges
+            arrays = (gpu[[x.src for x in e]], gpu[[x.dst for x in e]], nbytes[[x.block for x in e]])
+            for a in arrays:
+                a.setflags(write=False)
+            self._edge_arrays = (sched, arrays)
+        return self._edge_arrays[1]
 
     def _replay(self, sched: Schedule, timeline: list[tuple[float, NetState]], hold: float) -> _Timing:
         mode = self.replay_mode()

@@ -152,3 +152,27 @@ def test_bad_inputs_are_refused_with_the_field():
         WeightSyncStage(M14, ParallelLayout(tp=8, dp=4), range(32), 8, range(24, 56), net)
     with pytest.raises(ConfigError, match="gen_tp"):
         WeightSyncStage(M14, ParallelLayout(tp=8, dp=4), range(32), 3, range(32, 64), net)
+
+
+def test_a_pipeline_replay_is_reused_whatever_states_came_before_the_broadcast(monkeypatch):
+    # The pipeline replay times the broadcast on the state it starts on (every circuit up), so two
+    # syncs that end on the same state take the same time even when the states before it differ (on
+    # RFabric they are whatever the generation stage left): the second is a cache hit, not a replay.
+    from types import SimpleNamespace
+
+    from orchestrl.sim.network.fabrics import Failures
+
+    net = _net("ft")
+    stage = _stage(net, replay="pipeline")
+    up, other = net.fabric.state(), net.fabric.state(Failures(nics=frozenset({40})))
+    assert up.signature != other.signature
+    sched = stage.schedule
+    assert stage._replay(sched, [(0.0, other), (0.01, up)], 0.02).time_s == stage._replay(sched, [(0.0, up)], 0.02).time_s
+    timelines = iter([[(0.0, other), (0.01, up)], [(0.0, up), (0.01, up)]])
+    decision = SimpleNamespace(action="commit", reason="test", change=None)
+    monkeypatch.setattr(stage, "rfabric", True)
+    monkeypatch.setattr(stage, "driver", SimpleNamespace(observe=lambda *a, **k: []))
+    monkeypatch.setattr(stage, "_through_controller", lambda s, now: (decision, 0.02, next(timelines)))
+    first, second = stage.run(0.0), stage.run(10.0)
+    assert not first.detail["timing_cached"] and second.detail["timing_cached"]
+    assert second.time_s == first.time_s
