@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -62,7 +65,13 @@ def test_step_time_grows_with_batch_and_context(tp, batch, ctx):
     cfg = InstanceConfig("tp", tp=tp)
     base = pm.decode_step_s(cfg, batch, ctx)
     assert base > 0
-    assert pm.decode_step_s(cfg, batch + 1, ctx) >= base
+    # One exception, as in vLLM: where the step's all-reduce buffer (batch x d_model bf16) crosses the
+    # custom all-reduce's one-shot limit, the kernel switches to two-shot, which moves fewer bytes (the
+    # model has no extra latency for the two-shot), so the step may get faster there; with the
+    # one-shot kept on both sides, the step must still grow.
+    one_shot = pm.with_calibration(replace(pm.cal, one_shot_max_bytes=math.inf))
+    switch = 1 < tp <= 8 and batch * pm.model.d_model * 2 <= pm.cal.one_shot_max_bytes < (batch + 1) * pm.model.d_model * 2
+    assert (one_shot if switch else pm).decode_step_s(cfg, batch + 1, ctx) >= base
     assert pm.decode_step_s(cfg, batch, ctx + 10_000) >= base
 
 
