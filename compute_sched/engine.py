@@ -11,6 +11,7 @@ Everything that crosses it is a frozen dataclass with units in its field names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from orchestrl.compute_sched.layout import InstanceConfig, Layout
@@ -93,9 +94,21 @@ class ClusterSnapshot:
     def pending(self) -> list[RequestState]:
         return [r for w in self.workers for r in (*w.running, *w.waiting)]
 
-    def instance_of(self) -> dict[str, int]:
-        """Map each pending request id to the instance holding it."""
-        return {r.request_id: w.instance for w in self.workers for r in (*w.running, *w.waiting)}
+    def running_context(self) -> Mapping[str, int]:
+        """Map each running request id (the ones holding KV) to its context tokens (read-only; built once)."""
+        got = self.__dict__.get("_running_context")
+        if got is None:
+            got = MappingProxyType({r.request_id: r.context_tokens for w in self.workers for r in w.running})
+            self.__dict__["_running_context"] = got
+        return got
+
+    def instance_of(self) -> Mapping[str, int]:
+        """Map each pending request id to the instance holding it (read-only; built once per snapshot)."""
+        got = self.__dict__.get("_instance_of")  # a frozen snapshot's answer never changes: the planner asks 4x
+        if got is None:
+            got = MappingProxyType({r.request_id: w.instance for w in self.workers for r in (*w.running, *w.waiting)})
+            self.__dict__["_instance_of"] = got
+        return got
 
 
 @dataclass(frozen=True)

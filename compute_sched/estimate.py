@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from types import MappingProxyType
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -60,8 +61,13 @@ class ClassTable:
     def contexts(self) -> np.ndarray:
         return np.array([c.mean_context_tokens for c in self.classes])
 
-    def class_of(self) -> dict[str, int]:
-        return {rid: j for j, c in enumerate(self.classes) for rid in c.request_ids}
+    def class_of(self) -> Mapping[str, int]:
+        """Map each request id to its class (read-only; built once per table, which the planner asks ~50x)."""
+        got = self.__dict__.get("_class_of")
+        if got is None:
+            got = MappingProxyType({rid: j for j, c in enumerate(self.classes) for rid in c.request_ids})
+            self.__dict__["_class_of"] = got
+        return got
 
 
 def build_classes(pending: Sequence[RequestState], workload: StepWorkload | None, *, bin_tokens: int = BIN_TOKENS,

@@ -40,6 +40,7 @@ threshold search of O(P J T) plus, for J <= ``mip_max_classes``, one MIP with 2T
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -146,11 +147,12 @@ def _materialize(layout: Layout, type_counts: dict[InstanceConfig, np.ndarray], 
     by_type: dict[InstanceConfig, list[int]] = {}
     for k, inst in enumerate(layout.instances):
         by_type.setdefault(inst.config, []).append(k)
-    work = _expected_remaining(table)
-    load = np.zeros(len(layout.instances))
+    work_a = _expected_remaining(table)
+    order = np.argsort(-work_a).tolist()
+    work = work_a.tolist()  # Python scalars below: numpy scalar reads and writes cost 5x in this per-request loop
+    load = [0.0] * len(layout.instances)
     placement: dict[str, int] = {}
-    quotas = {cfg: np.rint(c).astype(int) for cfg, c in type_counts.items()}
-    order = np.argsort(-work)
+    quotas = {cfg: np.rint(c).astype(int).tolist() for cfg, c in type_counts.items()}
     leftovers: list[tuple[int, str]] = []
     for j in order:
         for rid in table.classes[j].request_ids:
@@ -182,22 +184,35 @@ def _rebalanced(layout: Layout, table: ClassTable, snap: ClusterSnapshot, slack:
 
     Each request goes to the instance with the least expected work per GPU, unless its current
     instance would end within ``slack`` of that (a move costs a recompute or a transfer; a waiting
-    request moves for free, so ties keep running requests and move waiting ones). O(R log R + R K).
+    request moves for free, so ties keep running requests and move waiting ones). O(R log R + R G log K)
+    for G distinct GPU counts among the K instances.
     """
     cls, where = table.class_of(), snap.instance_of()
-    work = _expected_remaining(table)
+    work = _expected_remaining(table).tolist()
     running = {r.request_id for w in snap.workers for r in w.running}
-    gpus = np.array([i.config.gpus for i in layout.instances], dtype=float)
-    load = np.zeros(len(layout.instances))
+    gpus = [float(i.config.gpus) for i in layout.instances]
+    load = [0.0] * len(layout.instances)
+    # the least (load + w) / gpus: per GPU count, the least-loaded instance (lowest index on ties) is
+    # the heap's top; entries go stale as loads grow and are dropped when they surface
+    heaps: dict[float, list[tuple[float, int]]] = {}
+    for k, g in enumerate(gpus):
+        heaps.setdefault(g, []).append((0.0, k))
     out: dict[str, int] = {}
     for rid in sorted(cls, key=lambda r: (-work[cls[r]], r not in running, r)):
         w = work[cls[rid]]
-        best = int(np.argmin((load + w) / gpus))
+        best, best_v = -1, math.inf
+        for g, h in heaps.items():
+            while h[0][0] != load[h[0][1]]:
+                heapq.heappop(h)
+            v = (h[0][0] + w) / g
+            if v < best_v or (v == best_v and h[0][1] < best):
+                best, best_v = h[0][1], v
         cur = where.get(rid, best)
         keep = (load[cur] + w) / gpus[cur] <= (1.0 + slack) * (load[best] + w) / gpus[best]
         k = cur if keep else best
         out[rid] = k
         load[k] += w
+        heapq.heappush(heaps[gpus[k]], (load[k], k))
     return out
 
 
@@ -205,16 +220,19 @@ def evaluate_layout(layout: Layout, placement: dict[str, int], table: ClassTable
                     perf: PerfModel, costs: CostModel, tail_mass: float) -> tuple[float, float, list[float]]:
     """Return (objective of Eq. 1, largest reconfiguration cost, per-instance totals) of a concrete plan."""
     cls = table.class_of()
-    ctx = {r.request_id: r.context_tokens for w in snap.workers for r in w.running}  # only these hold KV
+    ctx = snap.running_context()  # only running requests hold KV
     where = snap.instance_of()
     old_cfg = {g: i.config for i in snap.layout.instances for g in i.gpu_ids}
     same = _same_instances(layout, snap.layout)
-    counts = np.zeros((len(layout.instances), len(table.classes)))
+    n_inst, n_cls = len(layout.instances), len(table.classes)
+    ks = np.fromiter(placement.values(), np.int64, len(placement))
+    js = np.fromiter(map(cls.__getitem__, placement), np.int64, len(placement))
+    counts = np.bincount(ks * n_cls + js, minlength=n_inst * n_cls).reshape(n_inst, n_cls).astype(np.float64)
     movers: list[list[int]] = [[] for _ in layout.instances]
     for rid, k in placement.items():
-        counts[k, cls[rid]] += 1
-        if same.get(k) != where.get(rid) and rid in ctx:
-            movers[k].append(ctx[rid])
+        c = ctx.get(rid)
+        if c is not None and same.get(k) != where.get(rid):
+            movers[k].append(c)
     run_s = np.zeros(len(layout.instances))
     by_cfg: dict[InstanceConfig, list[int]] = {}
     for k, inst in enumerate(layout.instances):
@@ -485,19 +503,19 @@ def plan_layout(snap: ClusterSnapshot, perf: PerfModel, costs: CostModel, worklo
         if best_plan is None or obj < best_plan[0]:
             best_plan = (obj, cost, layout, placement, totals)
     # The current layout with its requests re-homed (Alg. 1 may change the assignment alone).
-    moved = _rebalanced(snap.layout, table, snap) if cfg.reassign else where
+    moved = _rebalanced(snap.layout, table, snap) if cfg.reassign else dict(where)
     if moved != where:
         obj, cost, totals = evaluate_layout(snap.layout, moved, table, snap, perf, costs, cfg.tail_mass)
         obj -= credit(snap.layout)
         if best_plan is None or obj < best_plan[0]:
             best_plan = (obj, cost, snap.layout, moved, totals)
     if best_plan is None:  # every candidate would move back towards smaller instances: keep the layout
-        best_plan = (current_s, 0.0, snap.layout, where, cur_totals)
+        best_plan = (current_s, 0.0, snap.layout, dict(where), cur_totals)
     obj, cost, layout, placement, totals = best_plan
     changed = layout != snap.layout or any(where.get(r) != k for r, k in placement.items())
     reconfigure = changed and obj + cfg.margin_s < current_s
     if not reconfigure:
-        layout, placement, obj, cost, totals = snap.layout, where, current_s, 0.0, cur_totals
+        layout, placement, obj, cost, totals = snap.layout, dict(where), current_s, 0.0, cur_totals
     kinds = {i.config for i in layout.instances}
     cont = conts.get(next(iter(kinds))) if len(kinds) == 1 else None
     note = (f"{cont.tail.name} after ~{cont.switch_tokens:.0f} tokens"
