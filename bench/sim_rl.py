@@ -93,7 +93,6 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
     samples, Weight Sync (the asynchronous loop runs the same three calls per iteration).
     """
     from orchestrl.sim.config import load_run_config, validate
-    from orchestrl.sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
     from orchestrl.sim.loop import long_lived_frozen
     from orchestrl.sim.run import build
 
@@ -106,9 +105,16 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
         sim = build(cfg)
     build_wall, build_cpu = time.perf_counter() - wall, time.process_time() - cpu
     build_parts = dict(acc)
+    with long_lived_frozen() as settle:  # the garbage-collector policy of the loop (sim.loop.run_iterations)
+        _iterations(sim, warm_iterations, build_parts, build_wall, build_cpu, load, settle, rows, gpus)
+    return rows
+
+
+def _iterations(sim, warm_iterations, build_parts, build_wall, build_cpu, load, settle, rows, gpus) -> None:
+    """The cold and warm iterations of :func:`iteration_rows`, each part after ``settle()`` as the loop does."""
+    from orchestrl.sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
+
     now = 0.0
-    frozen = long_lived_frozen()  # the garbage-collector policy of the loop (sim.loop.run_iterations)
-    settle = frozen.__enter__()
     for k in range(1 + warm_iterations):
         acc = Counter(build_parts) if k == 0 else Counter()
         wall, cpu = time.perf_counter(), time.process_time()
@@ -131,8 +137,6 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
         rows.append({"gpus": gpus, "run": "cold" if k == 0 else "warm", "requests": len(trace.requests),
                      "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load1": load, "parts_cpu_s": parts,
                      "simulated_s": {"gen": g.time_s, "train": t.time_s, "weight-sync": s.time_s}})
-    frozen.__exit__(None, None, None)
-    return rows
 
 
 def _print_rows(rows: list[dict]) -> None:

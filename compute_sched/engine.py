@@ -96,19 +96,19 @@ class ClusterSnapshot:
 
     def running_context(self) -> Mapping[str, int]:
         """Map each running request id (the ones holding KV) to its context tokens (read-only; built once)."""
-        got = self.__dict__.get("_running_context")
+        got = self.__dict__.get("_running_context")  # a plain dict (snapshots stay picklable), handed out read-only
         if got is None:
-            got = MappingProxyType({r.request_id: r.context_tokens for w in self.workers for r in w.running})
+            got = {r.request_id: r.context_tokens for w in self.workers for r in w.running}
             self.__dict__["_running_context"] = got
-        return got
+        return MappingProxyType(got)
 
     def instance_of(self) -> Mapping[str, int]:
         """Map each pending request id to the instance holding it (read-only; built once per snapshot)."""
         got = self.__dict__.get("_instance_of")  # a frozen snapshot's answer never changes: the planner asks 4x
         if got is None:
-            got = MappingProxyType({r.request_id: w.instance for w in self.workers for r in (*w.running, *w.waiting)})
+            got = {r.request_id: w.instance for w in self.workers for r in (*w.running, *w.waiting)}
             self.__dict__["_instance_of"] = got
-        return got
+        return MappingProxyType(got)
 
 
 @dataclass(frozen=True)

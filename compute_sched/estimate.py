@@ -63,11 +63,11 @@ class ClassTable:
 
     def class_of(self) -> Mapping[str, int]:
         """Map each request id to its class (read-only; built once per table, which the planner asks ~50x)."""
-        got = self.__dict__.get("_class_of")
+        got = self.__dict__.get("_class_of")  # a plain dict (tables stay picklable), handed out read-only
         if got is None:
-            got = MappingProxyType({rid: j for j, c in enumerate(self.classes) for rid in c.request_ids})
+            got = {rid: j for j, c in enumerate(self.classes) for rid in c.request_ids}
             self.__dict__["_class_of"] = got
-        return got
+        return MappingProxyType(got)
 
 
 def build_classes(pending: Sequence[RequestState], workload: StepWorkload | None, *, bin_tokens: int = BIN_TOKENS,

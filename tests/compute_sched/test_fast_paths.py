@@ -148,3 +148,20 @@ def test_sim_engine_reports_the_loads_its_snapshot_implies():
         tight.advance(2.0)
         assert tight.worker_loads() == _loads(tight.snapshot())
     assert tight.preemptions > 0
+
+
+def test_snapshot_maps_are_read_only_and_the_snapshot_stays_picklable():
+    import pickle
+
+    from orchestrl.compute_sched.estimate import build_classes
+
+    snap = _snap(seed=1)
+    where = snap.instance_of()
+    rid = next(iter(where))
+    with pytest.raises(TypeError):
+        where[rid] = 99  # the planner shares one map per snapshot: nobody may change it
+    assert snap.instance_of()[rid] == where[rid] and dict(snap.running_context())
+    assert pickle.loads(pickle.dumps(snap)).instance_of() == where
+    table = build_classes(snap.pending, None)
+    assert table.class_of()[rid] >= 0
+    assert pickle.loads(pickle.dumps(table)).class_of() == table.class_of()

@@ -137,3 +137,47 @@ def test_the_split_maximises_samples_per_period_when_the_step_grows_with_generat
     runs = {n: _run(_cfg("ft", train_gpus=n, workload=scaled)).throughput.samples_per_s for n in (16, 32, 48)}
     assert runs[best] == max(runs.values())
     assert best == max(rows, key=lambda r: r["samples_per_s"])["train_gpus"]
+
+
+def test_the_loops_gc_policy_frees_frozen_cycles_periodically_and_unfreezes_on_any_exit():
+    import gc
+    import weakref
+
+    from orchestrl.sim import loop
+
+    class Node:
+        pass
+
+    was_frozen = gc.get_freeze_count()  # another test in this worker may have started a proxy (it freezes)
+    gc.unfreeze()
+    try:
+        _check_gc_policy(loop, Node, gc, weakref)
+    finally:
+        if was_frozen:
+            gc.freeze()
+
+
+def _check_gc_policy(loop, Node, gc, weakref) -> None:
+    with loop.long_lived_frozen() as settle:
+        a = Node()
+        a.self = a  # a garbage cycle once ``a`` is dropped: only the cyclic collector frees it
+        gone = weakref.ref(a)
+        gc.collect()  # make it old, as the run's long-lived objects are
+        settle()
+        assert gc.get_freeze_count() > 0
+        with loop.long_lived_frozen() as inner:  # a nested run keeps the outer policy: its settle does nothing
+            frozen = gc.get_freeze_count()
+            inner()
+            assert gc.get_freeze_count() == frozen
+        del a
+        for _ in range(loop._FULL_EVERY - 2):
+            settle()
+        assert gone() is not None  # frozen: young collections do not reach it
+        settle()  # the periodic full collection
+        assert gone() is None
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError):
+        with loop.long_lived_frozen() as settle:
+            settle()
+            raise RuntimeError("a stage failed")
+    assert gc.get_freeze_count() == 0  # nothing stays frozen after a failed run
