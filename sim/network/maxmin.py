@@ -99,11 +99,7 @@ class MaxMinProblem:
     def dense(self) -> np.ndarray | None:
         """The full (F, L) incidence as a dense array where it has at most ``_DENSE_MAX`` entries, else None."""
         if self._dense is None and self.n_flows * self.n_bundles <= _DENSE_MAX:
-            a = self.own.toarray()
-            has = self.cls >= 0
-            if has.any():
-                a[has] += self.prof.toarray()[self.cls[has]]
-            self._dense = a
+            self._dense = incidence_matrix(self).toarray()
         return self._dense
 
     def growth(self, active: np.ndarray) -> np.ndarray:
