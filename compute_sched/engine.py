@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from orchestrl.compute_sched.layout import InstanceConfig, Layout
 from orchestrl.compute_sched.workload import RequestState
@@ -96,19 +96,25 @@ class ClusterSnapshot:
 
     def running_context(self) -> Mapping[str, int]:
         """Map each running request id (the ones holding KV) to its context tokens (read-only; built once)."""
-        got = self.__dict__.get("_running_context")  # a plain dict (snapshots stay picklable), handed out read-only
-        if got is None:
-            got = {r.request_id: r.context_tokens for w in self.workers for r in w.running}
-            self.__dict__["_running_context"] = got
-        return MappingProxyType(got)
+        return memo_map(self, "_running_context",
+                        lambda: {r.request_id: r.context_tokens for w in self.workers for r in w.running})
 
     def instance_of(self) -> Mapping[str, int]:
         """Map each pending request id to the instance holding it (read-only; built once per snapshot)."""
-        got = self.__dict__.get("_instance_of")  # a frozen snapshot's answer never changes: the planner asks 4x
-        if got is None:
-            got = {r.request_id: w.instance for w in self.workers for r in (*w.running, *w.waiting)}
-            self.__dict__["_instance_of"] = got
-        return MappingProxyType(got)
+        return memo_map(self, "_instance_of",
+                        lambda: {r.request_id: w.instance for w in self.workers for r in (*w.running, *w.waiting)})
+
+
+def memo_map(owner: object, name: str, build: Callable[[], dict]) -> Mapping:
+    """``build()`` once per frozen ``owner`` (kept in its ``__dict__`` under ``name``), handed out read-only.
+
+    A frozen snapshot's or class table's maps never change, and the planner asks for them several
+    times per plan; the plain dict is what is kept, so the owner stays picklable.
+    """
+    got = owner.__dict__.get(name)
+    if got is None:
+        got = owner.__dict__[name] = build()
+    return MappingProxyType(got)
 
 
 @dataclass(frozen=True)

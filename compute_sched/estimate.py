@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from types import MappingProxyType
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from orchestrl.compute_sched.engine import memo_map
 from orchestrl.compute_sched.layout import InstanceConfig
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.workload import BIN_TOKENS, RequestState, StepWorkload
@@ -63,11 +63,7 @@ class ClassTable:
 
     def class_of(self) -> Mapping[str, int]:
         """Map each request id to its class (read-only; built once per table, which the planner asks ~50x)."""
-        got = self.__dict__.get("_class_of")  # a plain dict (tables stay picklable), handed out read-only
-        if got is None:
-            got = {rid: j for j, c in enumerate(self.classes) for rid in c.request_ids}
-            self.__dict__["_class_of"] = got
-        return MappingProxyType(got)
+        return memo_map(self, "_class_of", lambda: {rid: j for j, c in enumerate(self.classes) for rid in c.request_ids})
 
 
 def build_classes(pending: Sequence[RequestState], workload: StepWorkload | None, *, bin_tokens: int = BIN_TOKENS,
