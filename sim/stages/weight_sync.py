@@ -255,11 +255,11 @@ class WeightSyncStage:
             reconf = int(decision.action == "commit")
         else:
             timeline = [(0.0, self._static_state(sched))]
-        mode = self.replay_mode()
         # the pipeline replay reads only the state the broadcast starts on (every circuit up): keying it by
         # the states before it too missed the cache whenever the generation stage left other circuits
-        reads = timeline[-1:] if mode == "pipeline" and self.method != "flat" else timeline
-        key = (mode, hold, tuple((t, st.signature) for t, st in reads))
+        kind = self._replay_kind()
+        reads = timeline[-1:] if kind == "pipeline" else timeline
+        key = (kind, hold, tuple((t, st.signature) for t, st in reads))
         cached = key in self._timings
         if not cached:
             self._timings[key] = self._replay(sched, timeline, hold)
@@ -321,16 +321,16 @@ class WeightSyncStage:
             self._edge_arrays = (sched, arrays)
         return self._edge_arrays[1]
 
+    def _replay_kind(self) -> str:
+        """The replay :meth:`_replay` runs: ``flat`` (the flat method), else the replay mode (edges or pipeline)."""
+        return "flat" if self.method == "flat" else self.replay_mode()
+
     def _replay(self, sched: Schedule, timeline: list[tuple[float, NetState]], hold: float) -> _Timing:
-        mode = self.replay_mode()
+        kind = self._replay_kind()
         started = time.perf_counter()
-        if self.method == "flat":
-            timing = self._replay_flat(sched, timeline, hold)
-        elif mode == "edges":
-            timing = self._replay_edges(sched, timeline, hold)
-        else:
-            timing = self._replay_pipeline(sched, timeline, hold)
-        timing.detail.update(replay=mode, edges=len(sched.edges), waves=len(sched.waves),
+        replay = {"flat": self._replay_flat, "edges": self._replay_edges}.get(kind, self._replay_pipeline)
+        timing = replay(sched, timeline, hold)
+        timing.detail.update(replay=self.replay_mode(), edges=len(sched.edges), waves=len(sched.waves),
                              replay_s=time.perf_counter() - started)
         return timing
 
