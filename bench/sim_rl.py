@@ -93,6 +93,7 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
     samples, Weight Sync (the asynchronous loop runs the same three calls per iteration).
     """
     from orchestrl.sim.config import load_run_config, validate
+    from orchestrl.sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
     from orchestrl.sim.loop import long_lived_frozen
     from orchestrl.sim.run import build
 
@@ -106,37 +107,30 @@ def iteration_rows(gpus: int, warm_iterations: int = 1) -> list[dict]:
     build_wall, build_cpu = time.perf_counter() - wall, time.process_time() - cpu
     build_parts = dict(acc)
     with long_lived_frozen() as settle:  # the garbage-collector policy of the loop (sim.loop.run_iterations)
-        _iterations(sim, warm_iterations, build_parts, build_wall, build_cpu, load, settle, rows, gpus)
+        now = 0.0
+        for k in range(1 + warm_iterations):
+            acc = Counter(build_parts) if k == 0 else Counter()
+            wall, cpu = time.perf_counter(), time.process_time()
+            load = _load() if k else load
+            with attributing(acc):  # the parts in the loop's order, each after settle() as the loop calls it
+                settle()
+                trace = sim.trace(k)
+                settle()
+                g = _finite(sim.stages.gen.run(trace, now), k)
+                settle()
+                t = _finite(sim.stages.train.run(sim.stages.batch_of(trace, g), now + g.time_s), k)
+                settle()
+                s = _finite(sim.stages.sync.run(now + g.time_s + t.time_s), k)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if k == 0:
+                wall, cpu = wall + build_wall, cpu + build_cpu
+            now += g.time_s + t.time_s + s.time_s
+            parts = {p: round(v, 3) for p, v in sorted(acc.items())}
+            parts["other"] = round(cpu - sum(acc.values()), 3)
+            rows.append({"gpus": gpus, "run": "cold" if k == 0 else "warm", "requests": len(trace.requests),
+                         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load1": load, "parts_cpu_s": parts,
+                         "simulated_s": {"gen": g.time_s, "train": t.time_s, "weight-sync": s.time_s}})
     return rows
-
-
-def _iterations(sim, warm_iterations, build_parts, build_wall, build_cpu, load, settle, rows, gpus) -> None:
-    """The cold and warm iterations of :func:`iteration_rows`, each part after ``settle()`` as the loop does."""
-    from orchestrl.sim.loop import _finite  # the loop's own check: a stage that never finishes is named, not timed
-
-    now = 0.0
-    for k in range(1 + warm_iterations):
-        acc = Counter(build_parts) if k == 0 else Counter()
-        wall, cpu = time.perf_counter(), time.process_time()
-        load = _load() if k else load
-        with attributing(acc):  # the parts in the loop's order, each after settle() as the loop calls it
-            settle()
-            trace = sim.trace(k)
-            settle()
-            g = _finite(sim.stages.gen.run(trace, now), k)
-            settle()
-            t = _finite(sim.stages.train.run(sim.stages.batch_of(trace, g), now + g.time_s), k)
-            settle()
-            s = _finite(sim.stages.sync.run(now + g.time_s + t.time_s), k)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        if k == 0:
-            wall, cpu = wall + build_wall, cpu + build_cpu
-        now += g.time_s + t.time_s + s.time_s
-        parts = {p: round(v, 3) for p, v in sorted(acc.items())}
-        parts["other"] = round(cpu - sum(acc.values()), 3)
-        rows.append({"gpus": gpus, "run": "cold" if k == 0 else "warm", "requests": len(trace.requests),
-                     "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load1": load, "parts_cpu_s": parts,
-                     "simulated_s": {"gen": g.time_s, "train": t.time_s, "weight-sync": s.time_s}})
 
 
 def _print_rows(rows: list[dict]) -> None:

@@ -261,42 +261,37 @@ def run_iterations(stages: Stages, trace_of: Callable[[int], Trace], iterations:
         return gens[k]
 
     with long_lived_frozen() as settle:
-        return _iterate(stages, iterations, mode, gen, starting, traces, gens, on_iteration)
-
-
-def _iterate(stages, iterations, mode, gen, starting, traces, gens, on_iteration) -> list[Iteration]:
-    """The schedule of :func:`run_iterations` (the module note), given its step helpers."""
-    out: list[Iteration] = []
-    sync_end: dict[int, float] = {-1: 0.0, -2: 0.0}
-    gen(0, 0.0)
-    for k in range(iterations):
-        g_start, g_res, g_wall = gens[k]
-        g_end = g_start + g_res.time_s
-        t_start = max(g_end, sync_end[k - 1])
-        starting(k, "train")
-        t0 = time.perf_counter()
-        t_res = _finite(stages.train.run(stages.batch_of(traces[k], g_res), t_start), k)
-        wall = g_wall + time.perf_counter() - t0
-        t_end = t_start + t_res.time_s
-        if mode == "sync":
-            s_start = t_end
-        elif k + 1 < iterations:  # Gen(k+1) runs on weights v(k-1) while Train(k) trains
-            n_start, n_res, _ = gen(k + 1, max(g_end, sync_end[k - 1]))
-            s_start = max(t_end, n_start + n_res.time_s)
-        else:
-            s_start = max(t_end, g_end)
-        starting(k, "weight-sync")
-        t0 = time.perf_counter()
-        s_res = _finite(stages.sync.run(s_start), k)
-        wall += time.perf_counter() - t0
-        sync_end[k] = s_start + s_res.time_s
-        if mode == "sync" and k + 1 < iterations:
-            gen(k + 1, sync_end[k])
-        it = Iteration(k, g_res, t_res, s_res, g_start, t_start, s_start, trace_work(traces[k]), wall)
-        out.append(it)
-        if on_iteration is not None:
-            on_iteration(it)
-    return out
+        out: list[Iteration] = []
+        sync_end: dict[int, float] = {-1: 0.0, -2: 0.0}
+        gen(0, 0.0)
+        for k in range(iterations):
+            g_start, g_res, g_wall = gens[k]
+            g_end = g_start + g_res.time_s
+            t_start = max(g_end, sync_end[k - 1])
+            starting(k, "train")
+            t0 = time.perf_counter()
+            t_res = _finite(stages.train.run(stages.batch_of(traces[k], g_res), t_start), k)
+            wall = g_wall + time.perf_counter() - t0
+            t_end = t_start + t_res.time_s
+            if mode == "sync":
+                s_start = t_end
+            elif k + 1 < iterations:  # Gen(k+1) runs on weights v(k-1) while Train(k) trains
+                n_start, n_res, _ = gen(k + 1, max(g_end, sync_end[k - 1]))
+                s_start = max(t_end, n_start + n_res.time_s)
+            else:
+                s_start = max(t_end, g_end)
+            starting(k, "weight-sync")
+            t0 = time.perf_counter()
+            s_res = _finite(stages.sync.run(s_start), k)
+            wall += time.perf_counter() - t0
+            sync_end[k] = s_start + s_res.time_s
+            if mode == "sync" and k + 1 < iterations:
+                gen(k + 1, sync_end[k])
+            it = Iteration(k, g_res, t_res, s_res, g_start, t_start, s_start, trace_work(traces[k]), wall)
+            out.append(it)
+            if on_iteration is not None:
+                on_iteration(it)
+        return out
 
 
 def throughput(iterations: list[Iteration] | tuple[Iteration, ...]) -> tuple[Throughput, Throughput]:
