@@ -36,6 +36,14 @@ no public call ends a running request length-capped, so a running request cannot
 configured. A layout change keeps engines whose configuration and GPUs do not change and re-homes
 the requests of the others the same way.
 
+Weight updates with requests in flight (RollArt's ``suspend -> model_update -> resume``):
+:meth:`VllmEngine.pause_generation` calls ``sleep(level=0, mode="keep")`` on every engine (vLLM's
+``PauseMode``: level 0 pauses only the scheduler, nothing is offloaded or cleared; ``keep`` leaves
+running and waiting requests in their queues with their KV), and
+:meth:`VllmEngine.resume_generation` calls ``wake_up(tags=["scheduling"])`` (``vllm/v1/engine/core.py``:
+``pause_scheduler``, ``sleep``, ``wake_up``). :attr:`VllmEngine.kv_reuse` says whether the engines'
+``sleep`` takes ``mode``; older ones can only abort, and callers recompute.
+
 Building engines is the caller's: ``engine_factory(config, gpu_ids)`` returns a ``LLMEngine`` (or
 an object with the same methods, e.g. a Ray actor handle wrapper) for that configuration, e.g.
 ``LLMEngine.from_engine_args(EngineArgs(model=..., tensor_parallel_size=config.tp,
@@ -45,6 +53,7 @@ are called one at a time (they may set process-wide state such as ``CUDA_VISIBLE
 
 from __future__ import annotations
 
+import inspect
 import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -204,6 +213,7 @@ class VllmEngine:
         self._finished = 0
         self.step_log: list | None = None  # set to a list to record forward steps (JigsawRL's tracker reads them)
         self._seen: dict[int, set] = {}  # per instance: requests whose prompt was counted as prefill
+        self.paused = False  # pause_generation froze every engine's requests (with their KV) until resume
 
     def _start(self, config: InstanceConfig, gpu_ids: tuple[int, ...]) -> _Worker:
         w = _Worker(f"{config.name} on GPUs {list(gpu_ids)}", self._factory, config, gpu_ids)
@@ -246,6 +256,36 @@ class VllmEngine:
         """Recompute only; names the KV connector the engines were built with, if any (module note)."""
         found = sorted({c for c in map(_kv_connector, self._engines) if c})
         return EngineCapabilities(kv_transfer=False, kv_connector=", ".join(found) or None)
+
+    @property
+    def kv_reuse(self) -> bool:
+        """Whether a weight update can freeze requests in place with their KV (:meth:`pause_generation`).
+
+        True when every engine's ``sleep`` takes vLLM's pause ``mode`` (``"abort" | "wait" | "keep"``);
+        older engines only abort, and the runtime then recomputes the turns in flight.
+        """
+        return bool(self._workers) and all(_can_keep(e) for e in self._engines)
+
+    def pause_generation(self) -> None:
+        """Freeze every engine's requests where they are, KV kept, for an in-place weight update.
+
+        ``sleep(level=0, mode="keep")``: level 0 only pauses the scheduler (weights and KV stay on the
+        GPU, nothing is cleared), ``keep`` leaves running and waiting requests in their queues. Nothing
+        is stepped until :meth:`resume_generation` (a paused engine core produces no output, so a
+        ``step()`` would block). Raises :class:`~fabric.errors.ConfigError` on engines without ``mode``.
+        """
+        if not self.kv_reuse:
+            raise ConfigError("VllmEngine", "rollout.resume",
+                              "these vLLM engines cannot keep requests across a weight update (their sleep() "
+                              "takes no pause mode)", "recompute, or kv_reuse on a vLLM whose LLMEngine.sleep "
+                              "takes mode='keep'")
+        self._on_each("pause", {k: _pause_keep for k in range(len(self._workers))})
+        self.paused = True
+
+    def resume_generation(self) -> None:
+        """Let every engine schedule again: the frozen requests continue under the weights loaded meanwhile."""
+        self._on_each("resume", {k: _resume_scheduling for k in range(len(self._workers))})
+        self.paused = False
 
     def now_s(self) -> float:
         return time.monotonic() - self._t0
@@ -373,6 +413,10 @@ class VllmEngine:
         """
         start = time.monotonic()
         deadline = start + max(0.0, seconds)
+        if self.paused:  # frozen for a weight update: time passes, nothing is stepped
+            time.sleep(max(0.0, seconds))
+            self._rate = [0.0] * len(self._workers)
+            return []
         busy = sorted({t.instance for t in self._reqs.values()})
         futures = {k: self._workers[k].submit(_step_until, self._workers[k].engine, deadline, self._t0, self.step_log, k,
                                               self._seen.setdefault(k, set())) for k in busy}
@@ -488,6 +532,22 @@ class VllmEngine:
         rep = MigrationReport(tuple(t.req.request_id for t in moved), (), time.monotonic() - t1,
                               {"recompute": len(moved)} if moved else {})
         return SwitchReport(switch_s, rep, len(kept_from))
+
+
+def _can_keep(engine: Any) -> bool:
+    """Does ``engine.sleep`` take vLLM's pause ``mode`` (``vllm/v1/engine/core.py``: ``pause_scheduler``)?"""
+    try:
+        return "mode" in inspect.signature(engine.sleep).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def _pause_keep(engine: Any) -> None:
+    engine.sleep(level=0, mode="keep")
+
+
+def _resume_scheduling(engine: Any) -> None:
+    engine.wake_up(tags=["scheduling"])
 
 
 def _kv_connector(engine: Any) -> str | None:

@@ -101,6 +101,12 @@ class LLMProxy:
             if not w.kv_reuse:
                 w.abort(rid)
 
+    async def quiesced(self) -> None:
+        """Wait until every paused worker's engine is frozen (a real engine's pause is a call to it)."""
+        for w in self._paused:
+            if w.alive:
+                await w.frozen.wait()
+
     def resume(self, version: int) -> None:
         self.version = version
         for w in self._paused:

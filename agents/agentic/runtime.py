@@ -17,9 +17,10 @@ machine and in simulated time under RLSim (:mod:`sim.agentic.clock` swaps the lo
 * :meth:`RolloutRuntime.train` is the asynchronous workflow: ``get_batch`` -> ``suspend`` ->
   ``model_update`` (the weight store's fetch) -> new version: trajectories started more than
   ``bound`` versions ago are aborted (``stale``) -> ``resume`` (unfinished turns resubmit with their
-  context: recompute) -> ``train_step``. Producers keep enough groups in flight to fill the next batch.
+  context: recompute; on engines that keep KV they were frozen in place and continue) -> ``train_step``. Producers keep enough groups in flight to fill the next batch.
 * :meth:`RolloutRuntime.batched_group` is veRL's batch-level interaction for comparison: a barrier
-  per turn (every environment resets, then each turn all generate, then all step).
+  per turn (every environment resets, then each turn all generate, then all step), through the same
+  :class:`EnvManager` phases (``begin`` / ``ask`` / ``act``) as a trajectory-level run.
 
 The simulated engine needs each reply's length: a :class:`Policy` stand-in draws it (and a legal
 action text) per task; on GPUs the vLLM engine produces both. docs/agentic.md says which is which.
@@ -103,9 +104,11 @@ class EnvManager:
         # as on vLLM; without one (the simulated engine) the stand-in policy supplies length and action.
         self.tokenizer = tokenizer
         self.env = FaultyEnv(make_env(task.env_id), task.latency, random.Random(seed * 7919 + 1))
+        self.context = 0  # tokens of the conversation so far (what the engine prefills)
+        self.convo = ""  # its text (what a tokenizer encodes)
 
-    async def run(self, traj: Trajectory) -> Trajectory:
-        """Run ``traj`` to its end; raise :class:`EnvFault` (named) or ``GenerationFailed``."""
+    async def begin(self) -> None:
+        """``reset`` the environment (with its timeout); raise :class:`EnvFault` (named) if it fails."""
         t = self.task
         try:
             obs, _ = await asyncio.wait_for(self.env.reset(seed=self.seed), t.reset_timeout_s)
@@ -113,29 +116,44 @@ class EnvManager:
             raise EnvFault(f"{t.env_id}: reset timed out after {t.reset_timeout_s} s") from None
         if obs is None:
             raise EnvFault(f"{t.env_id}: reset returned a malformed observation")
-        context = t.prompt_tokens + _tokens(obs)
-        convo = str(obs)
-        for _ in range(t.max_turns):
-            n, text = self.policy.act(t, self.env)
-            ids: tuple[int, ...] = ()
-            if self.tokenizer is not None:
-                ids = tuple(self.tokenizer.encode(convo))
-                context = len(ids)
-            comp = await self.proxy.generate(traj.trajectory_id, t.tag, context, n, text, prompt_token_ids=ids)
-            if self.tokenizer is not None:
-                text = comp.text  # the engine's reply is the action
-            traj.turns.append((context, comp.output_tokens))
-            traj.versions.add(self.proxy.version)
-            try:
-                obs, r, term, trunc, _ = await asyncio.wait_for(self.env.step(text), t.step_timeout_s)
-            except asyncio.TimeoutError:
-                raise EnvFault(f"{t.env_id}: step timed out after {t.step_timeout_s} s") from None
-            if obs is None:
-                raise EnvFault(f"{t.env_id}: step returned a malformed observation")
-            traj.env_reward += float(r)
-            context += comp.output_tokens + _tokens(obs)
-            convo += f"{text}\n{obs}"
-            if term or trunc:
+        self.context = t.prompt_tokens + _tokens(obs)
+        self.convo = str(obs)
+
+    async def ask(self, traj: Trajectory) -> tuple[Any, str]:
+        """One LLM turn through the proxy; returns the completion and the action text the environment gets."""
+        t = self.task
+        n, text = self.policy.act(t, self.env)
+        ids: tuple[int, ...] = ()
+        if self.tokenizer is not None:
+            ids = tuple(self.tokenizer.encode(self.convo))
+            self.context = len(ids)
+        comp = await self.proxy.generate(traj.trajectory_id, t.tag, self.context, n, text, prompt_token_ids=ids)
+        if self.tokenizer is not None:
+            text = comp.text  # the engine's reply is the action
+        traj.turns.append((self.context, comp.output_tokens))
+        traj.versions.add(self.proxy.version)
+        return comp, text
+
+    async def act(self, traj: Trajectory, comp: Any, text: str) -> bool:
+        """``step`` the environment with ``text`` (with its timeout); True when the episode ended."""
+        t = self.task
+        try:
+            obs, r, term, trunc, _ = await asyncio.wait_for(self.env.step(text), t.step_timeout_s)
+        except asyncio.TimeoutError:
+            raise EnvFault(f"{t.env_id}: step timed out after {t.step_timeout_s} s") from None
+        if obs is None:
+            raise EnvFault(f"{t.env_id}: step returned a malformed observation")
+        traj.env_reward += float(r)
+        self.context += comp.output_tokens + _tokens(obs)
+        self.convo += f"{text}\n{obs}"
+        return bool(term or trunc)
+
+    async def run(self, traj: Trajectory) -> Trajectory:
+        """Run ``traj`` to its end; raise :class:`EnvFault` (named) or ``GenerationFailed``."""
+        await self.begin()
+        for _ in range(self.task.max_turns):
+            comp, text = await self.ask(traj)
+            if await self.act(traj, comp, text):
                 break
         return traj
 
@@ -175,13 +193,8 @@ class RolloutRuntime:
         loop = asyncio.get_running_loop()
         try:
             await EnvManager(task, self.proxy, self.policy, self.rng.randrange(1 << 30), self.tokenizer).run(traj)
-        except EnvFault as exc:
-            kind = "timeout" if "timed out" in str(exc) else "malformed" if "malformed" in str(exc) else "raise"
-            self.metrics.env_failures[kind] += 1
-            self._end(traj, "aborted", "env_failure")
-            raise
-        except GenerationFailed:
-            self._end(traj, "aborted", "generation_failed")
+        except (EnvFault, GenerationFailed) as exc:
+            self._failed(traj, exc)
             raise
         except asyncio.CancelledError:
             if traj.status == "running":
@@ -202,6 +215,18 @@ class RolloutRuntime:
         traj.reward_latency_s = loop.time() - t0
         self.metrics.reward_latency_s.append(traj.reward_latency_s)
         return traj
+
+    def _failed(self, traj: Trajectory, exc: BaseException) -> None:
+        """End ``traj`` for an environment (counted by kind) or generation failure; anything else re-raises."""
+        if isinstance(exc, EnvFault):
+            msg = str(exc)
+            kind = "timeout" if "timed out" in msg else "malformed" if "malformed" in msg else "raise"
+            self.metrics.env_failures[kind] += 1
+            self._end(traj, "aborted", "env_failure")
+        elif isinstance(exc, GenerationFailed):
+            self._end(traj, "aborted", "generation_failed")
+        else:
+            raise exc
 
     def _end(self, traj: Trajectory, status: str, reason: str) -> None:
         self.bound.finish(traj.trajectory_id)
@@ -264,42 +289,54 @@ class RolloutRuntime:
         return done
 
     async def batched_group(self, group_id: str, task: TaskSpec) -> list[Trajectory]:
-        """veRL's batch-level interaction: a barrier after every reset, generation and step of the group."""
+        """veRL's batch-level interaction: a barrier after every reset, generation and step of the group.
+
+        The same :class:`EnvManager` phases as a trajectory-level run (timeouts, failure kinds, the
+        tokenizer path on vLLM), only gathered: each phase waits for every live environment. Rewards are
+        requested together once the group is done (what veRL's batch reward does).
+        """
         loop = asyncio.get_running_loop()
-        mgrs = [EnvManager(task, self.proxy, self.policy, self.rng.randrange(1 << 30)) for _ in range(self.group_size)]
+        mgrs = [EnvManager(task, self.proxy, self.policy, self.rng.randrange(1 << 30), self.tokenizer)
+                for _ in range(self.group_size)]
         trajs = [self._new(group_id, task) for _ in mgrs]
-        obs = await asyncio.gather(*(m.env.reset(seed=m.seed) for m in mgrs), return_exceptions=True)
-        ctx = [task.prompt_tokens + _tokens(o[0]) if not isinstance(o, BaseException) else 0 for o in obs]
-        live = [i for i, o in enumerate(obs) if not isinstance(o, BaseException) and o[0] is not None]
-        for i in set(range(len(mgrs))) - set(live):
-            self.metrics.env_failures["raise"] += 1
-            self._end(trajs[i], "aborted", "env_failure")
+
+        async def barrier(live: list[int], phase: Callable[[int], Any]) -> list[tuple[int, Any]]:
+            results = await asyncio.gather(*(phase(i) for i in live), return_exceptions=True)
+            ok = []
+            for i, r in zip(live, results):
+                if isinstance(r, BaseException):
+                    self._failed(trajs[i], r)  # an environment or generation failure ends that trajectory
+                else:
+                    ok.append((i, r))
+            return ok
+
+        live = [i for i, _ in await barrier(list(range(len(mgrs))), lambda i: mgrs[i].begin())]
         for _ in range(task.max_turns):
             if not live:
                 break
-            acts = {i: self.policy.act(task, mgrs[i].env) for i in live}
-            comps = await asyncio.gather(*(self.proxy.generate(trajs[i].trajectory_id, task.tag, ctx[i], *acts[i])
-                                           for i in live))
-            steps = await asyncio.gather(*(mgrs[i].env.step(acts[i][1]) for i in live), return_exceptions=True)
-            nxt = []
-            for i, comp, st in zip(live, comps, steps):
-                trajs[i].turns.append((ctx[i], comp.output_tokens))
-                if isinstance(st, BaseException) or st[0] is None:
-                    self.metrics.env_failures["raise"] += 1
-                    self._end(trajs[i], "aborted", "env_failure")
-                    continue
-                trajs[i].env_reward += float(st[1])
-                ctx[i] += comp.output_tokens + _tokens(st[0])
-                if not (st[2] or st[3]):
-                    nxt.append(i)
-            live = nxt
+            replies = dict(await barrier(live, lambda i: mgrs[i].ask(trajs[i])))
+            ended = await barrier(list(replies), lambda i: mgrs[i].act(trajs[i], *replies[i]))
+            live = [i for i, done in ended if not done]
+        done = [t for t in trajs if t.status == "running"]
+        for t in done:
+            t.finished_s = loop.time()
+            t.status = "finished"
+        t0 = loop.time()
+        rewards = await asyncio.gather(*(self.reward_client.reward({"trajectory_id": t.trajectory_id,
+                                                                     "env_reward": t.env_reward, "turns": t.turns})
+                                         for t in done), return_exceptions=True)
         out = []
-        for t in trajs:
-            if t.status == "running":
-                t.finished_s = loop.time()
-                t.reward = await self.reward_client.reward({"env_reward": t.env_reward, "turns": t.turns})
-                self._end(t, "buffered", "")
-                out.append(t)
+        for t, r in zip(done, rewards):
+            if isinstance(r, RewardFailed):
+                self._end(t, "aborted", "reward_failed")
+                continue
+            if isinstance(r, BaseException):
+                raise r
+            t.reward = r
+            t.reward_latency_s = loop.time() - t0
+            self.metrics.reward_latency_s.append(t.reward_latency_s)
+            self._end(t, "buffered", "")
+            out.append(t)
         return out
 
     async def train(self, iterations: int, batch_groups: int, train_step_s: float | Callable[[list], float],
@@ -335,6 +372,7 @@ class RolloutRuntime:
                     self.metrics.staleness[self.buffer.version - t.version_started] += 1
                 self.metrics.trained += len(batch)
                 self.proxy.suspend()
+                await self.proxy.quiesced()  # engines that keep KV are frozen before new weights land
                 if self.weights is not None:
                     await self.weights.update(self.buffer.version + 1)
                 version = self.buffer.version + 1

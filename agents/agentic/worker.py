@@ -69,9 +69,15 @@ class GenerationWorker:
         self.name, self.pool, self.engine, self.gpu = name, pool, engine, gpu
         self.max_batch = max_batch
         # Whether a weight update may pause this engine with its requests' KV kept (resume continues them)
-        # instead of aborting them (resume recomputes their context). The engine declares it; the vLLM
-        # adapter does not (recompute only), the simulated engine does when built with kv_reuse=True.
+        # instead of aborting them (resume recomputes their context). The engine declares it: the vLLM
+        # adapter does where vLLM's sleep() takes the pause mode "keep" (VllmEngine.kv_reuse), the
+        # simulated engine does when built with kv_reuse=True.
         self.kv_reuse = bool(getattr(engine, "kv_reuse", False)) if kv_reuse is None else kv_reuse
+        # A real engine keeps stepping on its own (vLLM's engine core has its own loop), so a pause is a call
+        # to it (pause_generation / resume_generation); ``frozen`` is set once that call has returned.
+        self._engine_pause = getattr(engine, "pause_generation", None) if self.kv_reuse else None
+        self._engine_paused = False
+        self.frozen = asyncio.Event()
         self.tokenizer = tokenizer  # decodes a real engine's output token ids into the completion's text
         self._paused = False
         self.kept_on_update = 0  # requests that survived a weight update with their KV (not recomputed)
@@ -110,8 +116,14 @@ class GenerationWorker:
             self._wake.set()
 
     def pause(self) -> list[str]:
-        """Stop stepping the engine, keeping its requests and their KV (a weight update); returns those kept."""
+        """Stop stepping the engine, keeping its requests and their KV (a weight update); returns those kept.
+
+        The engine is frozen when :attr:`frozen` is set (at once for the simulated engine; after the
+        engine's own ``pause_generation`` call for a real one): await it before loading new weights.
+        """
         self._paused = True
+        if self._engine_pause is None:
+            self.frozen.set()
         self.kept_on_update += len(self._pending)
         self._wake.set()
         return list(self._pending)
@@ -119,11 +131,13 @@ class GenerationWorker:
     def unpause(self) -> None:
         """Step the engine again: the kept requests continue where they stopped, under the new weights."""
         self._paused = False
+        self.frozen.clear()
         self._wake.set()
 
     def kill(self, reason: str = "killed") -> None:
         """The engine dies: every request in flight fails with :class:`WorkerDied` (the proxy re-routes)."""
         self.alive = False
+        self.frozen.set()  # nothing waits on a dead engine's pause
         for p in self._pending.values():
             if not p.future.done():
                 p.future.set_exception(WorkerDied(f"worker {self.name} died: {reason}"))
@@ -137,6 +151,7 @@ class GenerationWorker:
 
     async def stop(self) -> None:
         self.alive = False
+        self.frozen.set()
         self._wake.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
@@ -170,10 +185,26 @@ class GenerationWorker:
         while self.alive:
             self._take_commands()
             if self._paused:  # a weight update: the engine's clock stands still, its requests keep their KV
+                if self._engine_pause is not None and not self._engine_paused:
+                    try:
+                        await loop.run_in_executor(None, self._engine_pause)
+                    except Exception as exc:  # an engine that cannot pause is a dead worker: its requests re-route
+                        self.kill(f"pause_generation failed: {exc}")
+                        return
+                    self._engine_paused = True
+                    self.frozen.set()
                 self._wake.clear()
                 await self._wake.wait()
                 clock = loop.time()
                 continue
+            if self._engine_paused:  # resumed: the frozen requests continue under the new weights
+                try:
+                    await loop.run_in_executor(None, eng.resume_generation)
+                except Exception as exc:
+                    self.kill(f"resume_generation failed: {exc}")
+                    return
+                self._engine_paused = False
+                clock = loop.time()
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()

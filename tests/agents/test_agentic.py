@@ -324,3 +324,99 @@ def test_the_vllm_adapter_path_sends_token_ids_and_the_environment_acts_on_the_e
     if len(surface.prompts) > 1:  # the next turn's prompt carries the engine's reply and the new observation
         assert "<action>DOWN</action>" in tok.decode(surface.prompts[1])
     assert mgr.env.env.format_errors == 0  # every step parsed the engine's reply as an action
+
+
+class _PausableReplyingEngine(_ReplyingLLMEngine):
+    """The replying surface with vLLM's pause mode (``sleep(level=0, mode="keep")`` / ``wake_up(["scheduling"])``);
+    a step while frozen fails (on vLLM it would block: the paused engine core sends no output)."""
+
+    def __init__(self, step_s):
+        super().__init__()
+        self.step_s, self.frozen, self.calls = step_s, False, []
+
+    def step(self):
+        assert not self.frozen, "step() on a paused vLLM engine blocks"
+        time.sleep(self.step_s)
+        return super().step()
+
+    def sleep(self, level=1, mode="abort"):
+        self.calls.append(("sleep", level, mode))
+        self.frozen = level == 0 and mode == "keep"
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags or ())))
+        self.frozen = False
+
+
+@pytest.mark.parametrize("pausable", [True, False])
+def test_a_turn_in_flight_on_vllm_across_a_weight_update_keeps_its_kv_where_the_engine_can_pause(pausable):
+    """On the vLLM adapter: an engine whose sleep() takes mode='keep' is frozen before the update (the proxy
+    waits for it) and the turn continues in place; an older engine's turn is aborted and resubmitted."""
+    from orchestrl.agents.agentic.worker import GenerationWorker
+    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+    from orchestrl.compute_sched.vllm_engine import VllmEngine
+
+    surface = _PausableReplyingEngine(0.01) if pausable else _ReplyingLLMEngine()
+    if not pausable:
+        surface.step = lambda base=surface.step: (time.sleep(0.01), base())[1]
+    tok = _ByteTokenizer()
+
+    async def go():
+        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
+                         kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
+        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok)
+        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        proxy.start()
+        turn = asyncio.get_running_loop().create_task(
+            proxy.generate("traj-0", "x", 3, 400, prompt_token_ids=tuple(tok.encode("hi!"))))
+        await asyncio.sleep(0.08)  # mid-reply: a few of its 22 tokens are out
+        proxy.suspend()
+        await asyncio.wait_for(proxy.quiesced(), 10)
+        frozen_at = list(getattr(surface, "calls", []))
+        await asyncio.sleep(0.05)  # the weight update
+        proxy.resume(1)
+        done = await asyncio.wait_for(turn, 30)
+        await proxy.stop()
+        eng.close()
+        return done, frozen_at, (proxy.kv_resumed, proxy.interrupted, w.aborted, w.kv_reuse)
+
+    done, frozen_at, counts = asyncio.run(go())
+    assert done.text == "<action>DOWN</action>"
+    if pausable:
+        assert frozen_at == [("sleep", 0, "keep")]  # frozen before the update, not after
+        assert counts == (1, 0, 0, True) and len(surface.prompts) == 1
+        assert surface.calls[-1] == ("wake_up", ("scheduling",))
+    else:
+        assert counts == (0, 1, 1, False) and len(surface.prompts) == 2  # aborted, then the context again
+
+
+def test_the_batch_level_baseline_takes_the_same_tokenizer_path_as_trajectory_level_runs():
+    """veRL's barrier-per-turn loop on vLLM: token ids in, the engine's decoded reply is the action."""
+    from orchestrl.agents.agentic.worker import GenerationWorker
+    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+    from orchestrl.compute_sched.vllm_engine import VllmEngine
+
+    surface = _ReplyingLLMEngine()
+    tok = _ByteTokenizer()
+    task = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=3, reply_median_tokens=400)
+
+    async def go():
+        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
+                         kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
+        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok)
+        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        rt = RolloutRuntime(proxy, LocalRewardClient(), [task], group_size=3, tokenizer=tok)
+        proxy.start()
+        out = await asyncio.wait_for(rt.batched_group("g", task), 60)
+        await proxy.stop()
+        eng.close()
+        return rt, out
+
+    rt, out = asyncio.run(go())
+    rt.ledger.check()
+    assert len(out) == 3 and sum(len(t.turns) for t in out) == len(surface.prompts)
+    prompts = [tok.decode(p) for p in surface.prompts]
+    assert all("actions:" in p for p in prompts)  # the environment's own text, as token ids
+    later = prompts[3:]  # after the first barrier every prompt carries the engine's earlier reply
+    assert all("<action>DOWN</action>" in p for p in later)
+    assert all(t.reward is not None and t.turns for t in out)

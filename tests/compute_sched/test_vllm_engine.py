@@ -304,3 +304,76 @@ def test_adapter_reports_recompute_only_even_with_a_kv_connector():
 
 
 TP8 = InstanceConfig("tp", tp=8)
+
+
+class _PausableSurface(_LLMEngineSurface):
+    """LLMEngine's surface with vLLM's pause mode: ``sleep(level=0, mode="keep")`` freezes the scheduler
+    (requests and their KV stay), ``wake_up(tags=["scheduling"])`` lets it run again. A paused engine
+    core produces no output, so a ``step()`` on it would block forever: here it fails the test."""
+
+    def __init__(self, step_s=0.001):
+        super().__init__(step_s)
+        self.paused, self.calls, self.added = False, [], 0
+
+    def add_request(self, request_id, prompt, params):
+        self.added += 1
+        super().add_request(request_id, prompt, params)
+
+    def step(self):
+        assert not self.paused, "step() on a paused vLLM engine blocks"
+        return super().step()
+
+    def sleep(self, level=1, mode="abort"):
+        self.calls.append(("sleep", level, mode))
+        self.paused = level == 0 and mode == "keep"
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tuple(tags or ())))
+        if tags and "scheduling" in tags:
+            self.paused = False
+
+
+def test_kv_reuse_across_a_weight_update_is_declared_only_where_vllms_sleep_takes_the_pause_mode():
+    from orchestrl.fabric.errors import ConfigError
+    layout = homogeneous(InstanceConfig("tp", tp=1), 2)
+    old, _ = _adapter(layout)  # sleep(level) only: vLLM without the pause modes
+    with old:
+        assert old.kv_reuse is False
+        with pytest.raises(ConfigError, match="rollout.resume.*allowed: recompute"):
+            old.pause_generation()
+    with VllmEngine(layout, lambda c, g: _PausableSurface(), kv_capacity_tokens=lambda c: 10_000,
+                    sampling_params=lambda n: n) as eng:
+        assert eng.kv_reuse is True
+
+
+def test_a_paused_engine_keeps_its_requests_in_place_and_continues_them_after_resume():
+    """RollArt's suspend -> model_update -> resume on vLLM: nothing aborted or resubmitted, no step while frozen."""
+    surfaces = []
+
+    def factory(cfg, gpus):
+        surfaces.append(_PausableSurface(step_s=0.002))
+        return surfaces[-1]
+
+    layout = homogeneous(InstanceConfig("tp", tp=1), 2)
+    with VllmEngine(layout, factory, kv_capacity_tokens=lambda c: 10_000, sampling_params=lambda n: n) as eng:
+        eng.add_requests([GenerationRequest("a", 3, 40, prompt_token_ids=(1, 2, 3))], 0)
+        eng.add_requests([GenerationRequest("b", 3, 40, prompt_token_ids=(4, 5, 6))], 1)
+        eng.advance(0.02)
+        def progress():
+            return {r.request_id: r.generated_tokens for w in eng.snapshot().workers for r in w.running + w.waiting}
+
+        got = progress()
+        assert len(got) == 2 and all(0 < n < 40 for n in got.values())
+        eng.pause_generation()
+        assert eng.paused and [s.calls for s in surfaces] == [[("sleep", 0, "keep")]] * 2
+        assert eng.advance(0.02) == []  # frozen: time passes, no step, no token
+        assert progress() == got
+        eng.resume_generation()
+        assert [s.calls[-1] for s in surfaces] == [("wake_up", ("scheduling",))] * 2
+        done = []
+        for _ in range(200):
+            done += eng.advance(0.02)
+            if len(done) == 2:
+                break
+        assert sorted((f.request_id, f.output_tokens) for f in done) == [("a", 40), ("b", 40)]
+        assert [s.added for s in surfaces] == [1, 1]  # continued in place: never resubmitted
