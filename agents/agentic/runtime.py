@@ -315,7 +315,7 @@ class RolloutRuntime:
             if not live:
                 break
             replies = dict(await barrier(live, lambda i: mgrs[i].ask(trajs[i])))
-            ended = await barrier(list(replies), lambda i: mgrs[i].act(trajs[i], *replies[i]))
+            ended = await barrier(list(replies), lambda i, r=replies: mgrs[i].act(trajs[i], *r[i]))
             live = [i for i, done in ended if not done]
         done = [t for t in trajs if t.status == "running"]
         for t in done:

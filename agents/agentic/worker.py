@@ -21,9 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from orchestrl.compute_sched.engine import GenerationRequest
