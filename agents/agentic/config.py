@@ -4,7 +4,8 @@ A run file names the model, the generation pools (GPU type, workers, TP, batch l
 ``hw_mapping`` from task tags to pools in priority order, the tasks (a Gymnasium id each, any
 registered toy-text id works through the text wrapper, with injected latency and failures), the
 rollout knobs (group size, redundancy, asynchronous bound, batch, iterations), the reward (in-process
-or a service URL) and the weight update. ``examples/agentic/frozenlake-math.yaml`` is a complete one.
+or a service URL), the weight update and, optionally, the control proxy that each cross-cluster copy is
+announced to as a ``weight-sync`` intent (``fabric``). ``examples/agentic/frozenlake-math.yaml`` is a complete one.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from orchestrl.compute_sched.agentic.routing import HwMapping
 from orchestrl.compute_sched.hardware import bundled_gpus, bundled_models
 from orchestrl.fabric.config import Reader, load_document
 from orchestrl.fabric.errors import ConfigError
+from orchestrl.fabric.intent import parse_gpu_set
 
 __all__ = ["PoolSpec", "RunConfig", "load_run"]
 
@@ -55,6 +57,7 @@ class RunConfig:
     weights: dict = field(default_factory=dict)
     seed: int = 0
     resume: str = "recompute"  # after a weight update: recompute the context, or kv_reuse (the engine keeps KV)
+    fabric: dict | None = None  # announce each cross-cluster copy to the control proxy (proxy_url, token_env, ...)
 
 
 def _latency(r: Reader) -> LatencySpec:
@@ -72,7 +75,7 @@ def load_run(path: str | os.PathLike[str]) -> RunConfig:
     """Read and validate a run file (see the module note)."""
     r = load_document(path)
     src = r.source
-    r.reject_unknown(("model", "pools", "hw_mapping", "tasks", "rollout", "reward", "weights", "seed"))
+    r.reject_unknown(("model", "pools", "hw_mapping", "tasks", "rollout", "reward", "weights", "fabric", "seed"))
     models = bundled_models()
     model = r.str("model")
     if model not in models:
@@ -146,6 +149,18 @@ def load_run(path: str | os.PathLike[str]) -> RunConfig:
     if weights["move_bytes"] and weights["model_bytes"] > 2 * 2**30:
         raise wt.error("model_bytes", f"{weights['model_bytes']:.3g} bytes would be moved for real every version",
                        "at most 2 GiB with move_bytes: true (or move_bytes: false to time the copy)")
+    fabric = None
+    if r.raw("fabric", None) is not None:
+        fb = r.section("fabric", {})
+        fb.reject_unknown(("proxy_url", "token_env", "job", "train_gpus", "gen_gpus"))
+        purl = fb.raw("proxy_url", None)
+        if not isinstance(purl, str) or not purl.startswith(("http://", "https://")):
+            raise fb.error("proxy_url", f"{purl!r} is not an http(s) URL",
+                           "the control proxy's address, e.g. http://127.0.0.1:8080 (or leave out the fabric section)")
+        fabric = {"proxy_url": purl, "token_env": fb.str("token_env", "ORCHESTRL_JOB_TOKEN"),
+                  "job": fb.str("job", "agentic"), "train_gpus": fb.str("train_gpus"), "gen_gpus": fb.str("gen_gpus")}
+        for key in ("train_gpus", "gen_gpus"):  # the intent's GPU sets, checked as the proxy will read them
+            parse_gpu_set(fabric[key], src, f"fabric.{key}")
     return RunConfig(src, model, tuple(pools), HwMapping(tags, default), tuple(tasks),
                      ro.int("group_size", 4, minimum=1, maximum=1024), ro.float("redundancy", 0.0, minimum=0, maximum=4),
                      ro.int("bound", 1, minimum=0, maximum=100), ro.int("batch_groups", 4, minimum=1),
@@ -153,4 +168,4 @@ def load_run(path: str | os.PathLike[str]) -> RunConfig:
                      ro.int("max_replacements", 8, minimum=0), fn, url, rw.float("timeout_s", 5.0, minimum=0,
                                                                                     exclusive_minimum=True),
                      rw.int("retries", 2, minimum=0, maximum=10), weights, r.int("seed", 0),
-                     ro.str("resume", "recompute", choices=("recompute", "kv_reuse")))
+                     ro.str("resume", "recompute", choices=("recompute", "kv_reuse")), fabric)

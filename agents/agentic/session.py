@@ -8,7 +8,8 @@ rollout runtime's asynchronous loop.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+import os
+from typing import Any, Callable
 
 from orchestrl.agents.agentic.config import RunConfig
 from orchestrl.agents.agentic.proxy import LLMProxy
@@ -16,6 +17,7 @@ from orchestrl.agents.agentic.reward import HttpRewardClient, LocalRewardClient
 from orchestrl.agents.agentic.runtime import RolloutRuntime
 from orchestrl.agents.agentic.weights import LinkSpec, WeightUpdater
 from orchestrl.agents.agentic.worker import sim_worker
+from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["build", "run_config"]
 
@@ -36,13 +38,30 @@ def build(cfg: RunConfig, progress: Callable[[str], None] | None = None) -> tupl
         mover = (MooncakeRelay(n) if w.get("backend") == "mooncake" else
                  CollectivesRelay(n, generators=w.get("generators", 2), cross_bps=w.get("cross_cluster_bps", 200e9),
                                   intra_bps=w.get("intra_cluster_bps", 400e9)))
+    fabric = _fabric_agent(cfg)
+    fab = {"agent": fabric, "job": cfg.fabric["job"], "train_gpus": cfg.fabric["train_gpus"],
+           "gen_gpus": cfg.fabric["gen_gpus"]} if fabric is not None else {}
     weights = WeightUpdater(LinkSpec(w.get("model_bytes", 16.4e9), w.get("cross_cluster_bps", 200e9),
                                      w.get("intra_cluster_bps", 400e9)),
-                            asynchronous=w.get("asynchronous", True), backend=w.get("backend", "relay"), mover=mover)
+                            asynchronous=w.get("asynchronous", True), backend=w.get("backend", "relay"), mover=mover,
+                            **fab)
     rt = RolloutRuntime(proxy, reward, list(cfg.tasks), group_size=cfg.group_size, redundancy=cfg.redundancy,
                         bound=cfg.bound, seed=cfg.seed, max_replacements=cfg.max_replacements, weights=weights,
                         progress=progress)
     return rt, proxy
+
+
+def _fabric_agent(cfg: RunConfig) -> Any:
+    """The host agent that announces each cross-cluster copy to the control proxy, if the run file names one."""
+    if cfg.fabric is None:
+        return None
+    name = cfg.fabric["token_env"]
+    token = os.environ.get(name)
+    if not token:
+        raise ConfigError(cfg.source, "fabric.token_env", f"environment variable {name} is not set",
+                          f"export {name}=<the token POST /v1/jobs returned for job {cfg.fabric['job']!r}>")
+    from orchestrl.agents.host_agent import HostAgent
+    return HostAgent(cfg.fabric["proxy_url"], token, job=cfg.fabric["job"])
 
 
 async def run_config(cfg: RunConfig, progress: Callable[[str], None] | None = None) -> dict:
@@ -57,8 +76,17 @@ async def run_config(cfg: RunConfig, progress: Callable[[str], None] | None = No
         rt.weights.close()
         await proxy.stop()
         await rt.reward_client.close()
+        agent = rt.weights.agent
+        if agent is not None:  # send what is queued, then stop its thread (off the loop: it may wait on the network)
+            await asyncio.to_thread(agent.flush, 5.0)
+            await asyncio.to_thread(agent.close)
     out["wall_s"] = loop.time() - t0
     out["weights_waited_s"] = list(rt.weights.waited_s)
+    if agent is not None:
+        st = agent.stats()
+        out["fabric"] = {"intents_announced": rt.weights.intents, "intents_answered": st.sent_intents,
+                         "decisions": [d.get("decision") for d in agent.decisions], "errors": st.errors,
+                         "last_error": st.last_error}
     if rt.weights.mover is not None:
         out["weights_bytes_moved"] = rt.weights.mover.bytes_moved
     return out

@@ -17,16 +17,19 @@ behind the same two calls:
   CPU wheel ``mooncake-transfer-engine-non-cuda``, TCP); :func:`mooncake_available` says why not
   where it does not import.
 
-Each copy is announced to the fabric controller as a ``weight-sync`` intent (the document format of
-``examples/intents/weight-sync.yaml``) through an optional announcer (a
-:class:`~agents.host_agent.HostAgent`'s ``announce``), like any other weight sync.
+With a host agent (:class:`~agents.host_agent.HostAgent`, ``agent=``) each copy reaches the fabric
+controller like any other job's weight sync: the ``weight-sync`` intent (the document format of
+``examples/intents/weight-sync.yaml``) when the version is published, then, as the copy starts, the
+``weight-sync-begin`` marker with the copy's setup time as the window hint (the proxy reconfigures a
+weight-sync plan only right before its broadcast) and the copy itself as a ``weight-sync``
+collective (start and end events), from which the proxy learns the period's timing.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from orchestrl.agents.agentic.transfer import mooncake_available
 
@@ -52,7 +55,7 @@ class WeightUpdater:
     """Publish versions from the trainer; bring them to the generation workers at suspend points."""
 
     def __init__(self, link: LinkSpec, *, asynchronous: bool = True, backend: str = "relay",
-                 announce: Callable[[Mapping], None] | None = None, job: str = "agentic",
+                 agent: Any = None, job: str = "agentic",
                  train_gpus: str = "0-7", gen_gpus: str = "8-15", mover: Any = None) -> None:
         if mover is not None:
             backend = mover.backend
@@ -63,7 +66,8 @@ class WeightUpdater:
             if not ok:
                 raise RuntimeError(f"weights backend 'mooncake' does not import here ({why}); use 'relay'")
         self.link, self.asynchronous, self.backend = link, asynchronous, backend
-        self.announce, self.job, self.train_gpus, self.gen_gpus = announce, job, train_gpus, gen_gpus
+        # a HostAgent (announce / marker / collective_start / collective_end); its owner closes it
+        self.agent, self.job, self.train_gpus, self.gen_gpus = agent, job, train_gpus, gen_gpus
         self.mover = mover  # moves real bytes (agents.agentic.transfer); None: the copy is timed
         self._copies: dict[int, asyncio.Task] = {}
         self.waited_s: list[float] = []  # time each update blocked the rollout
@@ -79,11 +83,24 @@ class WeightUpdater:
         """The trainer has ``version``: start its copy to the relay now (asynchronous mode)."""
         if version in self._copies:
             return
-        if self.announce is not None:
-            self.announce(weight_sync_intent(self.job, self.train_gpus, self.gen_gpus, self.link.model_bytes))
+        if self.agent is not None:
+            self.agent.announce(weight_sync_intent(self.job, self.train_gpus, self.gen_gpus, self.link.model_bytes))
             self.intents += 1
-        copy = asyncio.to_thread(self.mover.push, version) if self.mover is not None else asyncio.sleep(self.cross_s())
-        self._copies[version] = asyncio.get_running_loop().create_task(copy)
+        self._copies[version] = asyncio.get_running_loop().create_task(self._copy(version))
+
+    async def _copy(self, version: int) -> None:
+        agent = self.agent
+        if agent is not None:  # the broadcast starts: the window the proxy may reconfigure in, then the collective
+            agent.marker("weight-sync-begin", window_hint_s=self.link.setup_s)
+            agent.collective_start("weight-sync", "weight-sync", "weight-sync")
+        try:
+            if self.mover is not None:
+                await asyncio.to_thread(self.mover.push, version)
+            else:
+                await asyncio.sleep(self.cross_s())
+        finally:
+            if agent is not None:
+                agent.collective_end("weight-sync", "weight-sync", "weight-sync")
 
     def close(self) -> None:
         """Cancel copies still in flight (a run that ends with a version nobody will fetch)."""
