@@ -293,7 +293,8 @@ class Scheduler:
         if not acts:  # nothing ready: wait for the first head to become ready
             wait = min(st.head(c).ready_s for c in range(len(st.chains)) if st.head(c) is not None)
             nst = WorkerState(st.chains, wait, st.idx, st.rem, st.held, st.finish)
-            return self._best(nst, depth)
+            # the cost of waiting, but no action: what is best *then* must not run *now* (before its ready time)
+            return self._best(nst, depth)[0], None
         children = [(self.apply(st, a)[0], a) for a in acts]
         if depth > 1 and self.beam and len(children) > self.beam:  # expand only the most promising
             children.sort(key=lambda ca: self.bound(ca[0]))

@@ -140,7 +140,8 @@ class GroupResult:
 class _Group:
     """The event loop of one group (see the module note); state kept per worker and per pipeline."""
 
-    def __init__(self, runs: Sequence[PipelineSteps], policy: str, grid: str, scale: float, window: int) -> None:
+    def __init__(self, runs: Sequence[PipelineSteps], policy: str, grid: str, scale: float, window: int,
+                 start_s: Sequence[float] | None = None) -> None:
         if policy not in POLICIES:
             raise ConfigError("jigsaw run", "policy", f"{policy!r}", ", ".join(POLICIES))
         self.runs, self.policy = list(runs), policy
@@ -164,7 +165,7 @@ class _Group:
                     start = len(self.chains[w][p])
                     floor = mem_floor_pct("decode_large", r.spec, gpu, self.d, 64, 64 * 2048)
                     roll = rollout_chain(r.spec.name, w, tr.segments, floor, min_s=0.05)
-                    gate = 0.0 if k == 0 else _FAR
+                    gate = (float(start_s[p]) if start_s else 0.0) if k == 0 else _FAR
                     for i, s in enumerate(roll):
                         kind = s.kind
                         self.chains[w][p].append(Task(kind, s.work_s, s.mem_min_pct, f"{p}:{k}",
@@ -453,6 +454,9 @@ class _Group:
                     self.states[w] = WorkerState(st.chains, t_next, st.idx, st.rem, st.held, st.finish)
                     continue
                 self._audit(st, a)
+                if any(a.run[c] and st.head(c) is not None and st.head(c).ready_s > now + 1e-9
+                       for c in range(len(st.chains))):
+                    raise RuntimeError(f"worker {w}: an action runs a sub-stage before its barrier opens")  # a bug
                 nst, step = self.sch.apply(st, a, until=t_next)
                 self.result.actions += 1
                 self.states[w] = nst
@@ -468,9 +472,15 @@ class _Group:
 
 
 def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
-              window: int = 3) -> GroupResult:
-    """Run the pipelines of ``runs`` (same DP workers) under ``policy`` to the end of their steps."""
+              window: int = 3, start_s: Sequence[float] | None = None) -> GroupResult:
+    """Run the pipelines of ``runs`` (same DP workers) under ``policy`` to the end of their steps.
+
+    ``start_s`` delays each pipeline's first rollout (a phase shift between the pipelines, so one's
+    rollout can meet the other's training; docs/jigsaw.md gives what it measured). Default: all at 0.
+    """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
                           "the same replica count and GPU")
-    return _Group(runs, policy, grid, scale, window).run()
+    if start_s is not None and (len(start_s) != len(runs) or any(not (x >= 0) for x in start_s)):
+        raise ConfigError("jigsaw run", "start_s", f"{list(start_s)!r}", "one start time >= 0 per pipeline")
+    return _Group(runs, policy, grid, scale, window, start_s).run()

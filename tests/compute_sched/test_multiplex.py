@@ -188,3 +188,21 @@ def test_per_step_sm_budget_graphs_refuse_cleanly_without_a_gpu_and_pick_the_bud
     g = SmBudgetGraphs.__new__(SmBudgetGraphs)
     g._graphs = {25.0: None, 50.0: None, 100.0: None}
     assert (g.budget_for(60), g.budget_for(100), g.budget_for(10)) == (50.0, 100.0, 25.0)
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_nothing_runs_before_its_ready_time_whatever_the_window(window):
+    """A barrier: both heads become ready later. The decision now is to wait (None), not what is best then;
+    a plan through such waits starts every task at or after its ready time."""
+    sch = Scheduler(model_for("H100"), window=window)
+    chains = [(Task("reference", 2.0, 20.0, None, 5.0), Task("train", 4.0, 40.0)),
+              (Task("decode_large", 3.0, 30.0, "r", 7.0), Task("decode_small", 1.0, 30.0, "r"))]
+    st = WorkerState.start(chains)
+    assert sch.decide(st) is None
+    plan = sch.plan(st)
+    firsts = {}
+    for step in plan.steps:
+        for c, kind in enumerate(step.kinds):
+            if kind is not None:
+                firsts.setdefault((c, kind), step.start_s)
+    assert firsts[(0, "reference")] >= 5.0 - 1e-9 and firsts[(1, "decode_large")] >= 7.0 - 1e-9

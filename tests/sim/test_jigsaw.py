@@ -69,3 +69,17 @@ def test_the_chain_bound_is_below_both_verl_configurations(big):
     for r in big:  # the critical sample alone is never slower than the replica rollout that carried it
         assert critical_sample_s(r, 0) <= max(t.end_s for t in r.traces[0]) + 1e-9
 
+
+
+def test_a_delayed_pipeline_starts_no_earlier_than_its_start_time_and_a_bad_start_is_refused(big):
+    delay = 1000.0
+    plain = runner.run_group(big, "jigsaw")
+    shifted = runner.run_group(big, "jigsaw", start_s=[0.0, delay])
+    b = big[1].spec.name
+    # its only step cannot end before the delay plus its step alone on the workers (nothing runs faster than alone)
+    assert shifted.step_end_s[b][0] >= delay + big[1].step_alone_s(0) - 1e-6
+    assert shifted.step_end_s[big[0].spec.name][0] <= plain.step_end_s[big[0].spec.name][0] + 1e-6  # A runs alone
+    assert shifted.memory_violations == 0
+    from orchestrl.fabric.errors import ConfigError
+    with pytest.raises(ConfigError, match="start_s"):
+        runner.run_group(big, "jigsaw", start_s=[0.0])
