@@ -41,8 +41,11 @@ Weight updates with requests in flight (RollArt's ``suspend -> model_update -> r
 ``PauseMode``: level 0 pauses only the scheduler, nothing is offloaded or cleared; ``keep`` leaves
 running and waiting requests in their queues with their KV), and
 :meth:`VllmEngine.resume_generation` calls ``wake_up(tags=["scheduling"])`` (``vllm/v1/engine/core.py``:
-``pause_scheduler``, ``sleep``, ``wake_up``). :attr:`VllmEngine.kv_reuse` says whether the engines'
-``sleep`` takes ``mode``; older ones can only abort, and callers recompute.
+``pause_scheduler``, ``sleep``, ``wake_up``). :attr:`VllmEngine.can_keep_kv` says whether the engines'
+``sleep`` takes ``mode``; older ones can only abort, and callers recompute. Level 0 clears no cache:
+the weight loader resets the prefix cache after loading (``collectives.vllm_backend`` calls
+``reset_prefix_cache()``, which frees only blocks no running request holds), so frozen requests keep
+their KV and later turns do not hit prefixes computed under the old weights.
 
 Building engines is the caller's: ``engine_factory(config, gpu_ids)`` returns a ``LLMEngine`` (or
 an object with the same methods, e.g. a Ray actor handle wrapper) for that configuration, e.g.
@@ -195,8 +198,10 @@ class VllmEngine:
 
     def __init__(self, layout: Layout, engine_factory: Callable[[InstanceConfig, tuple[int, ...]], Any], *,
                  kv_capacity_tokens: Callable[[InstanceConfig], int],
-                 sampling_params: Callable[[int], Any] = default_sampling_params) -> None:
+                 sampling_params: Callable[[int], Any] = default_sampling_params,
+                 can_keep_kv: bool | None = None) -> None:
         self.layout, self._factory, self._cap_of, self._params = layout, engine_factory, kv_capacity_tokens, sampling_params
+        self._can_keep_kv = can_keep_kv  # None: read it from each engine's sleep() signature (a wrapper: say so)
         self._all: list[_Worker] = []  # every worker ever started, so close() and GC stop them all
         self._finalizer = weakref.finalize(self, _stop_workers, self._all)
         self._workers: list[_Worker] = []
@@ -258,12 +263,16 @@ class VllmEngine:
         return EngineCapabilities(kv_transfer=False, kv_connector=", ".join(found) or None)
 
     @property
-    def kv_reuse(self) -> bool:
-        """Whether a weight update can freeze requests in place with their KV (:meth:`pause_generation`).
+    def can_keep_kv(self) -> bool:
+        """Whether a weight update *can* freeze requests in place with their KV (:meth:`pause_generation`).
 
-        True when every engine's ``sleep`` takes vLLM's pause ``mode`` (``"abort" | "wait" | "keep"``);
-        older engines only abort, and the runtime then recomputes the turns in flight.
+        True when every engine's ``sleep`` takes vLLM's pause ``mode`` (``"abort" | "wait" | "keep"``), or
+        when the constructor was told so (``can_keep_kv=True``, for a wrapper whose ``sleep(*args,
+        **kwargs)`` hides the signature); older engines only abort. A capability, not a choice: the
+        agentic runtime keeps KV only when the run asks for it (``rollout.resume: kv_reuse``).
         """
+        if self._can_keep_kv is not None:
+            return self._can_keep_kv
         return bool(self._workers) and all(_can_keep(e) for e in self._engines)
 
     def pause_generation(self) -> None:
@@ -274,7 +283,7 @@ class VllmEngine:
         is stepped until :meth:`resume_generation` (a paused engine core produces no output, so a
         ``step()`` would block). Raises :class:`~fabric.errors.ConfigError` on engines without ``mode``.
         """
-        if not self.kv_reuse:
+        if not self.can_keep_kv:
             raise ConfigError("VllmEngine", "rollout.resume",
                               "these vLLM engines cannot keep requests across a weight update (their sleep() "
                               "takes no pause mode)", "recompute, or kv_reuse on a vLLM whose LLMEngine.sleep "

@@ -103,9 +103,8 @@ class LLMProxy:
 
     async def quiesced(self) -> None:
         """Wait until every paused worker's engine is frozen (a real engine's pause is a call to it)."""
-        for w in self._paused:
-            if w.alive:
-                await w.frozen.wait()
+        for w in list(self._paused):
+            await w.wait_frozen()
 
     def resume(self, version: int) -> None:
         self.version = version

@@ -30,7 +30,7 @@ from orchestrl.compute_sched.hardware import load_gpu, load_model
 from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
 from orchestrl.compute_sched.sim_engine import SimEngine
 from orchestrl.compute_sched.agentic.steps import step_model
-from orchestrl.fabric.errors import OrchestrlError
+from orchestrl.fabric.errors import ConfigError, OrchestrlError
 
 __all__ = ["Completion", "WorkerDied", "GenerationWorker", "sim_worker"]
 
@@ -67,11 +67,14 @@ class GenerationWorker:
                  kv_reuse: bool | None = None, tokenizer: Any = None) -> None:
         self.name, self.pool, self.engine, self.gpu = name, pool, engine, gpu
         self.max_batch = max_batch
-        # Whether a weight update may pause this engine with its requests' KV kept (resume continues them)
-        # instead of aborting them (resume recomputes their context). The engine declares it: the vLLM
-        # adapter does where vLLM's sleep() takes the pause mode "keep" (VllmEngine.kv_reuse), the
-        # simulated engine does when built with kv_reuse=True.
+        # Whether a weight update pauses this engine with its requests' KV kept (resume continues them)
+        # instead of aborting them (resume recomputes their context). Opt-in (rollout.resume: kv_reuse),
+        # and only where the engine can: the vLLM adapter where vLLM's sleep() takes the pause mode "keep"
+        # (VllmEngine.can_keep_kv); the simulated engine when built with kv_reuse=True (its default here).
         self.kv_reuse = bool(getattr(engine, "kv_reuse", False)) if kv_reuse is None else kv_reuse
+        if self.kv_reuse and not getattr(engine, "can_keep_kv", True):
+            raise ConfigError(name, "rollout.resume", "this engine cannot keep requests across a weight update",
+                              "recompute, or kv_reuse on an engine that can (VllmEngine.can_keep_kv)")
         # A real engine keeps stepping on its own (vLLM's engine core has its own loop), so a pause is a call
         # to it (pause_generation / resume_generation); ``frozen`` is set once that call has returned.
         self._engine_pause = getattr(engine, "pause_generation", None) if self.kv_reuse else None
@@ -85,6 +88,7 @@ class GenerationWorker:
         self._pending: dict[str, _Pending] = {}
         self._task: asyncio.Task | None = None
         self.alive = True
+        self.failure = ""  # why the worker died (an engine that raised, or kill's reason), "" while alive
         self.busy_s = 0.0  # engine time with requests in flight (for idle time per pool)
         self.started_s = 0.0
         self.served = 0
@@ -127,6 +131,16 @@ class GenerationWorker:
         self._wake.set()
         return list(self._pending)
 
+    async def wait_frozen(self) -> None:
+        """Return once the engine is frozen for the update, or the worker has stopped or died (nothing to wait for)."""
+        if self.frozen.is_set() or not self.alive or self._task is None or self._task.done():
+            return
+        frozen = asyncio.ensure_future(self.frozen.wait())
+        try:
+            await asyncio.wait({frozen, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            frozen.cancel()
+
     def unpause(self) -> None:
         """Step the engine again: the kept requests continue where they stopped, under the new weights."""
         self._paused = False
@@ -135,6 +149,8 @@ class GenerationWorker:
 
     def kill(self, reason: str = "killed") -> None:
         """The engine dies: every request in flight fails with :class:`WorkerDied` (the proxy re-routes)."""
+        if self.alive:
+            self.failure = reason
         self.alive = False
         self.frozen.set()  # nothing waits on a dead engine's pause
         for p in self._pending.values():
@@ -178,6 +194,14 @@ class GenerationWorker:
             self.engine.add_requests(adds)
 
     async def _run(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the engine raised: a dead worker, its requests fail over (the proxy re-routes)
+            self.kill(f"{type(exc).__name__}: {exc}")
+
+    async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         eng = self.engine
         clock = loop.time()
@@ -185,25 +209,22 @@ class GenerationWorker:
             self._take_commands()
             if self._paused:  # a weight update: the engine's clock stands still, its requests keep their KV
                 if self._engine_pause is not None and not self._engine_paused:
-                    try:
-                        await loop.run_in_executor(None, self._engine_pause)
-                    except Exception as exc:  # an engine that cannot pause is a dead worker: its requests re-route
-                        self.kill(f"pause_generation failed: {exc}")
-                        return
+                    # a wake-up during the call (stop, kill, unpause) is not lost: back to the top to re-check
+                    await loop.run_in_executor(None, self._engine_pause)
                     self._engine_paused = True
-                    self.frozen.set()
+                    if self._paused:
+                        self.frozen.set()
+                    continue
                 self._wake.clear()
                 await self._wake.wait()
                 clock = loop.time()
                 continue
             if self._engine_paused:  # resumed: the frozen requests continue under the new weights
-                try:
-                    await loop.run_in_executor(None, eng.resume_generation)
-                except Exception as exc:
-                    self.kill(f"resume_generation failed: {exc}")
-                    return
+                await loop.run_in_executor(None, eng.resume_generation)
                 self._engine_paused = False
+                self.frozen.clear()
                 clock = loop.time()
+                continue
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()

@@ -364,12 +364,15 @@ def test_a_turn_in_flight_on_vllm_across_a_weight_update_keeps_its_kv_where_the_
     async def go():
         eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
                          kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
-        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok)
+        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok, kv_reuse=True if pausable else None)
         proxy = LLMProxy([w], HwMapping({}, ("h800",)))
         proxy.start()
         turn = asyncio.get_running_loop().create_task(
             proxy.generate("traj-0", "x", 3, 400, prompt_token_ids=tuple(tok.encode("hi!"))))
-        await asyncio.sleep(0.08)  # mid-reply: a few of its 22 tokens are out
+        for _ in range(1000):  # mid-reply: a few of its 22 tokens are out
+            if any(len(toks) >= 3 for _, toks in surface.live.values()):
+                break
+            await asyncio.sleep(0.005)
         proxy.suspend()
         await asyncio.wait_for(proxy.quiesced(), 10)
         frozen_at = list(getattr(surface, "calls", []))
@@ -420,3 +423,66 @@ def test_the_batch_level_baseline_takes_the_same_tokenizer_path_as_trajectory_le
     later = prompts[3:]  # after the first barrier every prompt carries the engine's earlier reply
     assert all("<action>DOWN</action>" in p for p in later)
     assert all(t.reward is not None and t.turns for t in out)
+
+
+def test_kv_reuse_is_opt_in_and_refused_on_an_engine_that_cannot_keep_kv():
+    from orchestrl.agents.agentic.worker import GenerationWorker
+    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+    from orchestrl.compute_sched.vllm_engine import VllmEngine
+
+    layout = homogeneous(InstanceConfig("tp", tp=1), 1)
+    able = VllmEngine(layout, lambda c, g: _PausableReplyingEngine(0.001), kv_capacity_tokens=lambda c: 1000,
+                      sampling_params=lambda n: n)
+    old = VllmEngine(layout, lambda c, g: _ReplyingLLMEngine(), kv_capacity_tokens=lambda c: 1000,
+                     sampling_params=lambda n: n)
+    try:
+        assert GenerationWorker("a", "p", able).kv_reuse is False  # capable, but recompute unless asked
+        assert GenerationWorker("a", "p", able, kv_reuse=True).kv_reuse is True
+        with pytest.raises(ConfigError, match="rollout.resume"):
+            GenerationWorker("b", "p", old, kv_reuse=True)
+    finally:
+        able.close()
+        old.close()
+
+
+class _SlowPause(_PausableReplyingEngine):
+    def __init__(self, fail=False):
+        super().__init__(0.001)
+        self.fail = fail
+
+    def sleep(self, level=1, mode="abort"):
+        time.sleep(0.3)  # the pause call is still running when the caller gives up
+        if self.fail:
+            raise RuntimeError("engine core gone")
+        super().sleep(level, mode)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_worker_stopped_or_failing_during_its_engines_pause_never_hangs_the_update(fail):
+    """stop() while the engine's pause call runs returns; a pause that raises kills the worker, named, and
+    quiesced() returns instead of waiting for a freeze that will never come."""
+    from orchestrl.agents.agentic.worker import GenerationWorker
+    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+    from orchestrl.compute_sched.vllm_engine import VllmEngine
+
+    surface = _SlowPause(fail)
+
+    async def go():
+        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
+                         kv_capacity_tokens=lambda c: 1000, sampling_params=lambda n: n)
+        w = GenerationWorker("vllm-0", "h800", eng, kv_reuse=True)
+        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        proxy.start()
+        proxy.suspend()
+        if fail:
+            await asyncio.wait_for(proxy.quiesced(), 5)
+        else:
+            await asyncio.sleep(0.05)  # the pause call is in flight
+        await asyncio.wait_for(proxy.stop(), 5)
+        eng.close()
+        return w
+
+    w = asyncio.run(go())
+    assert not w.alive
+    if fail:
+        assert "engine core gone" in w.failure

@@ -338,12 +338,29 @@ def test_kv_reuse_across_a_weight_update_is_declared_only_where_vllms_sleep_take
     layout = homogeneous(InstanceConfig("tp", tp=1), 2)
     old, _ = _adapter(layout)  # sleep(level) only: vLLM without the pause modes
     with old:
-        assert old.kv_reuse is False
+        assert old.can_keep_kv is False
         with pytest.raises(ConfigError, match="rollout.resume.*allowed: recompute"):
             old.pause_generation()
     with VllmEngine(layout, lambda c, g: _PausableSurface(), kv_capacity_tokens=lambda c: 10_000,
                     sampling_params=lambda n: n) as eng:
-        assert eng.kv_reuse is True
+        assert eng.can_keep_kv is True
+
+    class Wrapper:  # e.g. a Ray actor handle wrapper: sleep(*args, **kwargs) hides vLLM's signature
+        def __init__(self):
+            self.inner = _PausableSurface()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def sleep(self, *args, **kwargs):
+            return self.inner.sleep(*args, **kwargs)
+
+    wrapped = [Wrapper(), Wrapper()]
+    it = iter(wrapped)
+    with VllmEngine(layout, lambda c, g: next(it), kv_capacity_tokens=lambda c: 10_000, sampling_params=lambda n: n,
+                    can_keep_kv=True) as eng:
+        eng.pause_generation()  # told so: the pause goes through the wrapper to the engine
+        assert [w.inner.calls for w in wrapped] == [[("sleep", 0, "keep")]] * 2
 
 
 def test_a_paused_engine_keeps_its_requests_in_place_and_continues_them_after_resume():
