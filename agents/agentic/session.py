@@ -85,6 +85,7 @@ async def run_config(cfg: RunConfig, progress: Callable[[str], None] | None = No
     if agent is not None:
         st = agent.stats()
         out["fabric"] = {"intents_announced": rt.weights.intents, "intents_answered": st.sent_intents,
+                         "events_sent": st.sent_events,
                          "decisions": [d.get("decision") for d in agent.decisions], "errors": st.errors,
                          "last_error": st.last_error}
     if rt.weights.mover is not None:

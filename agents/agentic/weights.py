@@ -80,7 +80,15 @@ class WeightUpdater:
         return 8.0 * self.link.model_bytes / self.link.intra_cluster_bps
 
     def publish(self, version: int) -> None:
-        """The trainer has ``version``: start its copy to the relay now (asynchronous mode)."""
+        """The trainer has ``version``: start its copy to the relay now (asynchronous mode).
+
+        On veRL's synchronous path (``asynchronous=False``) nothing starts here: :meth:`update` starts
+        the copy at the suspend point, so each version is copied (and announced) once.
+        """
+        if self.asynchronous:
+            self._start(version)
+
+    def _start(self, version: int) -> None:
         if version in self._copies:
             return
         if self.agent is not None:
@@ -114,9 +122,7 @@ class WeightUpdater:
         """At a suspend point: wait for ``version`` at the relay, then broadcast it in the cluster."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        if not self.asynchronous or version not in self._copies:
-            self._copies.pop(version, None)
-            self.publish(version)
+        self._start(version)  # synchronous path, or a version nobody published: the copy starts now
         await self._copies.pop(version)
         if self.mover is not None:  # every generation process confirms the version's digest
             await asyncio.to_thread(self.mover.fetch, version)

@@ -43,10 +43,14 @@ def test_each_cross_cluster_copy_reaches_the_control_proxy_as_a_weight_sync_inte
     assert fab["intents_announced"] >= 2  # one copy per published version
     assert fab["intents_answered"] == fab["intents_announced"] and fab["errors"] == 0, fab
     assert {r["template"] for r in rows} == {"weight-sync"}
-    # deferred until the copy's weight-sync-begin marker, then committed inside the window it opened; later
-    # copies find the circuits standing
-    assert "commit" in [r["decision"] for r in rows], rows
-    assert set(fab["decisions"]) <= {"defer", "commit", "unchanged"}, fab
+    # the first intent is deferred (no weight-sync-begin yet), then committed inside the window the copy's
+    # marker opened; later copies find the circuits standing
+    d = fab["decisions"]
+    assert d[0] == "defer" and "commit" in d, d
+    assert set(d[d.index("commit") + 1:]) <= {"unchanged", "commit"}, d
+    commit = next(r for r in rows if r["decision"] == "commit")
+    assert "after weight-sync-begin" in commit["reason"] and commit["window_s"] > 0, commit
+    assert fab["events_sent"] >= 3 * fab["intents_announced"] - 3  # marker, start, end per copy (the last may be cut)
 
 
 def test_the_fabric_section_is_refused_field_by_field(tmp_path, monkeypatch):
@@ -61,3 +65,35 @@ def test_the_fabric_section_is_refused_field_by_field(tmp_path, monkeypatch):
     monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
     with pytest.raises(ConfigError, match="fabric.token_env.*NO_SUCH_TOKEN_VAR is not set"):
         asyncio.run(run_config(load_run(ok)))
+
+
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_each_version_is_announced_and_copied_once_on_either_path(asynchronous):
+    """veRL's synchronous path starts the copy at the suspend point; it must not announce or copy a version twice."""
+    from orchestrl.agents.agentic.weights import LinkSpec, WeightUpdater
+    calls = []
+
+    class Agent:  # HostAgent's calls, recorded
+        def announce(self, doc, t_s=None):
+            calls.append(("intent", doc["stage"]))
+
+        def marker(self, kind, window_hint_s=None, t_s=None):
+            calls.append(kind)
+
+        def collective_start(self, comm, stage, primitive, t_s=None):
+            calls.append("start")
+
+        def collective_end(self, comm, stage, primitive, t_s=None):
+            calls.append("end")
+
+    async def go():
+        w = WeightUpdater(LinkSpec(1e6, 1e9, 1e9, setup_s=0.0), asynchronous=asynchronous, agent=Agent())
+        for v in (1, 2):
+            w.publish(v)
+            await w.update(v)
+        w.close()
+        return w
+
+    w = asyncio.run(go())
+    assert calls == [("intent", "weight-sync"), "weight-sync-begin", "start", "end"] * 2
+    assert w.intents == 2 and len(w.waited_s) == 2
