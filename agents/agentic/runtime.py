@@ -190,7 +190,6 @@ class RolloutRuntime:
 
     async def _one(self, traj: Trajectory, task: TaskSpec) -> Trajectory:
         """Run one trajectory and its reward; end it in the ledger unless it succeeded (the group decides)."""
-        loop = asyncio.get_running_loop()
         try:
             await EnvManager(task, self.proxy, self.policy, self.rng.randrange(1 << 30), self.tokenizer).run(traj)
         except (EnvFault, GenerationFailed) as exc:
@@ -200,6 +199,16 @@ class RolloutRuntime:
             if traj.status == "running":
                 self._end(traj, "aborted", traj.reason or "redundant")
             raise
+        try:
+            await self._reward(traj)
+        except asyncio.CancelledError:
+            self._end(traj, "aborted", traj.reason or "redundant")
+            raise
+        return traj
+
+    async def _reward(self, traj: Trajectory) -> None:
+        """Mark ``traj`` finished and request its reward; a failed reward ends it as ``reward_failed`` and raises."""
+        loop = asyncio.get_running_loop()
         traj.finished_s = loop.time()
         traj.status = "finished"
         t0 = loop.time()
@@ -209,24 +218,19 @@ class RolloutRuntime:
         except RewardFailed:
             self._end(traj, "aborted", "reward_failed")
             raise
-        except asyncio.CancelledError:
-            self._end(traj, "aborted", traj.reason or "redundant")
-            raise
         traj.reward_latency_s = loop.time() - t0
         self.metrics.reward_latency_s.append(traj.reward_latency_s)
-        return traj
 
     def _failed(self, traj: Trajectory, exc: BaseException) -> None:
-        """End ``traj`` for an environment (counted by kind) or generation failure; anything else re-raises."""
-        if isinstance(exc, EnvFault):
-            msg = str(exc)
-            kind = "timeout" if "timed out" in msg else "malformed" if "malformed" in msg else "raise"
-            self.metrics.env_failures[kind] += 1
-            self._end(traj, "aborted", "env_failure")
-        elif isinstance(exc, GenerationFailed):
+        """End ``traj`` for a generation failure, or an environment failure (counted by kind; an exception
+        that is neither, e.g. from the environment's own code, counts as an environment that raised)."""
+        if isinstance(exc, GenerationFailed):
             self._end(traj, "aborted", "generation_failed")
-        else:
-            raise exc
+            return
+        msg = str(exc) if isinstance(exc, EnvFault) else ""
+        kind = "timeout" if "timed out" in msg else "malformed" if "malformed" in msg else "raise"
+        self.metrics.env_failures[kind] += 1
+        self._end(traj, "aborted", "env_failure")
 
     def _end(self, traj: Trajectory, status: str, reason: str) -> None:
         self.bound.finish(traj.trajectory_id)
@@ -295,7 +299,6 @@ class RolloutRuntime:
         tokenizer path on vLLM), only gathered: each phase waits for every live environment. Rewards are
         requested together once the group is done (what veRL's batch reward does).
         """
-        loop = asyncio.get_running_loop()
         mgrs = [EnvManager(task, self.proxy, self.policy, self.rng.randrange(1 << 30), self.tokenizer)
                 for _ in range(self.group_size)]
         trajs = [self._new(group_id, task) for _ in mgrs]
@@ -318,23 +321,13 @@ class RolloutRuntime:
             ended = await barrier(list(replies), lambda i, r=replies: mgrs[i].act(trajs[i], *r[i]))
             live = [i for i, done in ended if not done]
         done = [t for t in trajs if t.status == "running"]
-        for t in done:
-            t.finished_s = loop.time()
-            t.status = "finished"
-        t0 = loop.time()
-        rewards = await asyncio.gather(*(self.reward_client.reward({"trajectory_id": t.trajectory_id,
-                                                                     "env_reward": t.env_reward, "turns": t.turns})
-                                         for t in done), return_exceptions=True)
+        got = await asyncio.gather(*(self._reward(t) for t in done), return_exceptions=True)
         out = []
-        for t, r in zip(done, rewards):
-            if isinstance(r, RewardFailed):
-                self._end(t, "aborted", "reward_failed")
-                continue
+        for t, r in zip(done, got):
             if isinstance(r, BaseException):
-                raise r
-            t.reward = r
-            t.reward_latency_s = loop.time() - t0
-            self.metrics.reward_latency_s.append(t.reward_latency_s)
+                if t.status == "finished":  # not a RewardFailed (which _reward ended): still end it, named
+                    self._end(t, "aborted", "reward_failed")
+                continue
             self._end(t, "buffered", "")
             out.append(t)
         return out
@@ -412,7 +405,8 @@ class RolloutRuntime:
                 "step_s": list(self.metrics.step_s), "concurrent_peak": self.concurrent_peak,
                 "routing_p99_ms": self.proxy.routing_p99_ms(), "rerouted": self.proxy.rerouted,
                 "resubmitted_on_update": self.proxy.interrupted, "kv_resumed_on_update": self.proxy.kv_resumed,
-                "idle_s_by_pool": _idle_by_pool(self.proxy)}
+                "idle_s_by_pool": _idle_by_pool(self.proxy),
+                "worker_failures": {w.name: w.failure for w in self.proxy.workers if w.failure}}
 
 
 def _idle_by_pool(proxy: LLMProxy) -> dict:
