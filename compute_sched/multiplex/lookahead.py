@@ -292,6 +292,8 @@ class Scheduler:
         acts = self.actions(st)
         if not acts:  # nothing ready: wait for the first head to become ready
             wait = min(st.head(c).ready_s for c in range(len(st.chains)) if st.head(c) is not None)
+            if not wait > st.t:  # a ready head that no memory level fits: no action ever runs it
+                return math.inf, None
             nst = WorkerState(st.chains, wait, st.idx, st.rem, st.held, st.finish)
             # the cost of waiting, but no action: what is best *then* must not run *now* (before its ready time)
             return self._best(nst, depth)[0], None
