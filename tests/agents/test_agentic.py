@@ -24,7 +24,7 @@ from orchestrl.collectives.emulation.ports import free_port
 from orchestrl.compute_sched.agentic.routing import HwMapping, Router
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.agentic.clock import run_virtual
-from tests.compute_sched.test_vllm_engine import _LLMEngineSurface
+from tests.compute_sched.test_vllm_engine import PauseModes, _LLMEngineSurface
 
 REPO = Path(__file__).resolve().parents[2]
 FROZEN = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=6, reply_median_tokens=24,
@@ -272,8 +272,8 @@ class _ReplyingLLMEngine(_LLMEngineSurface):
 
     REPLY = list(b"<action>DOWN</action>")
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, step_s=0.001):
+        super().__init__(step_s)
         self.prompts = []
 
     def add_request(self, request_id, prompt, params):
@@ -282,7 +282,7 @@ class _ReplyingLLMEngine(_LLMEngineSurface):
 
     def step(self):
         from types import SimpleNamespace
-        time.sleep(0.001)
+        time.sleep(self.step_s)
         outs = []
         for rid, (max_tokens, toks) in list(self.live.items()):
             toks.append(self.REPLY[len(toks)])
@@ -293,24 +293,32 @@ class _ReplyingLLMEngine(_LLMEngineSurface):
         return outs
 
 
+def _on_vllm(surface, tok=None, **worker):
+    """One generation worker over the VllmEngine adapter of ``surface`` (an object with LLMEngine's methods),
+    behind a started proxy; returns (engine, worker, proxy). Call inside a running loop."""
+    from orchestrl.agents.agentic.worker import GenerationWorker
+    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
+    from orchestrl.compute_sched.vllm_engine import VllmEngine
+
+    eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
+                     kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
+    w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok, **worker)
+    proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+    proxy.start()
+    return eng, w, proxy
+
+
 def test_the_vllm_adapter_path_sends_token_ids_and_the_environment_acts_on_the_engines_reply():
     """The GPU path short of the GPU: manager -> proxy -> worker -> VllmEngine adapter -> LLMEngine's methods."""
     from orchestrl.agents.agentic.buffer import Trajectory as Traj
     from orchestrl.agents.agentic.runtime import EnvManager, Policy
-    from orchestrl.agents.agentic.worker import GenerationWorker
-    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
-    from orchestrl.compute_sched.vllm_engine import VllmEngine
 
     surface = _ReplyingLLMEngine()
     tok = _ByteTokenizer()
     task = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=3, reply_median_tokens=400)
 
     async def go():
-        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
-                         kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
-        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok)
-        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
-        proxy.start()
+        eng, _, proxy = _on_vllm(surface, tok)
         mgr = EnvManager(task, proxy, Policy(1), 3, tokenizer=tok)
         traj = await asyncio.wait_for(mgr.run(Traj("t0", "g", "frozenlake", 0, 0.0)), 30)
         await proxy.stop()
@@ -326,47 +334,19 @@ def test_the_vllm_adapter_path_sends_token_ids_and_the_environment_acts_on_the_e
     assert mgr.env.env.format_errors == 0  # every step parsed the engine's reply as an action
 
 
-class _PausableReplyingEngine(_ReplyingLLMEngine):
-    """The replying surface with vLLM's pause mode (``sleep(level=0, mode="keep")`` / ``wake_up(["scheduling"])``);
-    a step while frozen fails (on vLLM it would block: the paused engine core sends no output)."""
-
-    def __init__(self, step_s):
-        super().__init__()
-        self.step_s, self.frozen, self.calls = step_s, False, []
-
-    def step(self):
-        assert not self.frozen, "step() on a paused vLLM engine blocks"
-        time.sleep(self.step_s)
-        return super().step()
-
-    def sleep(self, level=1, mode="abort"):
-        self.calls.append(("sleep", level, mode))
-        self.frozen = level == 0 and mode == "keep"
-
-    def wake_up(self, tags=None):
-        self.calls.append(("wake_up", tuple(tags or ())))
-        self.frozen = False
+class _PausableReplyingEngine(PauseModes, _ReplyingLLMEngine):
+    """The replying surface with vLLM's pause modes (tests/compute_sched/test_vllm_engine.py's PauseModes)."""
 
 
 @pytest.mark.parametrize("pausable", [True, False])
 def test_a_turn_in_flight_on_vllm_across_a_weight_update_keeps_its_kv_where_the_engine_can_pause(pausable):
     """On the vLLM adapter: an engine whose sleep() takes mode='keep' is frozen before the update (the proxy
     waits for it) and the turn continues in place; an older engine's turn is aborted and resubmitted."""
-    from orchestrl.agents.agentic.worker import GenerationWorker
-    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
-    from orchestrl.compute_sched.vllm_engine import VllmEngine
-
-    surface = _PausableReplyingEngine(0.01) if pausable else _ReplyingLLMEngine()
-    if not pausable:
-        surface.step = lambda base=surface.step: (time.sleep(0.01), base())[1]
+    surface = _PausableReplyingEngine(0.01) if pausable else _ReplyingLLMEngine(0.01)
     tok = _ByteTokenizer()
 
     async def go():
-        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
-                         kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
-        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok, kv_reuse=True if pausable else None)
-        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
-        proxy.start()
+        eng, w, proxy = _on_vllm(surface, tok, kv_reuse=True if pausable else None)
         turn = asyncio.get_running_loop().create_task(
             proxy.generate("traj-0", "x", 3, 400, prompt_token_ids=tuple(tok.encode("hi!"))))
         for _ in range(1000):  # mid-reply: a few of its 22 tokens are out
@@ -395,21 +375,13 @@ def test_a_turn_in_flight_on_vllm_across_a_weight_update_keeps_its_kv_where_the_
 
 def test_the_batch_level_baseline_takes_the_same_tokenizer_path_as_trajectory_level_runs():
     """veRL's barrier-per-turn loop on vLLM: token ids in, the engine's decoded reply is the action."""
-    from orchestrl.agents.agentic.worker import GenerationWorker
-    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
-    from orchestrl.compute_sched.vllm_engine import VllmEngine
-
     surface = _ReplyingLLMEngine()
     tok = _ByteTokenizer()
     task = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=3, reply_median_tokens=400)
 
     async def go():
-        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
-                         kv_capacity_tokens=lambda c: 100_000, sampling_params=lambda n: n)
-        w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok)
-        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
+        eng, _, proxy = _on_vllm(surface, tok)
         rt = RolloutRuntime(proxy, LocalRewardClient(), [task], group_size=3, tokenizer=tok)
-        proxy.start()
         out = await asyncio.wait_for(rt.batched_group("g", task), 60)
         await proxy.stop()
         eng.close()
@@ -431,7 +403,7 @@ def test_kv_reuse_is_opt_in_and_refused_on_an_engine_that_cannot_keep_kv():
     from orchestrl.compute_sched.vllm_engine import VllmEngine
 
     layout = homogeneous(InstanceConfig("tp", tp=1), 1)
-    able = VllmEngine(layout, lambda c, g: _PausableReplyingEngine(0.001), kv_capacity_tokens=lambda c: 1000,
+    able = VllmEngine(layout, lambda c, g: _PausableReplyingEngine(), kv_capacity_tokens=lambda c: 1000,
                       sampling_params=lambda n: n)
     old = VllmEngine(layout, lambda c, g: _ReplyingLLMEngine(), kv_capacity_tokens=lambda c: 1000,
                      sampling_params=lambda n: n)
@@ -447,7 +419,7 @@ def test_kv_reuse_is_opt_in_and_refused_on_an_engine_that_cannot_keep_kv():
 
 class _SlowPause(_PausableReplyingEngine):
     def __init__(self, fail=False):
-        super().__init__(0.001)
+        super().__init__()
         self.fail = fail
 
     def sleep(self, level=1, mode="abort"):
@@ -461,18 +433,10 @@ class _SlowPause(_PausableReplyingEngine):
 def test_a_worker_stopped_or_failing_during_its_engines_pause_never_hangs_the_update(fail):
     """stop() while the engine's pause call runs returns; a pause that raises kills the worker, named, and
     quiesced() returns instead of waiting for a freeze that will never come."""
-    from orchestrl.agents.agentic.worker import GenerationWorker
-    from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
-    from orchestrl.compute_sched.vllm_engine import VllmEngine
-
     surface = _SlowPause(fail)
 
     async def go():
-        eng = VllmEngine(homogeneous(InstanceConfig("tp", tp=1), 1), lambda c, g: surface,
-                         kv_capacity_tokens=lambda c: 1000, sampling_params=lambda n: n)
-        w = GenerationWorker("vllm-0", "h800", eng, kv_reuse=True)
-        proxy = LLMProxy([w], HwMapping({}, ("h800",)))
-        proxy.start()
+        eng, w, proxy = _on_vllm(surface, kv_reuse=True)
         proxy.suspend()
         if fail:
             await asyncio.wait_for(proxy.quiesced(), 5)

@@ -306,18 +306,14 @@ def test_adapter_reports_recompute_only_even_with_a_kv_connector():
 TP8 = InstanceConfig("tp", tp=8)
 
 
-class _PausableSurface(_LLMEngineSurface):
-    """LLMEngine's surface with vLLM's pause mode: ``sleep(level=0, mode="keep")`` freezes the scheduler
+class PauseModes:
+    """vLLM's pause modes over an LLMEngine surface: ``sleep(level=0, mode="keep")`` freezes the scheduler
     (requests and their KV stay), ``wake_up(tags=["scheduling"])`` lets it run again. A paused engine
     core produces no output, so a ``step()`` on it would block forever: here it fails the test."""
 
-    def __init__(self, step_s=0.001):
-        super().__init__(step_s)
-        self.paused, self.calls, self.added = False, [], 0
-
-    def add_request(self, request_id, prompt, params):
-        self.added += 1
-        super().add_request(request_id, prompt, params)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.paused, self.calls = False, []
 
     def step(self):
         assert not self.paused, "step() on a paused vLLM engine blocks"
@@ -331,6 +327,16 @@ class _PausableSurface(_LLMEngineSurface):
         self.calls.append(("wake_up", tuple(tags or ())))
         if tags and "scheduling" in tags:
             self.paused = False
+
+
+class _PausableSurface(PauseModes, _LLMEngineSurface):
+    def __init__(self, step_s=0.001):
+        super().__init__(step_s)
+        self.added = 0
+
+    def add_request(self, request_id, prompt, params):
+        self.added += 1
+        super().add_request(request_id, prompt, params)
 
 
 def test_kv_reuse_across_a_weight_update_is_declared_only_where_vllms_sleep_takes_the_pause_mode():
