@@ -152,7 +152,6 @@ class GenerationWorker:
         if self.alive:
             self.failure = reason
         self.alive = False
-        self.frozen.set()  # nothing waits on a dead engine's pause
         for p in self._pending.values():
             if not p.future.done():
                 p.future.set_exception(WorkerDied(f"worker {self.name} died: {reason}"))
@@ -166,7 +165,6 @@ class GenerationWorker:
 
     async def stop(self) -> None:
         self.alive = False
-        self.frozen.set()
         self._wake.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
