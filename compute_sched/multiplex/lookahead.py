@@ -314,7 +314,11 @@ class Scheduler:
     def decide(self, st: WorkerState, window: int | None = None) -> Action | None:
         """The first action of the best window of ``window`` actions (default: the scheduler's W)."""
         self.decisions += 1
-        return self._best(st, window or self.window)[1]
+        a = self._best(st, window or self.window)[1]
+        if a is not None and any(a.run[c] and st.head(c) is not None and st.head(c).ready_s > st.t + _EPS
+                                 for c in range(len(st.chains))):
+            raise RuntimeError("look-ahead chose a sub-stage before its ready time")  # a bug, never an input
+        return a
 
     def plan(self, st: WorkerState, policy: str = "lookahead") -> Plan:
         """Run ``policy`` (``lookahead`` or ``greedy``) from ``st`` to the end; return every step."""
