@@ -282,9 +282,24 @@ class Scheduler:
         return worst
 
     # -- policies ---------------------------------------------------------------------------------
-    def _best(self, st: WorkerState, depth: int) -> tuple[float, Action | None]:
+    def _spread(self, st: WorkerState) -> float:
+        """The tie-breaker: each chain's finish if its remaining work ran alone from ``st.t`` with no barrier.
+
+        Where the critical path is a barrier's (a worker that is not the slowest replica: every action
+        ends its window behind the same predicted opening), it cannot tell an action that idles half the
+        GPU from one that runs both heads; this sum can, and it prefers work done now.
+        """
+        total = 0.0
+        for c in range(len(st.chains)):
+            if st.head(c) is None:
+                continue
+            total += st.t + st.rem[c] + sum(task.work_s for task in st.chains[c][st.idx[c] + 1:])
+        return total
+
+    def _best(self, st: WorkerState, depth: int) -> tuple[float, Action | None, float]:
+        """(critical path, the first action, tie-breaker) of the best window of ``depth`` actions from ``st``."""
         if st.done or depth == 0:
-            return self.bound(st), None
+            return self.bound(st), None, self._spread(st)
         key = (st.key(), depth)
         hit = self._memo.get(key)
         if hit is not None:
@@ -293,19 +308,20 @@ class Scheduler:
         if not acts:  # nothing ready: wait for the first head to become ready
             wait = min(st.head(c).ready_s for c in range(len(st.chains)) if st.head(c) is not None)
             if not wait > st.t:  # a ready head that no memory level fits: no action ever runs it
-                return math.inf, None
+                return math.inf, None, math.inf
             nst = WorkerState(st.chains, wait, st.idx, st.rem, st.held, st.finish)
             # the cost of waiting, but no action: what is best *then* must not run *now* (before its ready time)
-            return self._best(nst, depth)[0], None
+            cost, _, spread = self._best(nst, depth)
+            return cost, None, spread
         children = [(self.apply(st, a)[0], a) for a in acts]
         if depth > 1 and self.beam and len(children) > self.beam:  # expand only the most promising
-            children.sort(key=lambda ca: self.bound(ca[0]))
+            children.sort(key=lambda ca: (self.bound(ca[0]), self._spread(ca[0])))
             children = children[:self.beam]
-        best: tuple[float, Action | None] = (math.inf, None)
+        best: tuple[float, Action | None, float] = (math.inf, None, math.inf)
         for nst, a in children:
-            cost = self._best(nst, depth - 1)[0]
-            if cost < best[0] - 1e-12:
-                best = (cost, a)
+            cost, _, spread = self._best(nst, depth - 1)
+            if cost < best[0] - 1e-9 or (cost <= best[0] + 1e-9 and spread < best[2] - 1e-9):
+                best = (cost, a, spread)
         if len(self._memo) > 200_000:
             self._memo.clear()
         self._memo[key] = best

@@ -206,3 +206,21 @@ def test_nothing_runs_before_its_ready_time_whatever_the_window(window):
             if kind is not None:
                 firsts.setdefault((c, kind), step.start_s)
     assert firsts[(0, "reference")] >= 5.0 - 1e-9 and firsts[(1, "decode_large")] >= 7.0 - 1e-9
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_a_worker_behind_a_barrier_still_runs_both_rollouts_at_once(window):
+    """Not the slowest replica: every action ends behind the same predicted barrier (the critical path
+    ties), and the worker used to run one rollout alone while the other waited. Two small-batch decodes
+    share a GPU at little cost, so both are done well before running them one after the other would be."""
+    sch = Scheduler(model_for("H100"), window=window)
+    gate = 50.0
+    chains = [(Task("decode_small", 4.0, 30.0, "A:r"), Task("reference", 2.0, 20.0, None, gate)),
+              (Task("decode_small", 4.0, 30.0, "B:r"), Task("reference", 2.0, 20.0, None, gate))]
+    st = WorkerState.start(chains)
+    first = sch.decide(st)
+    assert first is not None and all(first.run)
+    plan = sch.plan(st)
+    done = max(s.end_s for s in plan.steps if "decode_small" in s.kinds)
+    assert done < 0.8 * 8.0
+    assert max(plan.finish_s) == pytest.approx(gate + 4.0, abs=0.5)  # the barrier still decides the step
