@@ -50,6 +50,8 @@ class RolloutTrace:
     tail_seqs: int  # samples still decoding when its last sub-stage began
     tail_ctx_tokens: float  # their context then (what a migration recomputes)
     tail_start_s: float
+    peak_seqs: int = 0  # the most samples it had in the engine at once
+    peak_kv_tokens: float = 0.0  # an upper bound on the KV it held at once (their contexts at the end of their turns)
 
 
 def perf_model(spec: PipelineSpec, gpu: str) -> PerfModel:
@@ -78,6 +80,8 @@ def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) ->
     blocked: list[tuple[str, float]] = []  # (sample, its tool latency) waiting for the batch (blocked tools)
     active = len(samples)
     decoded = prefilled = 0
+    inflight: dict[str, float] = {}  # sample -> its context at the end of the turn it is decoding
+    peak = [0, 0.0]
 
     def submit(sid: str) -> None:
         nonlocal prefilled
@@ -85,6 +89,9 @@ def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) ->
         d = s.turns[turn[sid]][0]
         rid = f"{sid}#{turn[sid]}"
         eng.lengths[rid] = d
+        inflight[sid] = ctx[sid] + d
+        peak[0] = max(peak[0], len(inflight))
+        peak[1] = max(peak[1], sum(inflight.values()))
         prefilled += ctx[sid] if turn[sid] == 0 else s.turns[turn[sid] - 1][1]
         eng.add_requests([GenerationRequest(rid, ctx[sid], d, spec.name)])
 
@@ -111,6 +118,7 @@ def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) ->
             d, obs, tool = s.turns[int(t)]
             decoded += d
             ctx[sid] += d + obs
+            inflight.pop(sid, None)
             if int(t) + 1 < len(s.turns):
                 turn[sid] = int(t) + 1
                 if task.blocked_tools:
@@ -138,7 +146,7 @@ def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) ->
         tail_ctx += max(by_id[sid].prompt_tokens, ctx[sid] - remaining)
     tokens = sum(s.prompt_tokens + s.response_tokens for s in samples)
     flops = 2.0 * perf.model.active_params * (decoded + prefilled)
-    return RolloutTrace(records, segs, end, tokens, flops, at80, len(tail_ids), tail_ctx, tail_start)
+    return RolloutTrace(records, segs, end, tokens, flops, at80, len(tail_ids), tail_ctx, tail_start, peak[0], peak[1])
 
 
 def _steps_after(records: Sequence[StepRecord], start_s: float):

@@ -163,7 +163,7 @@ class _Group:
                 for k in range(r.steps):
                     tr = r.traces[k][w]
                     start = len(self.chains[w][p])
-                    floor = mem_floor_pct("decode_large", r.spec, gpu, self.d, 64, 64 * 2048)
+                    floor = mem_floor_pct("decode_large", r.spec, gpu, self.d, tr.peak_seqs, tr.peak_kv_tokens)
                     roll = rollout_chain(r.spec.name, w, tr.segments, floor, min_s=0.05)
                     gate = (float(start_s[p]) if start_s else 0.0) if k == 0 else _FAR
                     for i, s in enumerate(roll):

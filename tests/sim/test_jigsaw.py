@@ -83,3 +83,25 @@ def test_a_delayed_pipeline_starts_no_earlier_than_its_start_time_and_a_bad_star
     from orchestrl.fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="start_s"):
         runner.run_group(big, "jigsaw", start_s=[0.0])
+
+
+def test_a_rollouts_memory_floor_holds_what_its_replica_holds_and_no_more():
+    """The floor the scheduler and the audit use is the replica's weights plus the KV of the samples it
+    holds at once: short GSM8K contexts leave room for a second pipeline's rollout (two 40% pools), long
+    AIME contexts of the same model need more, and every floor covers its replica's peak."""
+    from orchestrl.compute_sched.hardware import load_gpu, load_model
+    from orchestrl.sim.multiplex.workload import draw_samples, per_replica
+    floors = {}
+    for task in ("gsm8k", "aime"):
+        spec = PipelineSpec(task, "Qwen3-4B", task, tp=1, seed=1)
+        run = runner.simulate_steps(spec, "H100", 8, 1)
+        m, g = load_model(spec.model), load_gpu("H100")
+        reps = per_replica(draw_samples(spec, 0), 8)
+        for tr, samples in zip(run.traces[0], reps):
+            final = max(s.prompt_tokens + sum(d + o for d, o, _ in s.turns) for s in samples)
+            assert tr.peak_seqs == len(samples) and tr.peak_kv_tokens >= final - max(s.turns[-1][1] for s in samples)
+            floor = runner.mem_floor_pct("decode_large", spec, "H100", 8, tr.peak_seqs, tr.peak_kv_tokens)
+            need = m.weight_bytes + tr.peak_kv_tokens * m.kv_bytes_per_token
+            assert need <= floor / 100 * g.hbm_bytes * 0.9
+            floors.setdefault(task, []).append(floor)
+    assert max(floors["gsm8k"]) <= 40.0 and max(floors["aime"]) > max(floors["gsm8k"])
