@@ -5,7 +5,9 @@ every system on those same steps: veRL (its better configuration), RollMux, Jigs
 JigsawRL (look-ahead, merging, balancing), and the ablations. The paper's numbers are printed beside
 ours (:class:`~sim.experiments.common.Row`), never divided into a pass mark; docs/jigsaw.md says where
 and why they differ. Grid: the default slowdown grid of the GPU (measured on H100/H800, modelled
-elsewhere), and, for the sensitivity rows, every slowdown's excess scaled by 0.75 and 1.25.
+elsewhere), and, for the sensitivity rows, every slowdown's excess scaled by 0.75 and 1.25, and by 0 (a
+what-if in which sharing a GPU costs nothing: what the schedule reaches when only the steps' own shapes
+limit it).
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def run_case(case: Case) -> dict[str, Any]:
         out["verl_mfu"] = sum(r.useful_flops(k) for r in full for k in range(r.steps)) / \
             (out["tokens"] / out["verl_serial_tps"] * case.gpus * _peak(case.gpu))
     if case.sensitivity:
-        for tag, grid, scale in (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0)):
+        for tag, grid, scale in (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0),
+                                 ("x0", "default", 0.0)):
             r = run_group(full, "jigsaw", grid=grid, scale=scale)
             out[f"jigsaw_{tag}_tps"] = r.throughput_tps
             violations += r.memory_violations
