@@ -122,7 +122,8 @@ class WorkerState:
         return all(self.head(c) is None for c in range(len(self.chains)))
 
     def key(self) -> tuple:
-        return (round(self.t, 6), self.idx, tuple(round(r, 6) for r in self.rem), self.held)
+        return (round(self.t, 6), self.idx, tuple(round(r, 6) for r in self.rem), self.held,
+                tuple(round(f, 6) if math.isfinite(f) else f for f in self.finish))
 
 
 class Scheduler:
@@ -291,7 +292,8 @@ class Scheduler:
         """
         total = 0.0
         for c in range(len(st.chains)):
-            if st.head(c) is None:
+            if st.head(c) is None:  # a finished chain counts at its finish, not as zero
+                total += st.finish[c]
                 continue
             total += st.t + st.rem[c] + sum(task.work_s for task in st.chains[c][st.idx[c] + 1:])
         return total
@@ -320,7 +322,8 @@ class Scheduler:
         best: tuple[float, Action | None, float] = (math.inf, None, math.inf)
         for nst, a in children:
             cost, _, spread = self._best(nst, depth - 1)
-            if cost < best[0] - 1e-9 or (cost <= best[0] + 1e-9 and spread < best[2] - 1e-9):
+            tol = 1e-6 * max(1.0, abs(cost))  # the memo rounds times to 1e-6: closer than that is a tie
+            if cost < best[0] - tol or (cost <= best[0] + tol and spread < best[2] - tol):
                 best = (cost, a, spread)
         if len(self._memo) > 200_000:
             self._memo.clear()

@@ -346,6 +346,11 @@ class _Group:
             cfg = InstanceConfig("tp", tp=r.spec.tp)
             seqs = sum(t.sequences for t in tails)
             ctx = sum(t.context_tokens for t in tails)
+            # the aggregated tail must fit the KV pool the target sized when its rollout began (§4.2: pools
+            # are not resized mid-step); a merge that would not fit is not made
+            held = self.states[target.replica].held[p]
+            if mem_floor_pct("decode_large", r.spec, self.gpu, self.d, seqs, ctx) > held + 1e-9:
+                continue
             own = perf.decode_step_s(cfg, target.sequences, target.context_tokens)
             agg = perf.decode_step_s(cfg, seqs, ctx)
             aggregated = target.work_s * agg / own

@@ -224,3 +224,17 @@ def test_a_worker_behind_a_barrier_still_runs_both_rollouts_at_once(window):
     done = max(s.end_s for s in plan.steps if "decode_small" in s.kinds)
     assert done < 0.8 * 8.0
     assert max(plan.finish_s) == pytest.approx(gate + 4.0, abs=0.5)  # the barrier still decides the step
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_a_chain_that_finishes_first_does_not_win_the_tie_by_counting_as_zero(window):
+    """Asymmetric: B's short decode then a far barrier. Running A alone first (B's chain counted as
+    finished = 0) was preferred over running both; both decodes must be done before serial would end."""
+    sch = Scheduler(model_for("H100"), window=window)
+    chains = [(Task("decode_small", 4.0, 30.0, "A:r"),),
+              (Task("decode_small", 2.0, 30.0, "B:r"), Task("reference", 2.0, 20.0, None, 50.0))]
+    st = WorkerState.start(chains)
+    first = sch.decide(st)
+    assert first is not None and all(first.run)
+    plan = sch.plan(st)
+    assert max(s.end_s for s in plan.steps if "decode_small" in s.kinds) < 0.9 * 6.0

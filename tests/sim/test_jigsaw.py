@@ -85,7 +85,7 @@ def test_a_delayed_pipeline_starts_no_earlier_than_its_start_time_and_a_bad_star
         runner.run_group(big, "jigsaw", start_s=[0.0])
 
 
-def test_a_rollouts_memory_floor_holds_what_its_replica_holds_and_no_more():
+def test_a_rollouts_memory_floor_follows_the_contexts_its_replica_submits():
     """The floor the scheduler and the audit use is the replica's weights plus the KV of the samples it
     holds at once: short GSM8K contexts leave room for a second pipeline's rollout (two 40% pools), long
     AIME contexts of the same model need more, and every floor covers its replica's peak."""
