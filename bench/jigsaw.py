@@ -26,6 +26,8 @@ What it measures (issue 33's targets):
   ``sim/multiplex/bounds.py``), which says whether the 1.3x target is reachable in the model at all;
   ``free_colocation_vs_verl_mean``: the same JigsawRL run with every slowdown set to 1 (sharing a GPU
   costs nothing): a what-if, not a bound, of how far the steps' own shapes let multiplexing go;
+  ``grid_sensitivity_vs_verl_mean``: the mean over veRL with every slowdown's excess x0.75 / x1.25
+  and on the modelled grid;
 * ``memory_violations``: actions, over every run here, whose memory exceeded the budget or a
   sub-stage's floor (the runner audits what executed, not what the scheduler meant).
 """
