@@ -2,12 +2,12 @@
 
 Every case simulates the pipelines' steps once on the engine model (:mod:`sim.multiplex`) and runs
 every system on those same steps: veRL (its better configuration), RollMux, JigsawRL-MuxServe,
-JigsawRL (look-ahead, merging, balancing), and the ablations. The paper's numbers are printed beside
-ours (:class:`~sim.experiments.common.Row`), never divided into a pass mark; docs/jigsaw.md says where
-and why they differ. Grid: the default slowdown grid of the GPU (measured on H100/H800, modelled
-elsewhere), and, for the sensitivity rows, every slowdown's excess scaled by 0.75 and 1.25, and by 0 (a
-what-if in which sharing a GPU costs nothing: what the schedule reaches when only the steps' own shapes
-limit it).
+JigsawRL (look-ahead, merging, balancing, per-step routing by halves), and the ablations. The
+paper's numbers are printed beside ours (:class:`~sim.experiments.common.Row`), never divided into a
+pass mark; docs/jigsaw.md says where and why they differ. Grid: the default slowdown grid of the GPU
+(measured on H100/H800, modelled elsewhere), and, for the sensitivity rows, every slowdown's excess
+scaled by 0.75 and 1.25, and by 0 (a what-if in which neither sharing a GPU nor running on part of
+its SMs costs anything: what this scheduler reaches when only the steps' own shapes limit it).
 """
 
 from __future__ import annotations
@@ -85,10 +85,13 @@ def run_case(case: Case) -> dict[str, Any]:
         out["areal_tps"] = areal(quarter).throughput_tps
         out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
     violations = 0
+    # §4.3's routing: from the previous step's profile, each JigsawRL variant decides per step whether each
+    # pipeline's samples go to its own half of the workers (runner.predict_routing); MuxServe routes uniformly
+    route = {"partition": half, "routed": "auto"} if half and len(full) == 2 and d % 2 == 0 else {}
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
         if pol not in case.systems:
             continue
-        r = run_group(full, pol)
+        r = run_group(full, pol, **({} if pol == "muxserve" else route))
         key = pol.replace("-", "_")
         out[f"{key}_tps"] = r.throughput_tps
         out[f"{key}_latency_s"] = {n: r.latency_s(n) for n in r.step_end_s}
@@ -103,7 +106,7 @@ def run_case(case: Case) -> dict[str, Any]:
     if case.sensitivity:
         for tag, grid, scale in (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0),
                                  ("x0", "default", 0.0)):
-            r = run_group(full, "jigsaw", grid=grid, scale=scale)
+            r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
             out[f"jigsaw_{tag}_tps"] = r.throughput_tps
             violations += r.memory_violations
     out["memory_violations"] = violations

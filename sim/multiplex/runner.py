@@ -18,7 +18,11 @@ Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what t
   once, priced by the performance model at the combined batch;
 * balancing (§4.3): when a barrier opens, a replica whose worker still carries the other pipeline's
   rollout (its aggregated or its own long tail) gets a smaller share of the reference and training
-  work, by how long and how much that rollout slows it (``overlap_balanced_shares``).
+  work, by how long and how much that rollout slows it (``overlap_balanced_shares``);
+* routing (§4.3's skew at its extreme): on a step where it pays, each pipeline's samples go to its own
+  half of the workers (``partition``: the steps simulated on half the replicas) while reference and
+  training still spread over all of them; :func:`predict_routing` decides per step from the previous
+  step's profile (both routings re-run on it), step 0 routes uniformly.
 
 Policies: ``jigsaw`` (look-ahead W = 3, merging, balancing), ``jigsaw-greedy`` (W = 1),
 ``jigsaw-nomerge``, ``muxserve`` (JigsawRL-MuxServe: rollouts share the GPU half and half,
@@ -44,7 +48,7 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex.rollout import RolloutTrace, post_times, simulate_replica
 from orchestrl.sim.multiplex.workload import PipelineSpec, draw_samples, per_replica
 
-__all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "mem_floor_pct"]
+__all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "predict_routing", "mem_floor_pct"]
 
 POLICIES = ("jigsaw", "jigsaw-greedy", "jigsaw-nomerge", "muxserve")
 _FAR = 1e9
@@ -141,7 +145,8 @@ class _Group:
     """The event loop of one group (see the module note); state kept per worker and per pipeline."""
 
     def __init__(self, runs: Sequence[PipelineSteps], policy: str, grid: str, scale: float, window: int,
-                 start_s: Sequence[float] | None = None) -> None:
+                 start_s: Sequence[float] | None = None, partition: Sequence[PipelineSteps] | None = None,
+                 routed: Sequence[bool] | None = None) -> None:
         if policy not in POLICIES:
             raise ConfigError("jigsaw run", "policy", f"{policy!r}", ", ".join(POLICIES))
         self.runs, self.policy = list(runs), policy
@@ -158,21 +163,31 @@ class _Group:
         self.chains: list[list[list[Task]]] = [[[] for _ in runs] for _ in range(self.d)]
         self.bounds: dict[tuple[int, int], tuple[int, int, int]] = {}  # (p, k) -> rollout start, post start, end index
         self.tail_info: dict[tuple[int, int, int], tuple] = {}  # (p, k, replica) -> (seqs, ctx, tail s, samples)
+        half = self.d // 2
         for p, r in enumerate(runs):
             for w in range(self.d):
                 for k in range(r.steps):
-                    tr = r.traces[k][w]
+                    part = partition is not None and (routed is None or routed[k])
+                    if part:  # routed: pipeline p's samples go to its half of the workers only
+                        mine = p * half <= w < (p + 1) * half
+                        tr = partition[p].traces[k][w - p * half] if mine else None
+                        per_rep = r.spec.samples // half
+                    else:
+                        tr, per_rep = r.traces[k][w], r.spec.samples // self.d
                     start = len(self.chains[w][p])
-                    floor = mem_floor_pct("decode_large", r.spec, gpu, self.d, tr.peak_seqs, tr.peak_kv_tokens)
-                    roll = rollout_chain(r.spec.name, w, tr.segments, floor, min_s=0.05)
                     gate = (float(start_s[p]) if start_s else 0.0) if k == 0 else _FAR
-                    for i, s in enumerate(roll):
-                        kind = s.kind
-                        self.chains[w][p].append(Task(kind, s.work_s, s.mem_min_pct, f"{p}:{k}",
-                                                      gate if i == 0 else 0.0, f"roll:{k}"))
-                    # the long tail: what is left after 80% of the samples finished (RollMux's threshold)
-                    self.tail_info[(p, k, w)] = (tr.tail_seqs, tr.tail_ctx_tokens, max(0.0, tr.end_s - tr.at80_s),
-                                                 len(r.traces[k][w].records) and r.spec.samples // self.d)
+                    if tr is None:  # no samples here this step: an empty rollout (a marker the barrier opens)
+                        self.chains[w][p].append(Task(IDLE, 1e-6, 0.0, None, gate, f"roll:{k}"))
+                        self.tail_info[(p, k, w)] = (0, 0.0, 0.0, 0)
+                    else:
+                        floor = mem_floor_pct("decode_large", r.spec, gpu, self.d, tr.peak_seqs, tr.peak_kv_tokens)
+                        roll = rollout_chain(r.spec.name, w, tr.segments, floor, min_s=0.05)
+                        for i, s in enumerate(roll):
+                            self.chains[w][p].append(Task(s.kind, s.work_s, s.mem_min_pct, f"{p}:{k}",
+                                                          gate if i == 0 else 0.0, f"roll:{k}"))
+                        # the long tail: what is left after 80% of the samples finished (RollMux's threshold)
+                        self.tail_info[(p, k, w)] = (tr.tail_seqs, tr.tail_ctx_tokens,
+                                                     max(0.0, tr.end_s - tr.at80_s), len(tr.records) and per_rep)
                     post_i = len(self.chains[w][p])
                     ref_s, train_s = r.post[k][w]
                     self.chains[w][p].append(Task("reference", ref_s, mem_floor_pct("reference", r.spec, gpu, self.d),
@@ -473,16 +488,54 @@ class _Group:
         return self.result
 
 
+def _one_step(r: PipelineSteps, k: int) -> PipelineSteps:
+    return PipelineSteps(r.spec, r.gpu, r.replicas, r.traces[k:k + 1], r.post[k:k + 1], r.tokens[k:k + 1])
+
+
+def predict_routing(runs: Sequence[PipelineSteps], partition: Sequence[PipelineSteps], policy: str = "jigsaw",
+                    grid: str = "default", scale: float = 1.0, window: int = 3) -> list[bool]:
+    """Per step, whether to route each pipeline's samples to its own half of the workers (§4.3's skew at its
+    extreme) rather than over all of them, decided from the *previous* step's profile (§4.1's inter-step
+    consistency): that step is re-run both ways and the shorter wins. Step 0 has no profile and is routed
+    uniformly (veRL's data parallelism). Only two pipelines on an even number of workers can be split."""
+    steps = min(r.steps for r in runs)
+    out = [False] * steps
+    if len(runs) != 2 or runs[0].replicas % 2:
+        return out
+    for k in range(1, steps):
+        prev = [_one_step(r, k - 1) for r in runs]
+        halves = [_one_step(h, k - 1) for h in partition]
+        uniform = _Group(prev, policy, grid, scale, window).run().makespan_s
+        split = _Group(prev, policy, grid, scale, window, None, halves).run().makespan_s
+        out[k] = split < uniform
+    return out
+
+
 def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
-              window: int = 3, start_s: Sequence[float] | None = None) -> GroupResult:
+              window: int = 3, start_s: Sequence[float] | None = None,
+              partition: Sequence[PipelineSteps] | None = None,
+              routed: Sequence[bool] | str | None = None) -> GroupResult:
     """Run the pipelines of ``runs`` (same DP workers) under ``policy`` to the end of their steps.
 
     ``start_s`` delays each pipeline's first rollout (a phase shift between the pipelines, so one's
     rollout can meet the other's training; docs/jigsaw.md gives what it measured). Default: all at 0.
+    ``partition`` (the same pipelines' steps simulated on half the workers) routes pipeline ``p``'s
+    samples to workers ``[p * d/2, (p + 1) * d/2)`` on the steps where ``routed[k]`` is true (every step
+    when ``routed`` is None); reference and training still spread over every worker. ``routed="auto"``
+    decides per step with :func:`predict_routing`.
     """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
                           "the same replica count and GPU")
     if start_s is not None and (len(start_s) != len(runs) or any(not (x >= 0) for x in start_s)):
         raise ConfigError("jigsaw run", "start_s", f"{list(start_s)!r}", "one start time >= 0 per pipeline")
-    return _Group(runs, policy, grid, scale, window, start_s).run()
+    if partition is not None:
+        if len(runs) != 2 or len(partition) != 2 or runs[0].replicas % 2 or \
+                any(h.replicas * 2 != r.replicas or h.steps < r.steps for h, r in zip(partition, runs)):
+            raise ConfigError("jigsaw run", "partition", "routing by halves needs two pipelines on an even number of "
+                              "workers", "each pipeline's steps simulated on half the replicas, as many steps")
+        if routed == "auto":
+            routed = predict_routing(runs, partition, policy, grid, scale, window)
+    elif routed is not None:
+        raise ConfigError("jigsaw run", "routed", f"{routed!r}", "a partition (the steps on half the workers) too")
+    return _Group(runs, policy, grid, scale, window, start_s, partition, routed).run()

@@ -105,3 +105,44 @@ def test_a_rollouts_memory_floor_follows_the_contexts_its_replica_submits():
             assert need <= floor / 100 * g.hbm_bytes * 0.9
             floors.setdefault(task, []).append(floor)
     assert max(floors["gsm8k"]) <= 40.0 and max(floors["aime"]) > max(floors["gsm8k"])
+
+
+@pytest.fixture(scope="module")
+def two_steps():
+    """Two small Qwen3-4B GSM8K pipelines, two steps, on 4 H100 workers and on 2 (the halves' steps)."""
+    specs = [PipelineSpec(n, "Qwen3-4B", "gsm8k", tp=1, prompts=8, seed=i + 1) for i, n in enumerate("AB")]
+    return ([runner.simulate_steps(s, "H100", 4, 2) for s in specs],
+            [runner.simulate_steps(s, "H100", 2, 2) for s in specs])
+
+
+def test_routing_by_halves_keeps_each_rollout_on_its_half_and_spreads_training_everywhere(two_steps):
+    full, half = two_steps
+    g = runner._Group(full, "jigsaw", "default", 1.0, 3, None, half, [True, True])
+    for w in range(4):
+        for p in range(2):
+            start, post_i, end = g.bounds[(p, 0, w)]
+            kinds = [t.kind for t in g.chains[w][p][start:post_i]]
+            mine = p * 2 <= w < (p + 1) * 2
+            assert (kinds != ["idle"]) == mine  # the other half has only an empty marker for this rollout
+            assert [t.kind for t in g.chains[w][p][post_i:end]] == ["reference", "train"]  # training everywhere
+    res = g.run()
+    from orchestrl.sim.multiplex.bounds import chain_bound_s
+    assert res.memory_violations == 0 and res.makespan_s >= chain_bound_s(full) - 1e-9
+    assert all(len(v) == 2 for v in res.step_end_s.values())
+
+
+def test_routing_is_decided_from_the_previous_steps_profile_and_bad_routing_input_is_refused(two_steps):
+    full, half = two_steps
+    routed = runner.predict_routing(full, half)
+    assert routed[0] is False  # no profile before the first step: veRL's uniform data parallelism
+    prev = [runner._one_step(r, 0) for r in full]
+    uniform = runner._Group(prev, "jigsaw", "default", 1.0, 3).run().makespan_s
+    split = runner._Group(prev, "jigsaw", "default", 1.0, 3, None, [runner._one_step(h, 0) for h in half]).run()
+    assert routed[1] == (split.makespan_s < uniform)
+    auto = runner.run_group(full, "jigsaw", partition=half, routed="auto")
+    assert auto.memory_violations == 0
+    from orchestrl.fabric.errors import ConfigError
+    with pytest.raises(ConfigError, match="partition"):
+        runner.run_group(full, "jigsaw", partition=full)  # not the halves' steps
+    with pytest.raises(ConfigError, match="routed"):
+        runner.run_group(full, "jigsaw", routed=[True, True])
