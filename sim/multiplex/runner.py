@@ -19,10 +19,9 @@ Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what t
 * balancing (§4.3): when a barrier opens, a replica whose worker still carries the other pipeline's
   rollout (its aggregated or its own long tail) gets a smaller share of the reference and training
   work, by how long and how much that rollout slows it (``overlap_balanced_shares``);
-* routing (§4.3's skew at its extreme): on a step where it pays, each pipeline's samples go to its own
-  half of the workers (``partition``: the steps simulated on half the replicas) while reference and
-  training still spread over all of them; :func:`predict_routing` decides per step from the previous
-  step's profile (both routings re-run on it), step 0 routes uniformly.
+* routing (§4.3's skew at its extreme): where it pays, each pipeline's samples go to its own half of
+  the workers (``partition``: the steps simulated on half the replicas) while reference and training
+  still spread over all of them; :func:`predict_routing` decides once per run from a profiling step.
 
 Policies: ``jigsaw`` (look-ahead W = 3, merging, balancing), ``jigsaw-greedy`` (W = 1),
 ``jigsaw-nomerge``, ``muxserve`` (JigsawRL-MuxServe: rollouts share the GPU half and half,
@@ -488,27 +487,31 @@ class _Group:
         return self.result
 
 
-def _one_step(r: PipelineSteps, k: int) -> PipelineSteps:
-    return PipelineSteps(r.spec, r.gpu, r.replicas, r.traces[k:k + 1], r.post[k:k + 1], r.tokens[k:k + 1])
+#: the seed offset of the profiling step :func:`predict_routing` draws (a batch none of the measured steps uses)
+PROFILE_SEED = 7919
 
 
-def predict_routing(runs: Sequence[PipelineSteps], partition: Sequence[PipelineSteps], policy: str = "jigsaw",
-                    grid: str = "default", scale: float = 1.0, window: int = 3) -> list[bool]:
-    """Per step, whether to route each pipeline's samples to its own half of the workers (§4.3's skew at its
-    extreme) rather than over all of them, decided from the *previous* step's profile (§4.1's inter-step
-    consistency): that step is re-run both ways and the shorter wins. Step 0 has no profile and is routed
-    uniformly (veRL's data parallelism). Only two pipelines on an even number of workers can be split."""
-    steps = min(r.steps for r in runs)
-    out = [False] * steps
+def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
+                    window: int = 3) -> bool:
+    """Whether to route each pipeline's samples to its own half of the workers (§4.3's skew at its extreme)
+    rather than over all of them, decided once per run from a profiling step.
+
+    The profiling step is another batch of the same workloads (each pipeline's seed offset by
+    :data:`PROFILE_SEED`, so none of the measured steps), simulated on all and on half the workers and
+    run both ways; the shorter wins (§4.1's inter-step consistency: the steps that follow look alike).
+    Once per run, not per step: a switch between routings mid-run costs more than either (the steps of
+    the two routings overlap at the switch), which a one-step re-run does not see. Only two pipelines
+    on an even number of workers can be split.
+    """
     if len(runs) != 2 or runs[0].replicas % 2:
-        return out
-    for k in range(1, steps):
-        prev = [_one_step(r, k - 1) for r in runs]
-        halves = [_one_step(h, k - 1) for h in partition]
-        uniform = _Group(prev, policy, grid, scale, window).run().makespan_s
-        split = _Group(prev, policy, grid, scale, window, None, halves).run().makespan_s
-        out[k] = split < uniform
-    return out
+        return False
+    d, gpu = runs[0].replicas, runs[0].gpu
+    specs = [replace(r.spec, seed=r.spec.seed + PROFILE_SEED) for r in runs]
+    prof = [simulate_steps(s, gpu, d, 1) for s in specs]
+    halves = [simulate_steps(s, gpu, d // 2, 1) for s in specs]
+    uniform = _Group(prof, policy, grid, scale, window).run().makespan_s
+    split = _Group(prof, policy, grid, scale, window, None, halves).run().makespan_s
+    return split < uniform
 
 
 def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
@@ -522,7 +525,7 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
     ``partition`` (the same pipelines' steps simulated on half the workers) routes pipeline ``p``'s
     samples to workers ``[p * d/2, (p + 1) * d/2)`` on the steps where ``routed[k]`` is true (every step
     when ``routed`` is None); reference and training still spread over every worker. ``routed="auto"``
-    decides per step with :func:`predict_routing`.
+    decides for the whole run with :func:`predict_routing` (a profiling step).
     """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
@@ -535,7 +538,7 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
             raise ConfigError("jigsaw run", "partition", "routing by halves needs two pipelines on an even number of "
                               "workers", "each pipeline's steps simulated on half the replicas, as many steps")
         if routed == "auto":
-            routed = predict_routing(runs, partition, policy, grid, scale, window)
+            routed = [predict_routing(runs, policy, grid, scale, window)] * min(r.steps for r in runs)
     elif routed is not None:
         raise ConfigError("jigsaw run", "routed", f"{routed!r}", "a partition (the steps on half the workers) too")
     return _Group(runs, policy, grid, scale, window, start_s, partition, routed).run()

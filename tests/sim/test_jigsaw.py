@@ -131,16 +131,22 @@ def test_routing_by_halves_keeps_each_rollout_on_its_half_and_spreads_training_e
     assert all(len(v) == 2 for v in res.step_end_s.values())
 
 
-def test_routing_is_decided_from_the_previous_steps_profile_and_bad_routing_input_is_refused(two_steps):
+def test_routing_is_decided_on_a_profiling_step_not_a_measured_one_and_bad_routing_input_is_refused(two_steps):
     full, half = two_steps
-    routed = runner.predict_routing(full, half)
-    assert routed[0] is False  # no profile before the first step: veRL's uniform data parallelism
-    prev = [runner._one_step(r, 0) for r in full]
-    uniform = runner._Group(prev, "jigsaw", "default", 1.0, 3).run().makespan_s
-    split = runner._Group(prev, "jigsaw", "default", 1.0, 3, None, [runner._one_step(h, 0) for h in half]).run()
-    assert routed[1] == (split.makespan_s < uniform)
+    choice = runner.predict_routing(full)
+    # the decision re-runs a profiling batch both ways: another draw of the same workloads
+    from dataclasses import replace
+    specs = [replace(r.spec, seed=r.spec.seed + runner.PROFILE_SEED) for r in full]
+    prof = [runner.simulate_steps(s, "H100", 4, 1) for s in specs]
+    assert [t.tokens for t in prof[0].traces[0]] != [t.tokens for t in full[0].traces[0]]  # not a measured step
+    uniform = runner._Group(prof, "jigsaw", "default", 1.0, 3).run().makespan_s
+    split = runner._Group(prof, "jigsaw", "default", 1.0, 3, None,
+                          [runner.simulate_steps(s, "H100", 2, 1) for s in specs]).run().makespan_s
+    assert choice == (split < uniform)
     auto = runner.run_group(full, "jigsaw", partition=half, routed="auto")
-    assert auto.memory_violations == 0
+    fixed = runner.run_group(full, "jigsaw", partition=half, routed=[choice, choice])
+    assert auto.makespan_s == pytest.approx(fixed.makespan_s) and auto.memory_violations == 0
+    assert runner.predict_routing(full[:1]) is False  # one pipeline: nothing to split
     from orchestrl.fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="partition"):
         runner.run_group(full, "jigsaw", partition=full)  # not the halves' steps
