@@ -153,6 +153,7 @@ class Scheduler:
         self.splits, self.levels = tuple(splits), tuple(float(x) for x in levels)
         self._memo: dict = {}
         self._chain_bound: dict = {}  # (chain object, index, remaining, time) -> its alone finish
+        self._suffix: dict = {}  # id(chain) -> (chain, work after each index)
         self.decisions = 0
 
     # -- the state machine ------------------------------------------------------------------------
@@ -295,7 +296,17 @@ class Scheduler:
             if st.head(c) is None:  # a finished chain counts at its finish, not as zero
                 total += st.finish[c]
                 continue
-            total += st.t + st.rem[c] + sum(task.work_s for task in st.chains[c][st.idx[c] + 1:])
+            chain = st.chains[c]
+            suffix = self._suffix.get(id(chain))
+            if suffix is None or suffix[0] is not chain:  # work after each index, once per chain object
+                tail, acc = [0.0] * (len(chain) + 1), 0.0
+                for i in range(len(chain) - 1, -1, -1):
+                    tail[i] = acc
+                    acc += chain[i].work_s
+                if len(self._suffix) > 10_000:
+                    self._suffix.clear()
+                suffix = self._suffix[id(chain)] = (chain, tail)
+            total += st.t + st.rem[c] + suffix[1][st.idx[c]]
         return total
 
     def _best(self, st: WorkerState, depth: int) -> tuple[float, Action | None, float]:
