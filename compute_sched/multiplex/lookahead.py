@@ -152,7 +152,7 @@ class Scheduler:
         self.small_tasks = small_tasks  # instances up to this many sub-stages are planned with a full window
         self.splits, self.levels = tuple(splits), tuple(float(x) for x in levels)
         self._memo: dict = {}
-        self._chain_bound: dict = {}  # (chain object, index, remaining, time) -> its alone finish
+        self._chain_bound: dict = {}  # (id(chain), index, remaining, time) -> (chain, its alone finish)
         self._suffix: dict = {}  # id(chain) -> (chain, work after each index)
         self.decisions = 0
 
@@ -268,18 +268,20 @@ class Scheduler:
             if st.head(c) is None:
                 worst = max(worst, st.finish[c])
                 continue
-            key = (id(st.chains[c]), st.idx[c], st.rem[c], st.t)
-            f = self._chain_bound.get(key)
-            if f is None:
+            chain = st.chains[c]
+            key = (id(chain), st.idx[c], st.rem[c], st.t)
+            hit = self._chain_bound.get(key)
+            if hit is not None and hit[0] is chain:  # the entry keeps its chain: a reused id is not a hit
+                f = hit[1]
+            else:
                 f, i, rem = st.t, st.idx[c], st.rem[c]
-                chain = st.chains[c]
                 while i < len(chain):
                     f = max(f, chain[i].ready_s) + rem
                     i += 1
                     rem = chain[i].work_s if i < len(chain) else 0.0
                 if len(self._chain_bound) > 500_000:
                     self._chain_bound.clear()
-                self._chain_bound[key] = f
+                self._chain_bound[key] = (chain, f)
             worst = max(worst, f)
         return worst
 

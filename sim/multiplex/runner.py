@@ -537,8 +537,13 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
                 any(h.replicas * 2 != r.replicas or h.steps < r.steps for h, r in zip(partition, runs)):
             raise ConfigError("jigsaw run", "partition", "routing by halves needs two pipelines on an even number of "
                               "workers", "each pipeline's steps simulated on half the replicas, as many steps")
-        if routed == "auto":
-            routed = [predict_routing(runs, policy, grid, scale, window)] * min(r.steps for r in runs)
+        steps = max(r.steps for r in runs)
+        if isinstance(routed, str) and routed == "auto":
+            routed = [predict_routing(runs, policy, grid, scale, window)] * steps
+        elif routed is not None and (isinstance(routed, str) or len(routed) < steps
+                                     or any(not isinstance(x, bool) for x in routed)):
+            raise ConfigError("jigsaw run", "routed", f"{routed!r}",
+                              f"'auto', or true/false for each of the {steps} steps (true: by halves)")
     elif routed is not None:
         raise ConfigError("jigsaw run", "routed", f"{routed!r}", "a partition (the steps on half the workers) too")
     return _Group(runs, policy, grid, scale, window, start_s, partition, routed).run()

@@ -238,3 +238,12 @@ def test_a_chain_that_finishes_first_does_not_win_the_tie_by_counting_as_zero(wi
     assert first is not None and all(first.run)
     plan = sch.plan(st)
     assert max(s.end_s for s in plan.steps if "decode_small" in s.kinds) < 0.9 * 6.0
+
+
+def test_the_critical_path_cache_never_answers_for_a_chain_it_no_longer_holds():
+    """The runner hands the scheduler fresh chain tuples at every decision; a new chain may get the id of
+    a freed one. Same head and remaining work, different tasks behind it: the bound must be the new one's."""
+    sch = Scheduler(model_for("H100"))
+    for i in range(60):
+        chain = (Task("train", 1.0, 20.0), Task("train", float(i + 1), 20.0))  # a new object each time
+        assert sch.bound(WorkerState.start([chain])) == pytest.approx(1.0 + (i + 1))

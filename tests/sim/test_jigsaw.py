@@ -131,24 +131,37 @@ def test_routing_by_halves_keeps_each_rollout_on_its_half_and_spreads_training_e
     assert all(len(v) == 2 for v in res.step_end_s.values())
 
 
-def test_routing_is_decided_on_a_profiling_step_not_a_measured_one_and_bad_routing_input_is_refused(two_steps):
+def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_refused(two_steps):
     full, half = two_steps
-    choice = runner.predict_routing(full)
-    # the decision re-runs a profiling batch both ways: another draw of the same workloads
     from dataclasses import replace
-    specs = [replace(r.spec, seed=r.spec.seed + runner.PROFILE_SEED) for r in full]
-    prof = [runner.simulate_steps(s, "H100", 4, 1) for s in specs]
+    prof = [runner.simulate_steps(replace(r.spec, seed=r.spec.seed + runner.PROFILE_SEED), "H100", 4, 1) for r in full]
     assert [t.tokens for t in prof[0].traces[0]] != [t.tokens for t in full[0].traces[0]]  # not a measured step
-    uniform = runner._Group(prof, "jigsaw", "default", 1.0, 3).run().makespan_s
-    split = runner._Group(prof, "jigsaw", "default", 1.0, 3, None,
-                          [runner.simulate_steps(s, "H100", 2, 1) for s in specs]).run().makespan_s
-    assert choice == (split < uniform)
+    # short GSM8K rollouts that 2 workers finish about as fast as 4: the profile says halves pay
+    choice = runner.predict_routing(full)
+    assert choice is True
     auto = runner.run_group(full, "jigsaw", partition=half, routed="auto")
-    fixed = runner.run_group(full, "jigsaw", partition=half, routed=[choice, choice])
-    assert auto.makespan_s == pytest.approx(fixed.makespan_s) and auto.memory_violations == 0
+    fixed = runner.run_group(full, "jigsaw", partition=half, routed=[True, True])
+    assert auto.makespan_s == pytest.approx(fixed.makespan_s)  # one decision for every step
     assert runner.predict_routing(full[:1]) is False  # one pipeline: nothing to split
     from orchestrl.fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="partition"):
         runner.run_group(full, "jigsaw", partition=full)  # not the halves' steps
+    for bad in ([True], "yes", [1, 0]):  # too short, not 'auto', not true/false
+        with pytest.raises(ConfigError, match="routed"):
+            runner.run_group(full, "jigsaw", partition=half, routed=bad)
     with pytest.raises(ConfigError, match="routed"):
-        runner.run_group(full, "jigsaw", routed=[True, True])
+        runner.run_group(full, "jigsaw", routed=[True, True])  # routing without the halves' steps
+
+
+def test_balancing_under_routing_moves_training_between_workers_but_never_loses_any(two_steps):
+    full, half = two_steps
+    g = runner._Group(full, "jigsaw", "default", 1.0, 3, None, half, [True, True])
+    g.run()
+    moved = False
+    for p in range(2):
+        for k in range(2):
+            planned = [full[p].post[k][w][1] for w in range(4)]
+            ran = [g.states[w].chains[p][g.bounds[(p, k, w)][1] + 1].work_s for w in range(4)]
+            assert sum(ran) == pytest.approx(sum(planned))
+            moved = moved or any(abs(a - b) > 1e-6 for a, b in zip(ran, planned))
+    assert moved  # a worker still carrying the other pipeline's rollout got a smaller share somewhere
