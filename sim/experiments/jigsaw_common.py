@@ -21,7 +21,7 @@ from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import areal, jigsaw_async, rollmux, streamrl, verl
 from orchestrl.sim.multiplex.bounds import chain_bound_s
-from orchestrl.sim.multiplex.runner import predict_routing, run_group, simulate_steps
+from orchestrl.sim.multiplex.runner import predict_routing, profile_steps, run_group, simulate_steps
 from orchestrl.sim.multiplex.workload import PipelineSpec
 
 __all__ = ["Case", "FIG12", "run_case", "figure"]
@@ -90,8 +90,10 @@ def run_case(case: Case) -> dict[str, Any]:
     # half of the workers; the same choice for JigsawRL and its ablations, so they differ only in what they
     # ablate. MuxServe routes uniformly (it multiplexes rollouts on the same workers by design).
     route: dict[str, Any] = {}
+    profile = None
     if half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
-        halves = predict_routing(full)
+        profile = profile_steps(full)  # simulated once; every grid below decides on the same profile
+        halves = predict_routing(full, profile=profile)
         route = {"partition": half, "routed": [halves] * case.steps}
         out["routing"] = "halves" if halves else "uniform"
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
@@ -113,7 +115,9 @@ def run_case(case: Case) -> dict[str, Any]:
         for tag, grid, scale in (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0),
                                  ("x0", "default", 0.0)):
             # the routing a deployment would choose on this grid (decided on the profiling step again)
-            r = run_group(full, "jigsaw", grid=grid, scale=scale, **({**route, "routed": "auto"} if route else {}))
+            if route:
+                route = {**route, "routed": [predict_routing(full, grid=grid, scale=scale, profile=profile)] * case.steps}
+            r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
             out[f"jigsaw_{tag}_tps"] = r.throughput_tps
             violations += r.memory_violations
     out["memory_violations"] = violations

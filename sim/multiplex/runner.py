@@ -47,7 +47,8 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex.rollout import RolloutTrace, post_times, simulate_replica
 from orchestrl.sim.multiplex.workload import PipelineSpec, draw_samples, per_replica
 
-__all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "predict_routing", "mem_floor_pct"]
+__all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "profile_steps", "predict_routing",
+           "mem_floor_pct"]
 
 POLICIES = ("jigsaw", "jigsaw-greedy", "jigsaw-nomerge", "muxserve")
 _FAR = 1e9
@@ -491,24 +492,29 @@ class _Group:
 PROFILE_SEED = 7919
 
 
+def profile_steps(runs: Sequence[PipelineSteps]) -> tuple[list[PipelineSteps], list[PipelineSteps]]:
+    """The profiling step :func:`predict_routing` decides on, on all and on half the workers: another batch
+    of the same workloads (each pipeline's seed offset by :data:`PROFILE_SEED`, so none of the measured
+    steps). Independent of the grid: compute it once and pass it to every decision of a case."""
+    d, gpu = runs[0].replicas, runs[0].gpu
+    specs = [replace(r.spec, seed=r.spec.seed + PROFILE_SEED) for r in runs]
+    return [simulate_steps(s, gpu, d, 1) for s in specs], [simulate_steps(s, gpu, d // 2, 1) for s in specs]
+
+
 def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
-                    window: int = 3) -> bool:
+                    window: int = 3, profile: tuple[list[PipelineSteps], list[PipelineSteps]] | None = None) -> bool:
     """Whether to route each pipeline's samples to its own half of the workers (§4.3's skew at its extreme)
     rather than over all of them, decided once per run from a profiling step.
 
-    The profiling step is another batch of the same workloads (each pipeline's seed offset by
-    :data:`PROFILE_SEED`, so none of the measured steps), simulated on all and on half the workers and
-    run both ways; the shorter wins (§4.1's inter-step consistency: the steps that follow look alike).
+    The profiling step (:func:`profile_steps`, or ``profile`` if given) is run both ways on ``grid``;
+    the shorter wins (§4.1's inter-step consistency: the steps that follow look alike).
     Once per run, not per step: a switch between routings mid-run costs more than either (the steps of
     the two routings overlap at the switch), which a one-step re-run does not see. Only two pipelines
     on an even number of workers can be split.
     """
     if len(runs) != 2 or runs[0].replicas % 2:
         return False
-    d, gpu = runs[0].replicas, runs[0].gpu
-    specs = [replace(r.spec, seed=r.spec.seed + PROFILE_SEED) for r in runs]
-    prof = [simulate_steps(s, gpu, d, 1) for s in specs]
-    halves = [simulate_steps(s, gpu, d // 2, 1) for s in specs]
+    prof, halves = profile if profile is not None else profile_steps(runs)
     uniform = _Group(prof, policy, grid, scale, window).run().makespan_s
     split = _Group(prof, policy, grid, scale, window, None, halves).run().makespan_s
     return split < uniform
