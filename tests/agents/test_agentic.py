@@ -293,9 +293,11 @@ class _ReplyingLLMEngine(_LLMEngineSurface):
         return outs
 
 
-def _on_vllm(surface, tok=None, **worker):
+@contextlib.asynccontextmanager
+async def _on_vllm(surface, tok=None, **worker):
     """One generation worker over the VllmEngine adapter of ``surface`` (an object with LLMEngine's methods),
-    behind a started proxy; returns (engine, worker, proxy). Call inside a running loop."""
+    behind a started proxy: ``async with _on_vllm(...) as (engine, worker, proxy)``; stops the proxy and
+    closes the engine on the way out (both idempotent, so a test may stop it itself)."""
     from orchestrl.agents.agentic.worker import GenerationWorker
     from orchestrl.compute_sched.layout import InstanceConfig, homogeneous
     from orchestrl.compute_sched.vllm_engine import VllmEngine
@@ -305,7 +307,11 @@ def _on_vllm(surface, tok=None, **worker):
     w = GenerationWorker("vllm-0", "h800", eng, gpu="H800", tokenizer=tok, **worker)
     proxy = LLMProxy([w], HwMapping({}, ("h800",)))
     proxy.start()
-    return eng, w, proxy
+    try:
+        yield eng, w, proxy
+    finally:
+        await asyncio.wait_for(proxy.stop(), 10)
+        eng.close()
 
 
 def test_the_vllm_adapter_path_sends_token_ids_and_the_environment_acts_on_the_engines_reply():
@@ -318,11 +324,9 @@ def test_the_vllm_adapter_path_sends_token_ids_and_the_environment_acts_on_the_e
     task = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=3, reply_median_tokens=400)
 
     async def go():
-        eng, _, proxy = _on_vllm(surface, tok)
-        mgr = EnvManager(task, proxy, Policy(1), 3, tokenizer=tok)
-        traj = await asyncio.wait_for(mgr.run(Traj("t0", "g", "frozenlake", 0, 0.0)), 30)
-        await proxy.stop()
-        eng.close()
+        async with _on_vllm(surface, tok) as (_, _, proxy):
+            mgr = EnvManager(task, proxy, Policy(1), 3, tokenizer=tok)
+            traj = await asyncio.wait_for(mgr.run(Traj("t0", "g", "frozenlake", 0, 0.0)), 30)
         return traj, mgr
 
     traj, mgr = asyncio.run(go())
@@ -346,21 +350,19 @@ def test_a_turn_in_flight_on_vllm_across_a_weight_update_keeps_its_kv_where_the_
     tok = _ByteTokenizer()
 
     async def go():
-        eng, w, proxy = _on_vllm(surface, tok, kv_reuse=True if pausable else None)
-        turn = asyncio.get_running_loop().create_task(
-            proxy.generate("traj-0", "x", 3, 400, prompt_token_ids=tuple(tok.encode("hi!"))))
-        for _ in range(1000):  # mid-reply: a few of its 22 tokens are out
-            if any(len(toks) >= 3 for _, toks in surface.live.values()):
-                break
-            await asyncio.sleep(0.005)
-        proxy.suspend()
-        await asyncio.wait_for(proxy.quiesced(), 10)
-        frozen_at = list(getattr(surface, "calls", []))
-        await asyncio.sleep(0.05)  # the weight update
-        proxy.resume(1)
-        done = await asyncio.wait_for(turn, 30)
-        await proxy.stop()
-        eng.close()
+        async with _on_vllm(surface, tok, kv_reuse=True if pausable else None) as (_, w, proxy):
+            turn = asyncio.get_running_loop().create_task(
+                proxy.generate("traj-0", "x", 3, 400, prompt_token_ids=tuple(tok.encode("hi!"))))
+            for _ in range(1000):  # mid-reply: a few of its 22 tokens are out
+                if any(len(toks) >= 3 for _, toks in surface.live.values()):
+                    break
+                await asyncio.sleep(0.005)
+            proxy.suspend()
+            await asyncio.wait_for(proxy.quiesced(), 10)
+            frozen_at = list(getattr(surface, "calls", []))
+            await asyncio.sleep(0.05)  # the weight update
+            proxy.resume(1)
+            done = await asyncio.wait_for(turn, 30)
         return done, frozen_at, (proxy.kv_resumed, proxy.interrupted, w.aborted, w.kv_reuse)
 
     done, frozen_at, counts = asyncio.run(go())
@@ -380,11 +382,9 @@ def test_the_batch_level_baseline_takes_the_same_tokenizer_path_as_trajectory_le
     task = TaskSpec("frozenlake", "FrozenLake-v1", "frozenlake", max_turns=3, reply_median_tokens=400)
 
     async def go():
-        eng, _, proxy = _on_vllm(surface, tok)
-        rt = RolloutRuntime(proxy, LocalRewardClient(), [task], group_size=3, tokenizer=tok)
-        out = await asyncio.wait_for(rt.batched_group("g", task), 60)
-        await proxy.stop()
-        eng.close()
+        async with _on_vllm(surface, tok) as (_, _, proxy):
+            rt = RolloutRuntime(proxy, LocalRewardClient(), [task], group_size=3, tokenizer=tok)
+            out = await asyncio.wait_for(rt.batched_group("g", task), 60)
         return rt, out
 
     rt, out = asyncio.run(go())
@@ -436,14 +436,13 @@ def test_a_worker_stopped_or_failing_during_its_engines_pause_never_hangs_the_up
     surface = _SlowPause(fail)
 
     async def go():
-        eng, w, proxy = _on_vllm(surface, kv_reuse=True)
-        proxy.suspend()
-        if fail:
-            await asyncio.wait_for(proxy.quiesced(), 5)
-        else:
-            await asyncio.sleep(0.05)  # the pause call is in flight
-        await asyncio.wait_for(proxy.stop(), 5)
-        eng.close()
+        async with _on_vllm(surface, kv_reuse=True) as (_, w, proxy):
+            proxy.suspend()
+            if fail:
+                await asyncio.wait_for(proxy.quiesced(), 5)
+            else:
+                await asyncio.sleep(0.05)  # the pause call is in flight
+            await asyncio.wait_for(proxy.stop(), 5)  # what is tested: stop returns while the pause runs
         return w
 
     w = asyncio.run(go())
