@@ -132,7 +132,7 @@ def rlsim(quick: bool) -> dict:
         rows.append(r)
         print(f"  {r['label']:<22} rollout {r['rollout_share_verl']:.0%}  JigsawRL/veRL {r['jigsaw_tps'] / r['verl_tps']:.3f}"
               f" (veRL {r['verl_config']})  /veRL-serial {r['jigsaw_tps'] / r['verl_serial_tps']:.3f}  "
-              f"/RollMux {r['jigsaw_tps'] / r['rollmux_tps']:.3f}  /MuxServe {r['jigsaw_tps'] / r['muxserve_tps']:.3f}"
+              f"/RollMux {r['jigsaw_tps'] / r['rollmux_tps']:.3f} ({r['rollmux_config']})  /MuxServe {r['jigsaw_tps'] / r['muxserve_tps']:.3f}"
               f"  any schedule/veRL <= {r['bound_tps'] / r['verl_tps']:.3f}  co-location free/veRL "
               f"{r['jigsaw_x0_tps'] / r['verl_tps']:.3f}", flush=True)
     heavy = [r for r in rows if r["rollout_share_verl"] > 0.6]

@@ -79,7 +79,8 @@ def run_case(case: Case) -> dict[str, Any]:
         # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability
         out["bound_tps"] = b.tokens / chain_bound_s(full)
     if "rollmux" in case.systems and half:
-        out["rollmux_tps"] = rollmux(half).throughput_tps
+        rm = rollmux(half)
+        out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
     if "streamrl" in case.systems and quarter:
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps

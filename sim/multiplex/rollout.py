@@ -27,7 +27,7 @@ from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.sim_engine import SimEngine
 from orchestrl.sim.multiplex.workload import TASKS, PipelineSpec, Sample
 
-__all__ = ["RolloutTrace", "simulate_replica", "post_times", "perf_model", "veRL_shares", "fit_post_model", "MFU_TRAIN", "MFU_REF", "TOOL_GAP_S"]
+__all__ = ["RolloutTrace", "simulate_replica", "post_times", "perf_model", "steps_after", "veRL_shares", "fit_post_model", "MFU_TRAIN", "MFU_REF", "TOOL_GAP_S"]
 
 # veRL's training and reference passes as a fixed cost per step plus FLOPs at an MFU, fitted to Table 1's
 # two 4-GPU GSM8K rows (Qwen3-0.6B and Qwen3-4B; fit_post_model) and checked on its other three.
@@ -52,6 +52,7 @@ class RolloutTrace:
     tail_start_s: float
     peak_seqs: int = 0  # the most samples it had in the engine at once
     peak_kv_tokens: float = 0.0  # an upper bound on the KV it held at once (their contexts at the end of their turns)
+    finish_s: tuple[tuple[float, float], ...] = ()  # (finish time, final context) of every sample, by finish time
 
 
 def perf_model(spec: PipelineSpec, gpu: str) -> PerfModel:
@@ -138,18 +139,20 @@ def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) ->
     at80 = done[max(0, math.ceil(0.8 * len(done)) - 1)] if done else 0.0
     tail = next((sg for sg in reversed(segs) if sg.kind != IDLE), None)
     tail_start = tail.start_s if tail is not None else end
-    steps_after = _steps_after(records, tail_start)
+    after = steps_after(records, tail_start)
     tail_ids = [sid for sid, f in finish.items() if f > tail_start + 1e-12]
     tail_ctx = 0.0
     for sid in tail_ids:
-        remaining = steps_after(finish[sid])
+        remaining = after(finish[sid])
         tail_ctx += max(by_id[sid].prompt_tokens, ctx[sid] - remaining)
     tokens = sum(s.prompt_tokens + s.response_tokens for s in samples)
     flops = 2.0 * perf.model.active_params * (decoded + prefilled)
-    return RolloutTrace(records, segs, end, tokens, flops, at80, len(tail_ids), tail_ctx, tail_start, peak[0], peak[1])
+    fin = tuple(sorted((f, float(ctx[sid])) for sid, f in finish.items()))
+    return RolloutTrace(records, segs, end, tokens, flops, at80, len(tail_ids), tail_ctx, tail_start, peak[0], peak[1],
+                        fin)
 
 
-def _steps_after(records: Sequence[StepRecord], start_s: float):
+def steps_after(records: Sequence[StepRecord], start_s: float):
     """A function ``t -> decode steps between start_s and t`` over the records (for the tail's context)."""
     marks = []
     acc = 0

@@ -169,3 +169,33 @@ def test_balancing_under_routing_moves_training_between_workers_but_never_loses_
             assert sum(ran) == pytest.approx(sum(planned))
             moved = moved or any(abs(a - b) > 1e-6 for a, b in zip(ran, planned))
     assert moved  # a worker still carrying the other pipeline's rollout got a smaller share somewhere
+
+
+def test_rollmux_is_timed_by_its_steady_cycle_so_the_order_of_the_steps_does_not_change_it(two_steps):
+    # The round robin staggers the two jobs, so a run's first pass is a ramp; the baseline is the cycle a
+    # long run repeats. Timing it by one step's increment (doubled) gave 29.6 s or 42.8 s for the same two
+    # steps depending on which came first.
+    _, half = two_steps
+    rev = [runner.PipelineSteps(r.spec, r.gpu, r.replicas, r.traces[::-1], r.post[::-1], r.tokens[::-1]) for r in half]
+    a, b = rollmux(half), rollmux(rev)
+    assert a.total_s == pytest.approx(b.total_s, rel=2e-3)
+    # the training pool runs one job at a time: a cycle holds every step's training of both jobs
+    assert a.total_s >= sum(max(x + y for x, y in r.post[k]) for r in half for k in range(2)) - 1e-9
+    assert a.detail["first_pass_s"] >= a.total_s - 1e-9
+
+
+def test_a_consolidated_tail_decodes_at_the_merged_batch_on_whole_replicas(two_steps):
+    from orchestrl.fabric.errors import ConfigError
+    from orchestrl.sim.multiplex.baselines import consolidated_tail_end
+    r = runner.simulate_steps(PipelineSpec("A", "Qwen3-0.6B", "math", tp=1, prompts=32, seed=1), "H100", 4, 1)
+    end = max(t.end_s for t in r.traces[0])
+    ends = [consolidated_tail_end(r, 0, keep)[1] for keep in range(1, 5)]
+    assert all(e >= end - 1e-9 for e in ends)  # a moved response never decodes faster than where it was
+    assert ends[0] > end + 0.5  # 20% of 128 responses onto one replica of four: a larger batch, contexts rebuilt
+    for keep in (0, 5):
+        with pytest.raises(ConfigError, match="keep"):
+            consolidated_tail_end(r, 0, keep)
+    # RollMux keeps whole replicas (never the 1/8 of a 2-replica pool its default fraction names)
+    b = rollmux(two_steps[1])
+    assert b.detail["config"] == "no migration" or b.detail["config"] == f"tail on {b.detail['tail_replicas']} of 2 replicas"
+    assert b.detail["tail_replicas"] in (0, 1)
