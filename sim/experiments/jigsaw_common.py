@@ -19,7 +19,8 @@ from typing import Any, Sequence
 
 from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
-from orchestrl.sim.multiplex.baselines import areal, jigsaw_async, rollmux, streamrl, verl
+from orchestrl.sim.multiplex.baselines import (PASSES, areal, jigsaw_async, longrun_pass_s, repeat_steps, rollmux,
+                                               streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
 from orchestrl.sim.multiplex.runner import predict_routing, profile_steps, run_group, simulate_steps
 from orchestrl.sim.multiplex.workload import PipelineSpec
@@ -40,6 +41,7 @@ class Case:
     systems: tuple[str, ...] = ("verl", "rollmux", "muxserve", "jigsaw")
     sensitivity: bool = False  # also run JigsawRL at 0.75x / 1.25x slowdown excess and on the modelled grid
     seed: int = 0  # trace seed: `sim figure --seeds N` draws other samples (seed 0 keeps the documented runs)
+    longrun: bool = False  # time JigsawRL over the long run (baselines.PASSES passes) as RollMux is; else two steps
 
 
 #: Fig. 12's settings (8 H100, two pipelines of one model and task, different weights).
@@ -79,8 +81,14 @@ def run_case(case: Case) -> dict[str, Any]:
         # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability
         out["bound_tps"] = b.tokens / chain_bound_s(full)
     if "rollmux" in case.systems and half:
-        rm = rollmux(half)
+        # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched)
+        pools = [half]
+        for size in (d // 2 - 1, d // 2 + 1):
+            if 1 <= size < d:
+                pools.append([simulate_steps(s, case.gpu, size, case.steps) for s in specs])
+        rm = rollmux(pools, d)
         out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
+        out["rollmux_first_pass_tps"] = rm.tokens / rm.detail["first_pass_s"]
     if "streamrl" in case.systems and quarter:
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps
@@ -109,6 +117,13 @@ def run_case(case: Case) -> dict[str, Any]:
         violations += r.memory_violations
         if pol == "jigsaw":
             out["decide_ms_mean"] = 1e3 * r.decide_s / max(1, r.decisions)
+            if case.longrun:  # the same steps PASSES times over: the long-run time of one pass
+                out["jigsaw_twostep_tps"] = r.throughput_tps
+                rep = {**route, "partition": [repeat_steps(h) for h in half], "routed": route["routed"] * PASSES} \
+                    if route else {}
+                again = run_group([repeat_steps(x) for x in full], "jigsaw", **rep)
+                violations += again.memory_violations
+                out["jigsaw_tps"] = out["tokens"] / longrun_pass_s(r.makespan_s, again.makespan_s)
     if "verl" in case.systems:
         out["verl_mfu"] = sum(r.useful_flops(k) for r in full for k in range(r.steps)) / \
             (out["tokens"] / out["verl_serial_tps"] * case.gpus * _peak(case.gpu))

@@ -20,7 +20,7 @@ PAPER = {"mean/verl": 1.56, "max/verl": 1.95, "mean/rollmux": 1.27, "mean/muxser
 
 def cases(is_quick: bool = False) -> list[Case]:
     full = [Case("fig12", f"{m}/{t}", "H100", 8, ((m, t, tp, sc), (m, t, tp, sc)), 2,
-                 ("verl", "rollmux", "muxserve", "jigsaw"), sensitivity=True) for m, t, tp, sc in FIG12]
+                 ("verl", "rollmux", "muxserve", "jigsaw"), sensitivity=True, longrun=True) for m, t, tp, sc in FIG12]
     return quick([full[2], full[3], full[4]], 3) if is_quick else full
 
 

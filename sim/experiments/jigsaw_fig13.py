@@ -19,7 +19,7 @@ MODELS = (("Qwen2.5-14B", 2), ("Qwen3-32B", 4))
 
 def cases(is_quick: bool = False) -> list[Case]:
     out = [Case("fig13", f"{m}/{g}gpu", "A100", g, ((m, "math", tp, 1.0), (m, "math", tp, 1.0)), 2,
-                ("verl", "rollmux", "jigsaw")) for m, tp in MODELS for g in (8, 16, 32, 64)]
+                ("verl", "rollmux", "jigsaw"), longrun=True) for m, tp in MODELS for g in (8, 16, 32, 64)]
     return quick([out[0], out[4]], 2) if is_quick else out
 
 

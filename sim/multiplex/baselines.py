@@ -3,13 +3,13 @@
 * veRL: rollout then training on the same GPUs. Two pipelines either take turns on all GPUs
   (``serial``) or each keeps half the GPUs (``split``); :func:`verl` reports the better, as a user
   would configure it.
-* RollMux: disaggregated rollout and training pools (half the GPUs each), the two pipelines'
-  phases interleaved round-robin with long-tail migration -- this project's RollMux
-  (:func:`compute_sched.groups.intra.round_robin`). Its time is the steady-state cycle over the
-  steps (the schedule's phases stagger the two jobs, so a run's first pass is a ramp a long run does
-  not pay again). A consolidated tail keeps whole replicas and decodes there at the merged batch
-  (:func:`consolidated_tail_end`, the engine model JigsawRL's merges are charged by); the number of
-  replicas kept is RollMux's best for the case, or no migration where that is better.
+* RollMux: a rollout pool and a training pool, the two pipelines' phases interleaved round-robin
+  with long-tail migration -- this project's RollMux (:func:`compute_sched.groups.intra.round_robin`)
+  at its best configuration per case (pool size, tail threshold, replicas a consolidated tail keeps,
+  or no migration), timed over the long run (:data:`PASSES` passes over the steps, the first pass's
+  ramp excluded), as JigsawRL is when compared with it. A consolidated tail decodes at the merged batch
+  (:func:`consolidated_tail_end`, the engine model JigsawRL's merges are charged by); the next job's
+  rollout is charged nothing for the replicas the tail holds (generous to RollMux).
 * StreamRL: one-step off-policy; per pipeline a quarter of the GPUs roll out while another quarter
   trains on the previous step's samples (the step is the longer of the two).
 * AReaL: fully asynchronous; rollout workers never drain (new prompts refill the batch), so a step
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 import numpy as np
 
@@ -33,10 +34,11 @@ from orchestrl.compute_sched.multiplex.catalog import model_for
 from orchestrl.compute_sched.multiplex.lookahead import Scheduler, Task, WorkerState
 from orchestrl.compute_sched.multiplex.substage import rollout_chain
 from orchestrl.compute_sched.multiplex.ops import migration_cost_s
-from orchestrl.sim.multiplex.rollout import perf_model, steps_after
+from orchestrl.sim.multiplex.rollout import perf_model, post_times, steps_after
 from orchestrl.sim.multiplex.runner import PipelineSteps, mem_floor_pct
 
-__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "streamrl", "areal", "jigsaw_async"]
+__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps",
+           "streamrl", "areal", "jigsaw_async"]
 
 
 @dataclass(frozen=True)
@@ -60,22 +62,43 @@ def verl(full: list[PipelineSteps], half: list[PipelineSteps]) -> Baseline:
     return Baseline("veRL", min(serial, split), tokens, {"serial_s": serial, "split_s": split, "config": best})
 
 
-def consolidated_tail_end(run: PipelineSteps, k: int, keep: int) -> tuple[float, float]:
-    """RollMux's long-tail migration on step ``k``: (tail point, rollout end) when the responses still
-    decoding at the tail point (the last replica's 80%, ``GroupConfig.tail_threshold``) move onto
-    ``keep`` whole replicas.
+#: RollMux's settings searched for its best configuration per case (a user would tune them): the tail
+#: threshold (the share of a step's responses done when the tail is consolidated) ...
+TAIL_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+#: ... and the rollout pool's size in replicas, around half the GPUs (the training pool gets the rest).
+POOL_OFFSETS = (-1, 0, 1)
+PASSES = 4  # long-run time per pass = (end of PASSES passes - end of the first) / (PASSES - 1)
 
-    Each moved response keeps its remaining decode steps (counted on its replica's engine after the
-    tail point) and is rebuilt on its new replica by recomputing its context (:func:`migration_cost_s`,
-    what JigsawRL's merges are charged); the kept replicas then decode their share at the merged batch
-    (:meth:`PerfModel.decode_step_s`, the batch shrinking as responses finish). Tool gaps inside the tail
-    are not replayed, and the end is never before the unmigrated rollout's end (a moved response does
-    not decode faster at a larger batch), so the estimate errs towards RollMux.
+
+def tail_point(run: PipelineSteps, k: int, threshold: float = 0.8) -> float:
+    """When every replica of step ``k`` has finished ``threshold`` of its responses (RollMux's tail point)."""
+    if not 0.0 < threshold <= 1.0:
+        raise ConfigError("RollMux baseline", "tail_threshold", f"{threshold}", "a fraction in (0, 1]")
+    out = 0.0
+    for t in run.traces[k]:
+        fin = [f for f, _ in t.finish_s]
+        if fin:
+            out = max(out, fin[max(0, math.ceil(threshold * len(fin)) - 1)])
+    return out
+
+
+def consolidated_tail_end(run: PipelineSteps, k: int, keep: int, threshold: float = 0.8) -> tuple[float, float]:
+    """RollMux's long-tail migration on step ``k``: (tail point, rollout end) when the responses still
+    decoding at the tail point (:func:`tail_point`) move onto ``keep`` whole replicas.
+
+    Each moved response keeps its remaining engine steps (counted on its replica's engine after the tail
+    point; a multi-turn response's tool gaps count as steps, which errs against RollMux by about 2% on
+    GSM8K multi-turn) and is rebuilt on its new replica by recomputing its context
+    (:func:`migration_cost_s`, what JigsawRL's merges are charged, here spread over the kept replicas);
+    the kept replicas then decode their share at the merged batch (:meth:`PerfModel.decode_step_s`, the
+    batch shrinking as responses finish, where JigsawRL's merge is charged the merged batch throughout).
+    The kept replicas are the first ``keep``, not those with the largest tails, and the merged KV is not
+    checked against the pool (JigsawRL's merges are); the end is never before the unmigrated rollout's.
     """
     traces = run.traces[k]
     if not 1 <= keep <= len(traces):
         raise ConfigError("RollMux baseline", "keep", f"{keep}", f"1..{len(traces)} replicas")
-    t80 = max(t.at80_s for t in traces)
+    t80 = tail_point(run, k, threshold)
     end = max(t.end_s for t in traces)
     perf = perf_model(run.spec, run.gpu)
     cfg = InstanceConfig("tp", tp=run.spec.tp)
@@ -108,70 +131,93 @@ def consolidated_tail_end(run: PipelineSteps, k: int, keep: int) -> tuple[float,
     return t80, max(end, t80 + rebuild / keep + decode)
 
 
-def _rollmux_cycle(half: list[PipelineSteps], cfg: GroupConfig, keep: int | None) -> tuple[float, float]:
-    """(steady-state cycle, first pass) of the round robin over the steps, ``keep`` replicas per tail."""
+def _rollmux_pass(pool: list[PipelineSteps], train_gpus: int, cfg: GroupConfig, keep: int | None,
+                  threshold: float) -> tuple[float, float]:
+    """(long-run time per pass, first pass from a cold start) of the round robin over the steps."""
     jobs, draws = [], []
-    steps = min(r.steps for r in half)
-    for r in half:
-        roll, tail = [], []
+    steps = min(r.steps for r in pool)
+    for r in pool:
+        roll, tail, train = [], [], []
         for k in range(steps):
             if keep is None:
                 end = max(t.end_s for t in r.traces[k])
                 roll.append(end)
                 tail.append(end)
             else:
-                at, end = consolidated_tail_end(r, k, keep)
+                at, end = consolidated_tail_end(r, k, keep, threshold)
                 roll.append(end)
                 tail.append(min(at, end))
-        train = [max(a + b for a, b in r.post[k]) for k in range(steps)]
+            ref, tr = post_times(r.spec, r.tokens[k], r.gpu, train_gpus)  # the step's tokens on the training pool
+            train.append(ref + tr)
         rmax, tmax = max(roll), max(train)
         jobs.append(GroupJob(r.spec.name, (0,), rmax, tmax))
         draws.append([(roll[k] / rmax, tail[k] / rmax, train[k] / tmax) for k in range(steps)])
     one = np.array(draws).transpose(1, 0, 2)  # (iterations, jobs, 3)
-    prev = None
-    for passes in range(2, _MAX_PASSES + 1):
-        sched = round_robin(jobs, 1, cfg, draws=np.tile(one, (passes, 1, 1)), record=True)
-        ends: dict[str, list[float]] = {}
-        for sg in sorted(sched.segments, key=lambda x: x.iteration):
-            if sg.pool == "train":
-                ends.setdefault(sg.job_id, []).append(sg.end_s)
-        first = max(e[steps - 1] for e in ends.values())
-        cycle = max(e[-1] - e[-1 - steps] for e in ends.values())
-        if prev is not None and abs(cycle - prev) <= 1e-3 * cycle:
-            break
-        prev = cycle
-    return cycle, first
+    sched = round_robin(jobs, 1, cfg, draws=np.tile(one, (PASSES, 1, 1)), record=True)
+    ends: dict[str, list[float]] = {}
+    for sg in sorted(sched.segments, key=lambda x: x.iteration):
+        if sg.pool == "train":
+            ends.setdefault(sg.job_id, []).append(sg.end_s)
+    first = max(e[steps - 1] for e in ends.values())
+    last = max(e[-1] for e in ends.values())
+    return (last - first) / (PASSES - 1), first
 
 
-_MAX_PASSES = 12  # the round robin repeats its cycle after a pass or two; this only caps a drifting one
+def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_replicas: int | None = None,
+            config: GroupConfig | None = None) -> Baseline:
+    """RollMux: a rollout pool and a training pool, the jobs' phases round-robin (this project's scheduler),
+    at its best configuration for the case.
 
-
-def rollmux(half: list[PipelineSteps], config: GroupConfig | None = None) -> Baseline:
-    """RollMux: rollout on one half, training on the other, phases round-robin (this project's scheduler).
-
-    ``total_s`` is the steady-state time of one pass over the steps, times one (each step once per
-    pipeline): the round robin staggers the jobs, so its first pass (``detail["first_pass_s"]``) is a
-    ramp. The tail consolidation keeps whole replicas (at least one; ``tail_capacity_fraction`` rounded
-    up to replicas) and is charged the merged batch (:func:`consolidated_tail_end`); RollMux at its best
-    configuration: every count of kept replicas from that one up, and no migration, the fastest reported.
+    ``pools``: the pipelines' steps simulated on each candidate rollout pool (a list of pipelines, or a
+    list of such lists, one per pool size); ``total_replicas`` (default: twice the first pool's) is the
+    group's size, the training pool gets the rest. ``total_s`` is the long-run time of one pass over the
+    steps (:data:`PASSES` passes, the first one's ramp excluded), as :func:`longrun_pass_s` times
+    JigsawRL; ``detail["first_pass_s"]`` is the pass from a cold start. Searched: the pool size, the tail
+    threshold (:data:`TAIL_THRESHOLDS`), the replicas the consolidated tail keeps (at the merged batch,
+    :func:`consolidated_tail_end`), and no migration. While a tail holds its replicas the next job's
+    rollout is charged nothing for them (it runs as on the whole pool): generous to RollMux.
     """
+    if pools and isinstance(pools[0], PipelineSteps):
+        pools = [pools]  # type: ignore[list-item]
     cfg = config or GroupConfig()
-    d = min(r.replicas for r in half)
-    options: list[int | None] = [None]
-    if cfg.long_tail_migration and d > 1:
-        lo = max(1, math.ceil(cfg.tail_capacity_fraction * d - 1e-9))
-        options = list(range(lo, d)) + [None]
+    total = total_replicas or 2 * pools[0][0].replicas
+    steps = min(r.steps for pool in pools for r in pool)
+    tokens = sum(sum(r.tokens[:steps]) for r in pools[0])
     best = None
-    for keep in options:
-        c = replace(cfg, tail_capacity_fraction=keep / d) if keep else replace(cfg, long_tail_migration=False)
-        cycle, first = _rollmux_cycle(half, c, keep)
-        if best is None or cycle < best[0]:
-            best = (cycle, first, keep)
-    cycle, first, keep = best
-    steps = min(r.steps for r in half)
-    return Baseline("RollMux", cycle, sum(sum(r.tokens[:steps]) for r in half),
-                    {"cycle_s": cycle, "first_pass_s": first, "tail_replicas": keep or 0,
-                     "config": f"tail on {keep} of {d} replicas" if keep else "no migration"})
+    for pool in pools:
+        d, tp = pool[0].replicas, pool[0].spec.tp
+        if not 1 <= d < total:
+            raise ConfigError("RollMux baseline", "pools", f"a rollout pool of {d} of {total} replicas",
+                              "leave at least one replica for training")
+        train_gpus = (total - d) * tp
+        options: list[tuple[int | None, float]] = [(None, 1.0)]
+        if cfg.long_tail_migration and d > 1:
+            options += [(keep, thr) for thr in TAIL_THRESHOLDS for keep in range(1, d)]
+        for keep, thr in options:
+            c = replace(cfg, tail_capacity_fraction=1e-9) if keep else replace(cfg, long_tail_migration=False)
+            long_s, first = _rollmux_pass(pool, train_gpus, c, keep, thr)
+            if best is None or long_s < best[0]:
+                best = (long_s, first, d, keep, thr)
+    long_s, first, d, keep, thr = best
+    where = f"rollout on {d} of {total} replicas, "
+    return Baseline("RollMux", long_s, tokens,
+                    {"longrun_pass_s": long_s, "first_pass_s": first, "rollout_replicas": d,
+                     "tail_replicas": keep or 0, "tail_threshold": thr if keep else None,
+                     "config": where + (f"tail at {thr:.0%} on {keep}" if keep else "no migration")})
+
+
+def longrun_pass_s(first_pass_s: float, passes_s: float, passes: int = PASSES) -> float:
+    """Long-run time of one pass over a case's steps: (end of ``passes`` passes - end of the first) /
+    (``passes`` - 1); the first pass's ramp and the last one's drain cancel to first order."""
+    if passes < 2:
+        raise ConfigError("long-run timing", "passes", f"{passes}", "at least 2")
+    return (passes_s - first_pass_s) / (passes - 1)
+
+
+def repeat_steps(run: PipelineSteps, passes: int = PASSES) -> PipelineSteps:
+    """``run``'s steps ``passes`` times over (the same draws), for long-run timing."""
+    return PipelineSteps(run.spec, run.gpu, run.replicas, run.traces * passes, run.post * passes,
+                         run.tokens * passes)
 
 
 def streamrl(quarter: list[PipelineSteps]) -> Baseline:
