@@ -89,6 +89,9 @@ def run_case(case: Case) -> dict[str, Any]:
         rm = rollmux(pools, d)
         out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
         out["rollmux_first_pass_tps"] = rm.tokens / rm.detail["first_pass_s"]
+        # the same search with the next rollout slowed in proportion to a tail's replicas (harsh on RollMux):
+        # with the default (charged nothing, generous) it brackets RollMux
+        out["rollmux_proportional_tps"] = rollmux(pools, d, freed_share="proportional").throughput_tps
     if "streamrl" in case.systems and quarter:
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps

@@ -164,7 +164,7 @@ def _rollmux_pass(pool: list[PipelineSteps], train_gpus: int, cfg: GroupConfig, 
 
 
 def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_replicas: int | None = None,
-            config: GroupConfig | None = None) -> Baseline:
+            config: GroupConfig | None = None, freed_share: str = "free") -> Baseline:
     """RollMux: a rollout pool and a training pool, the jobs' phases round-robin (this project's scheduler),
     at its best configuration for the case.
 
@@ -175,8 +175,13 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     JigsawRL; ``detail["first_pass_s"]`` is the pass from a cold start. Searched: the pool size, the tail
     threshold (:data:`TAIL_THRESHOLDS`), the replicas the consolidated tail keeps (at the merged batch,
     :func:`consolidated_tail_end`), and no migration. While a tail holds its replicas the next job's
-    rollout is charged nothing for them (it runs as on the whole pool): generous to RollMux.
+    rollout is charged nothing for them (it runs as on the whole pool): generous to RollMux;
+    ``freed_share="proportional"`` slows it by the share of replicas the tail holds instead (as
+    :func:`round_robin` assumes; harsh: the engine model says a step on half the replicas takes
+    1.05-1.6x, not 2x, as long), so the two bracket RollMux.
     """
+    if freed_share not in ("free", "proportional"):
+        raise ConfigError("RollMux baseline", "freed_share", repr(freed_share), "'free' or 'proportional'")
     if pools and isinstance(pools[0], PipelineSteps):
         pools = [pools]  # type: ignore[list-item]
     cfg = config or GroupConfig()
@@ -194,7 +199,8 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
         if cfg.long_tail_migration and d > 1:
             options += [(keep, thr) for thr in TAIL_THRESHOLDS for keep in range(1, d)]
         for keep, thr in options:
-            c = replace(cfg, tail_capacity_fraction=1e-9) if keep else replace(cfg, long_tail_migration=False)
+            frac = 1e-9 if freed_share == "free" else (keep or 1) / d
+            c = replace(cfg, tail_capacity_fraction=frac) if keep else replace(cfg, long_tail_migration=False)
             long_s, first = _rollmux_pass(pool, train_gpus, c, keep, thr)
             if best is None or long_s < best[0]:
                 best = (long_s, first, d, keep, thr)

@@ -205,6 +205,11 @@ def test_rollmux_reports_its_best_configuration(two_steps):
     assert best.detail["rollout_replicas"] in (1, 2)
     with pytest.raises(ConfigError, match="pools"):  # a rollout pool with nothing left to train on
         rollmux([full], 4)
+    # the bracket: slowing the next rollout while a tail holds replicas never makes RollMux faster
+    harsh = rollmux([half, one], 4, freed_share="proportional")
+    assert harsh.total_s >= best.total_s - 1e-9
+    with pytest.raises(ConfigError, match="freed_share"):
+        rollmux(half, freed_share="fast")
 
 
 def test_a_consolidated_tail_decodes_at_the_merged_batch_on_whole_replicas():
