@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
-from orchestrl.sim.multiplex.baselines import (PASSES, areal, jigsaw_async, longrun_pass_s, repeat_steps, rollmux,
+from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, longrun_pass_s, repeat_steps, rollmux,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
 from orchestrl.sim.multiplex.runner import predict_routing, profile_steps, run_group, simulate_steps
@@ -83,12 +83,11 @@ def run_case(case: Case) -> dict[str, Any]:
     if "rollmux" in case.systems and half:
         # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched)
         pools = [half]
-        for size in (d // 2 - 1, d // 2 + 1):
-            if 1 <= size < d:
-                pools.append([simulate_steps(s, case.gpu, size, case.steps) for s in specs])
+        for off in POOL_OFFSETS:
+            if off and 1 <= d // 2 + off < d:
+                pools.append([simulate_steps(s, case.gpu, d // 2 + off, case.steps) for s in specs])
         rm = rollmux(pools, d)
         out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
-        out["rollmux_first_pass_tps"] = rm.tokens / rm.detail["first_pass_s"]
         # the same search with the next rollout slowed in proportion to a tail's replicas (harsh on RollMux):
         # with the default (charged nothing, generous) it brackets RollMux
         out["rollmux_proportional_tps"] = rollmux(pools, d, freed_share="proportional").throughput_tps
@@ -114,19 +113,21 @@ def run_case(case: Case) -> dict[str, Any]:
         r = run_group(full, pol, **({} if pol == "muxserve" else route))
         key = pol.replace("-", "_")
         out[f"{key}_tps"] = r.throughput_tps
+        if case.longrun and pol in ("jigsaw", "muxserve"):
+            # the same steps PASSES times over, timed as RollMux is: (end of the last pass - end of the first) / (PASSES - 1)
+            out[f"{key}_twostep_tps"] = r.throughput_tps
+            rep = {} if pol == "muxserve" or not route else \
+                {**route, "partition": [repeat_steps(h) for h in half], "routed": route["routed"] * PASSES}
+            again = run_group([repeat_steps(x) for x in full], pol, **rep)
+            violations += again.memory_violations
+            first = max(e[case.steps - 1] for e in again.step_end_s.values())
+            out[f"{key}_tps"] = out["tokens"] / longrun_pass_s(first, again.makespan_s, PASSES)
         out[f"{key}_latency_s"] = {n: r.latency_s(n) for n in r.step_end_s}
         out[f"{key}_mfu"] = r.flops / (r.makespan_s * case.gpus * _peak(case.gpu)) if r.makespan_s else 0.0
         out[f"{key}_merges"] = r.merges
         violations += r.memory_violations
         if pol == "jigsaw":
             out["decide_ms_mean"] = 1e3 * r.decide_s / max(1, r.decisions)
-            if case.longrun:  # the same steps PASSES times over: the long-run time of one pass
-                out["jigsaw_twostep_tps"] = r.throughput_tps
-                rep = {**route, "partition": [repeat_steps(h) for h in half], "routed": route["routed"] * PASSES} \
-                    if route else {}
-                again = run_group([repeat_steps(x) for x in full], "jigsaw", **rep)
-                violations += again.memory_violations
-                out["jigsaw_tps"] = out["tokens"] / longrun_pass_s(r.makespan_s, again.makespan_s)
     if "verl" in case.systems:
         out["verl_mfu"] = sum(r.useful_flops(k) for r in full for k in range(r.steps)) / \
             (out["tokens"] / out["verl_serial_tps"] * case.gpus * _peak(case.gpu))

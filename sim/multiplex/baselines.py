@@ -65,7 +65,8 @@ def verl(full: list[PipelineSteps], half: list[PipelineSteps]) -> Baseline:
 #: RollMux's settings searched for its best configuration per case (a user would tune them): the tail
 #: threshold (the share of a step's responses done when the tail is consolidated) ...
 TAIL_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
-#: ... and the rollout pool's size in replicas, around half the GPUs (the training pool gets the rest).
+#: ... and the rollout pool's size in replicas around half the group's (the training pool gets the rest); a
+#: review found pools of 2, 6 or 7 of 8 replicas never better on Fig. 12.
 POOL_OFFSETS = (-1, 0, 1)
 PASSES = 4  # long-run time per pass = (end of PASSES passes - end of the first) / (PASSES - 1)
 
@@ -160,7 +161,7 @@ def _rollmux_pass(pool: list[PipelineSteps], train_gpus: int, cfg: GroupConfig, 
             ends.setdefault(sg.job_id, []).append(sg.end_s)
     first = max(e[steps - 1] for e in ends.values())
     last = max(e[-1] for e in ends.values())
-    return (last - first) / (PASSES - 1), first
+    return longrun_pass_s(first, last, PASSES), first
 
 
 def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_replicas: int | None = None,
@@ -213,8 +214,9 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
 
 
 def longrun_pass_s(first_pass_s: float, passes_s: float, passes: int = PASSES) -> float:
-    """Long-run time of one pass over a case's steps: (end of ``passes`` passes - end of the first) /
-    (``passes`` - 1); the first pass's ramp and the last one's drain cancel to first order."""
+    """Long-run time of one pass over a case's steps, from one run of ``passes`` passes: (its end -
+    the end of its first pass, ``first_pass_s``) / (``passes`` - 1), so the first pass's ramp is not
+    charged (the last pass's drain still is)."""
     if passes < 2:
         raise ConfigError("long-run timing", "passes", f"{passes}", "at least 2")
     return (passes_s - first_pass_s) / (passes - 1)
