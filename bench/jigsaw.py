@@ -19,9 +19,10 @@ What it measures (issue 33's targets):
   (which, at that size, also searches a window over every sub-stage); ``lookahead_vs_exhaustive_worst``
   the same for the plain W = 3 plan;
 * ``speedup_vs_verl_mean``: JigsawRL over veRL (its better configuration) on the Fig. 12 settings in
-  RLSim with the default grid, both over the long run (the two steps repeated, the first pass's ramp
-  excluded, as RollMux is timed; ``speedup_vs_verl_twostep_mean`` over the two steps from a cold
-  start); ``speedup_vs_verl_serial_mean`` against the pipelines in turn;
+  RLSim with the default grid, over the long run (JigsawRL's makespan over the two steps repeated
+  four times, per pass; RollMux's time per pass after its first, a ramp it is not charged;
+  ``speedup_vs_verl_twostep_mean`` over the two steps from a cold start);
+  ``speedup_vs_verl_serial_mean`` against the pipelines in turn;
   ``above_rollmux_where_rollout_over_60``: whether JigsawRL beat RollMux on every setting whose rollout
   is above 60% of the step under veRL; ``bound_vs_verl_mean`` / ``_min``: an upper bound on any
   schedule's speedup over veRL on the same steps (a provable lower bound on the makespan,

@@ -46,8 +46,9 @@ def rows_of(results: list[dict]) -> list[Row]:
 
 NOTES = ("ours: tokens of both pipelines per second over the same simulated steps; veRL at its better configuration "
          "(pipelines in turn on 8 GPUs, or 4 GPUs each); RollMux at its best configuration (pool size, tail threshold, "
-         "kept replicas); JigsawRL and RollMux over the long run (the steps four times over, the first pass "
-         "excluded), MuxServe and the grid rows over the steps from a cold start",
+         "kept replicas); over the long run: JigsawRL and MuxServe by their makespan over the steps four times over, "
+         "per pass, RollMux by its time per pass after the first (its ramp not charged); the grid rows over the "
+         "steps from a cold start",
          "grid: the measured H100 grid (compute_sched/data/slowdown); 'grid x0.75/x1.25' scale every slowdown's "
          "excess, 'modelled' uses the paper-fitted interference model, 'x0' is a what-if in which sharing a GPU costs "
          "nothing (how far the steps' own shapes let any multiplexing go)")
