@@ -90,7 +90,7 @@ def run_case(case: Case) -> dict[str, Any]:
         out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
         # the same search with the next rollout slowed in proportion to a tail's replicas (harsh on RollMux):
         # with the default (charged nothing, generous) it brackets RollMux
-        out["rollmux_proportional_tps"] = rollmux(pools, d, freed_share="proportional").throughput_tps
+        out["rollmux_proportional_tps"] = rm.tokens / rm.detail["proportional_s"]
     if "streamrl" in case.systems and quarter:
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps

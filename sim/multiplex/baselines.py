@@ -7,7 +7,7 @@
   with long-tail migration -- this project's RollMux (:func:`compute_sched.groups.intra.round_robin`)
   at its best configuration per case (pool size, tail threshold, replicas a consolidated tail keeps,
   or no migration), timed over the long run (:data:`PASSES` passes over the steps, the first pass's
-  ramp excluded), as JigsawRL is when compared with it. A consolidated tail decodes at the merged batch
+  ramp excluded, where JigsawRL is charged its makespan over as many passes). A consolidated tail decodes at the merged batch
   (:func:`consolidated_tail_end`, the engine model JigsawRL's merges are charged by); the next job's
   rollout is charged nothing for the replicas the tail holds (generous to RollMux).
 * StreamRL: one-step off-policy; per pipeline a quarter of the GPUs roll out while another quarter
@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -75,12 +74,7 @@ def tail_point(run: PipelineSteps, k: int, threshold: float = 0.8) -> float:
     """When every replica of step ``k`` has finished ``threshold`` of its responses (RollMux's tail point)."""
     if not 0.0 < threshold <= 1.0:
         raise ConfigError("RollMux baseline", "tail_threshold", f"{threshold}", "a fraction in (0, 1]")
-    out = 0.0
-    for t in run.traces[k]:
-        fin = [f for f, _ in t.finish_s]
-        if fin:
-            out = max(out, fin[max(0, math.ceil(threshold * len(fin)) - 1)])
-    return out
+    return max(t.done_at_s(threshold) for t in run.traces[k])
 
 
 def consolidated_tail_end(run: PipelineSteps, k: int, keep: int, threshold: float = 0.8) -> tuple[float, float]:
@@ -132,9 +126,10 @@ def consolidated_tail_end(run: PipelineSteps, k: int, keep: int, threshold: floa
     return t80, max(end, t80 + rebuild / keep + decode)
 
 
-def _rollmux_pass(pool: list[PipelineSteps], train_gpus: int, cfg: GroupConfig, keep: int | None,
-                  threshold: float) -> tuple[float, float]:
-    """(long-run time per pass, first pass from a cold start) of the round robin over the steps."""
+def _rollmux_draws(pool: list[PipelineSteps], train_gpus: int, keep: int | None,
+                   threshold: float) -> tuple[list[GroupJob], np.ndarray]:
+    """The round robin's jobs and per-step draws (rollout end, tail point, training; fractions of the
+    worst) with the tail on ``keep`` replicas at ``threshold`` (``keep=None``: no migration)."""
     jobs, draws = [], []
     steps = min(r.steps for r in pool)
     for r in pool:
@@ -153,8 +148,13 @@ def _rollmux_pass(pool: list[PipelineSteps], train_gpus: int, cfg: GroupConfig, 
         rmax, tmax = max(roll), max(train)
         jobs.append(GroupJob(r.spec.name, (0,), rmax, tmax))
         draws.append([(roll[k] / rmax, tail[k] / rmax, train[k] / tmax) for k in range(steps)])
-    one = np.array(draws).transpose(1, 0, 2)  # (iterations, jobs, 3)
-    sched = round_robin(jobs, 1, cfg, draws=np.tile(one, (PASSES, 1, 1)), record=True)
+    return jobs, np.array(draws).transpose(1, 0, 2)  # (iterations, jobs, 3)
+
+
+def _rollmux_pass(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig) -> tuple[float, float]:
+    """(long-run time per pass, first pass from a cold start) of the round robin over :data:`PASSES` passes."""
+    steps = draws.shape[0]
+    sched = round_robin(jobs, 1, cfg, draws=np.tile(draws, (PASSES, 1, 1)), record=True)
     ends: dict[str, list[float]] = {}
     for sg in sorted(sched.segments, key=lambda x: x.iteration):
         if sg.pool == "train":
@@ -165,31 +165,29 @@ def _rollmux_pass(pool: list[PipelineSteps], train_gpus: int, cfg: GroupConfig, 
 
 
 def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_replicas: int | None = None,
-            config: GroupConfig | None = None, freed_share: str = "free") -> Baseline:
+            config: GroupConfig | None = None) -> Baseline:
     """RollMux: a rollout pool and a training pool, the jobs' phases round-robin (this project's scheduler),
     at its best configuration for the case.
 
     ``pools``: the pipelines' steps simulated on each candidate rollout pool (a list of pipelines, or a
     list of such lists, one per pool size); ``total_replicas`` (default: twice the first pool's) is the
     group's size, the training pool gets the rest. ``total_s`` is the long-run time of one pass over the
-    steps (:data:`PASSES` passes, the first one's ramp excluded), as :func:`longrun_pass_s` times
-    JigsawRL; ``detail["first_pass_s"]`` is the pass from a cold start. Searched: the pool size, the tail
+    steps (:data:`PASSES` passes, the first one's ramp excluded, :func:`longrun_pass_s`);
+    ``detail["first_pass_s"]`` is the pass from a cold start. Searched: the pool size, the tail
     threshold (:data:`TAIL_THRESHOLDS`), the replicas the consolidated tail keeps (at the merged batch,
     :func:`consolidated_tail_end`), and no migration. While a tail holds its replicas the next job's
-    rollout is charged nothing for them (it runs as on the whole pool): generous to RollMux;
-    ``freed_share="proportional"`` slows it by the share of replicas the tail holds instead (as
-    :func:`round_robin` assumes; harsh: the engine model says a step on half the replicas takes
-    1.05-1.6x, not 2x, as long), so the two bracket RollMux.
+    rollout is charged nothing for them (it runs as on the whole pool): generous to RollMux.
+    ``detail["proportional_s"]`` is the same search with it slowed by the share of replicas the tail
+    holds instead (as :func:`round_robin` assumes; harsh: the engine model says a step on half the
+    replicas takes 1.05-1.6x, not 2x, as long); on the steps measured the two bracket RollMux.
     """
-    if freed_share not in ("free", "proportional"):
-        raise ConfigError("RollMux baseline", "freed_share", repr(freed_share), "'free' or 'proportional'")
     if pools and isinstance(pools[0], PipelineSteps):
         pools = [pools]  # type: ignore[list-item]
     cfg = config or GroupConfig()
     total = total_replicas or 2 * pools[0][0].replicas
     steps = min(r.steps for pool in pools for r in pool)
     tokens = sum(sum(r.tokens[:steps]) for r in pools[0])
-    best = None
+    best = harsh = None
     for pool in pools:
         d, tp = pool[0].replicas, pool[0].spec.tp
         if not 1 <= d < total:
@@ -200,17 +198,26 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
         if cfg.long_tail_migration and d > 1:
             options += [(keep, thr) for thr in TAIL_THRESHOLDS for keep in range(1, d)]
         for keep, thr in options:
-            frac = 1e-9 if freed_share == "free" else (keep or 1) / d
-            c = replace(cfg, tail_capacity_fraction=frac) if keep else replace(cfg, long_tail_migration=False)
-            long_s, first = _rollmux_pass(pool, train_gpus, c, keep, thr)
-            if best is None or long_s < best[0]:
-                best = (long_s, first, d, keep, thr)
+            jobs, draws = _rollmux_draws(pool, train_gpus, keep, thr)
+            if keep is None:
+                free = prop = _rollmux_pass(jobs, draws, replace(cfg, long_tail_migration=False))
+            else:
+                free = _rollmux_pass(jobs, draws, replace(cfg, tail_capacity_fraction=1e-9))
+                prop = _rollmux_pass(jobs, draws, replace(cfg, tail_capacity_fraction=keep / d))
+            if best is None or free[0] < best[0]:
+                best = (free[0], free[1], d, keep, thr)
+            if harsh is None or prop[0] < harsh[0]:
+                harsh = (prop[0], d, keep, thr)
     long_s, first, d, keep, thr = best
-    where = f"rollout on {d} of {total} replicas, "
     return Baseline("RollMux", long_s, tokens,
                     {"longrun_pass_s": long_s, "first_pass_s": first, "rollout_replicas": d,
                      "tail_replicas": keep or 0, "tail_threshold": thr if keep else None,
-                     "config": where + (f"tail at {thr:.0%} on {keep}" if keep else "no migration")})
+                     "config": _describe(d, total, keep, thr),
+                     "proportional_s": harsh[0], "proportional_config": _describe(harsh[1], total, harsh[2], harsh[3])})
+
+
+def _describe(d: int, total: int, keep: int | None, thr: float) -> str:
+    return f"rollout on {d} of {total} replicas, " + (f"tail at {thr:.0%} on {keep}" if keep else "no migration")
 
 
 def longrun_pass_s(first_pass_s: float, passes_s: float, passes: int = PASSES) -> float:

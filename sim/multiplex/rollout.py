@@ -46,13 +46,23 @@ class RolloutTrace:
     end_s: float
     tokens: int  # prompt and response tokens of its samples (the throughput numerator)
     flops: float  # model FLOPs of its prefill and decode
-    at80_s: float  # when 80% of its samples had finished (RollMux's tail threshold)
     tail_seqs: int  # samples still decoding when its last sub-stage began
     tail_ctx_tokens: float  # their context then (what a migration recomputes)
     tail_start_s: float
     peak_seqs: int = 0  # the most samples it had in the engine at once
     peak_kv_tokens: float = 0.0  # an upper bound on the KV it held at once (their contexts at the end of their turns)
     finish_s: tuple[tuple[float, float], ...] = ()  # (finish time, final context) of every sample, by finish time
+
+    def done_at_s(self, fraction: float) -> float:
+        """When ``fraction`` of its samples had finished (0 with none)."""
+        if not self.finish_s:
+            return 0.0
+        return self.finish_s[max(0, math.ceil(fraction * len(self.finish_s)) - 1)][0]
+
+    @property
+    def at80_s(self) -> float:
+        """When 80% of its samples had finished (RollMux's default tail threshold)."""
+        return self.done_at_s(0.8)
 
 
 def perf_model(spec: PipelineSpec, gpu: str) -> PerfModel:
@@ -135,8 +145,6 @@ def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) ->
         tracker.observe(r)
     segs = tuple(tracker.close())
     end = max(finish.values(), default=0.0)
-    done = sorted(finish.values())
-    at80 = done[max(0, math.ceil(0.8 * len(done)) - 1)] if done else 0.0
     tail = next((sg for sg in reversed(segs) if sg.kind != IDLE), None)
     tail_start = tail.start_s if tail is not None else end
     after = steps_after(records, tail_start)
@@ -148,8 +156,7 @@ def simulate_replica(spec: PipelineSpec, samples: Sequence[Sample], gpu: str) ->
     tokens = sum(s.prompt_tokens + s.response_tokens for s in samples)
     flops = 2.0 * perf.model.active_params * (decoded + prefilled)
     fin = tuple(sorted((f, float(ctx[sid])) for sid, f in finish.items()))
-    return RolloutTrace(records, segs, end, tokens, flops, at80, len(tail_ids), tail_ctx, tail_start, peak[0], peak[1],
-                        fin)
+    return RolloutTrace(records, segs, end, tokens, flops, len(tail_ids), tail_ctx, tail_start, peak[0], peak[1], fin)
 
 
 def steps_after(records: Sequence[StepRecord], start_s: float):

@@ -199,25 +199,26 @@ def test_rollmux_reports_its_best_configuration(math_pools, two_steps):
     from orchestrl.sim.multiplex import baselines as bl
     best = rollmux(math_pools, 4)
     free = GroupConfig(tail_capacity_fraction=1e-9)  # the next rollout is charged nothing for the tail's replicas
-    tried = {}
+    tried, harsh = {}, {}
     for pool in math_pools:
         d = pool[0].replicas
-        tried[(d, None, None)] = bl._rollmux_pass(pool, 4 - d, GroupConfig(long_tail_migration=False), None, 1.0)[0]
+        tried[(d, None, None)] = harsh[(d, None, None)] = bl._rollmux_pass(
+            *bl._rollmux_draws(pool, 4 - d, None, 1.0), GroupConfig(long_tail_migration=False))[0]
         for thr in bl.TAIL_THRESHOLDS:
             for keep in range(1, d):
-                tried[(d, keep, thr)] = bl._rollmux_pass(pool, 4 - d, free, keep, thr)[0]
+                jobs, draws = bl._rollmux_draws(pool, 4 - d, keep, thr)
+                tried[(d, keep, thr)] = bl._rollmux_pass(jobs, draws, free)[0]
+                harsh[(d, keep, thr)] = bl._rollmux_pass(jobs, draws, GroupConfig(tail_capacity_fraction=keep / d))[0]
     assert best.total_s == pytest.approx(min(tried.values()))  # the fastest of every setting searched
     # here the best is not the default (half the replicas, tail at 80%): the pool and the threshold are searched
     assert best.detail["rollout_replicas"] == 3 and best.detail["tail_threshold"] != 0.8
     assert best.total_s < tried[(2, 1, 0.8)] - 0.1
     # the bracket: slowing the next rollout by the replicas a tail holds makes RollMux slower where a tail holds any
-    prop = GroupConfig(tail_capacity_fraction=2 / 3)
-    assert bl._rollmux_pass(math_pools[2], 1, prop, 2, 0.9)[0] > tried[(3, 2, 0.9)] + 0.1
-    assert rollmux(math_pools, 4, freed_share="proportional").total_s > best.total_s
+    assert harsh[(3, 2, 0.9)] > tried[(3, 2, 0.9)] + 0.1
+    assert best.detail["proportional_s"] == pytest.approx(min(harsh.values()))
+    assert best.detail["proportional_s"] > best.total_s
     with pytest.raises(ConfigError, match="pools"):  # a rollout pool with nothing left to train on
         rollmux([two_steps[0]], 4)
-    with pytest.raises(ConfigError, match="freed_share"):
-        rollmux(math_pools[0], freed_share="fast")
 
 
 def test_long_run_timing_does_not_depend_on_how_many_passes_it_takes(math_pools, monkeypatch):
