@@ -22,7 +22,9 @@ What it measures (issue 33's targets):
   RLSim with the default grid, over the long run (JigsawRL's makespan over the two steps repeated
   four times, per pass; RollMux's time per pass after its first, a ramp it is not charged;
   ``speedup_vs_verl_twostep_mean`` over the two steps from a cold start);
-  ``speedup_vs_verl_serial_mean`` against the pipelines in turn;
+  ``speedup_vs_verl_serial_mean`` against the pipelines in turn; ``layouts``: the layout profiling chose
+  per setting (uniform, halves, or split: each pipeline wholly on its half, which equals veRL split) and
+  ``shared_layouts_vs_verl_mean`` JigsawRL confined to the layouts that share workers;
   ``above_rollmux_where_rollout_over_60``: whether JigsawRL beat RollMux on every setting whose rollout
   is above 60% of the step under veRL; ``bound_vs_verl_mean`` / ``_min``: an upper bound on any
   schedule's speedup over veRL on the same steps (a provable lower bound on the makespan,
@@ -132,8 +134,10 @@ def rlsim(quick: bool) -> dict:
                     sensitivity=True, longrun=True)
         r = run_case(case)
         rows.append(r)
+        shared = r.get("jigsaw_shared_tps", r["jigsaw_tps"]) / r["verl_tps"]
         print(f"  {r['label']:<22} rollout {r['rollout_share_verl']:.0%}  JigsawRL/veRL {r['jigsaw_tps'] / r['verl_tps']:.3f}"
-              f" (two steps {r['jigsaw_twostep_tps'] / r['verl_tps']:.3f})"
+              f" (two steps {r['jigsaw_twostep_tps'] / r['verl_tps']:.3f}; layout {r['routing']}"
+              f"{'' if r['routing'] != 'split' else f', best shared layout {shared:.3f}'})"
               f" (veRL {r['verl_config']})  /veRL-serial {r['jigsaw_tps'] / r['verl_serial_tps']:.3f}  "
               f"/RollMux {r['jigsaw_tps'] / r['rollmux_tps']:.3f} ({r['rollmux_config']}; "
               f"{r['jigsaw_tps'] / r['rollmux_proportional_tps']:.3f} if a tail's replicas slow the next rollout)  /MuxServe {r['jigsaw_tps'] / r['muxserve_tps']:.3f}"
@@ -142,6 +146,11 @@ def rlsim(quick: bool) -> dict:
     heavy = [r for r in rows if r["rollout_share_verl"] > 0.6]
     return {"speedup_vs_verl_mean": statistics.fmean(r["jigsaw_tps"] / r["verl_tps"] for r in rows),
             "speedup_vs_verl_twostep_mean": statistics.fmean(r["jigsaw_twostep_tps"] / r["verl_tps"] for r in rows),
+            # the layout chosen per setting, and JigsawRL confined to the layouts that share workers (where it fell
+            # back to the static split, which equals veRL split): how much of the headline is the fallback
+            "layouts": {r["label"]: r["routing"] for r in rows},
+            "shared_layouts_vs_verl_mean": statistics.fmean(r.get("jigsaw_shared_tps", r["jigsaw_tps"]) / r["verl_tps"]
+                                                            for r in rows),
             "speedup_vs_verl_serial_mean": statistics.fmean(r["jigsaw_tps"] / r["verl_serial_tps"] for r in rows),
             "speedup_vs_rollmux_mean": statistics.fmean(r["jigsaw_tps"] / r["rollmux_tps"] for r in rows),
             "speedup_vs_rollmux_proportional_mean": statistics.fmean(r["jigsaw_tps"] / r["rollmux_proportional_tps"]
@@ -184,6 +193,8 @@ def main(argv=None) -> int:
           f"{sim['speedup_vs_rollmux_proportional_mean']:.3f} and {sim['above_rollmux_proportional_settings']} if a tail's "
           f"replicas slow the next rollout); above RollMux on every rollout-heavy setting: "
           f"{sim['above_rollmux_where_rollout_over_60']}", flush=True)
+    print(f"  layouts chosen: {', '.join(f'{k} {v}' for k, v in sim['layouts'].items())}; confined to layouts that "
+          f"share workers: {sim['shared_layouts_vs_verl_mean']:.3f} / veRL", flush=True)
     print(f"  bound: no schedule of these steps beats veRL by more than {sim['bound_vs_verl_mean']:.3f}x on the mean "
           f"({sim['bound_vs_verl_min']:.3f}x on the tightest setting; sim/multiplex/bounds.py)", flush=True)
     sens = sim["grid_sensitivity_vs_verl_mean"]

@@ -143,32 +143,39 @@ def balanced_shares(n: int, carrier: int, slowdown: float,
     return [x / z for x in shares]
 
 
-def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s: Sequence[float]) -> list[float]:
+def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s: Sequence[float],
+                            fixed_s: Sequence[float] | None = None) -> list[float]:
     """Shares of ``work_s`` (exclusive seconds) over DP workers so that all finish together (§4.3, generalised).
 
-    Worker ``i`` runs its share at ``slowdowns[i]`` for the first ``overlap_s[i]`` seconds (while the
-    other pipeline's sub-stage it carries still runs there), alone after that. With every overlap
-    long enough this is the paper's ``T(bs_t)/T(bs_i) = 1/s``; a co-runner about to finish costs its
-    worker almost nothing. Work is taken as proportional to the share; bisection on the common
-    finish time, O(n) per iteration.
+    Worker ``i`` runs at ``slowdowns[i]`` for the first ``overlap_s[i]`` seconds (while the other
+    pipeline's sub-stage it carries still runs there), alone after that. With every overlap long
+    enough this is the paper's ``T(bs_t)/T(bs_i) = 1/s``; a co-runner about to finish costs its worker
+    almost nothing. ``fixed_s[i]`` (default 0) is work worker ``i`` does first whatever its share (a
+    per-step fixed cost every member of the group pays); only ``work_s`` is divided, in proportion to
+    what each worker gets done after its fixed part. Bisection on the common finish time, O(n) per
+    iteration.
 
     >>> [round(x, 3) for x in overlap_balanced_shares(8.0, [1.5, 1.0, 1.0, 1.0], [100.0, 0, 0, 0])]
     [0.182, 0.273, 0.273, 0.273]
     >>> [round(x, 3) for x in overlap_balanced_shares(8.0, [1.5, 1.0], [0.3, 0])]
     [0.494, 0.506]
+    >>> [round(x, 3) for x in overlap_balanced_shares(4.0, [2.0, 1.0], [100.0, 0], [1.0, 1.0])]
+    [0.25, 0.75]
     """
     n = len(slowdowns)
-    if n < 1 or len(overlap_s) != n or not work_s >= 0 or any(not x >= 1.0 for x in slowdowns) \
-            or any(not o >= 0 for o in overlap_s):
+    fixed = [0.0] * n if fixed_s is None else list(fixed_s)
+    if n < 1 or len(overlap_s) != n or len(fixed) != n or not work_s >= 0 or any(not x >= 1.0 for x in slowdowns) \
+            or any(not o >= 0 for o in overlap_s) or any(not f >= 0 for f in fixed):
         raise ConfigError("balance", "slowdowns", f"n={n}, work_s={work_s}, slowdowns={list(slowdowns)}, "
-                          f"overlap_s={list(overlap_s)}", "one slowdown >= 1 and one overlap >= 0 per worker")
+                          f"overlap_s={list(overlap_s)}, fixed_s={fixed}",
+                          "one slowdown >= 1, one overlap >= 0 and one fixed part >= 0 per worker")
     if work_s == 0:
         return [1.0 / n] * n
 
-    def done_by(t: float) -> list[float]:  # exclusive seconds of work each worker finishes by time t
-        return [t / s if t <= o else o / s + (t - o) for s, o in zip(slowdowns, overlap_s)]
+    def done_by(t: float) -> list[float]:  # exclusive seconds of the divided work each worker finishes by time t
+        return [max(0.0, (t / s if t <= o else o / s + (t - o)) - f) for s, o, f in zip(slowdowns, overlap_s, fixed)]
 
-    lo, hi = 0.0, work_s * max(slowdowns)
+    lo, hi = 0.0, (work_s + max(fixed)) * max(slowdowns)
     for _ in range(80):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if sum(done_by(mid)) < work_s else (lo, mid)

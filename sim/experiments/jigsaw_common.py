@@ -22,7 +22,7 @@ from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
-from orchestrl.sim.multiplex.runner import predict_routing, profile_steps, run_group, simulate_steps
+from orchestrl.sim.multiplex.runner import predict_routing, profile_steps, routing_args, run_group, simulate_steps
 from orchestrl.sim.multiplex.workload import PipelineSpec
 
 __all__ = ["Case", "FIG12", "run_case", "figure"]
@@ -104,9 +104,8 @@ def run_case(case: Case) -> dict[str, Any]:
     profile = None
     if half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
         profile = profile_steps(full)  # simulated once; every grid below decides on the same profile
-        halves = predict_routing(full, profile=profile)
-        route = {"partition": half, "routed": [halves] * case.steps}
-        out["routing"] = "halves" if halves else "uniform"
+        out["routing"] = predict_routing(full, profile=profile)
+        route = routing_args(out["routing"], half, case.steps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
         if pol not in case.systems:
             continue
@@ -120,7 +119,7 @@ def run_case(case: Case) -> dict[str, Any]:
             # time per pass by the slope, while its makespan per pass grows from 159 to 185 s over 1 to 8 passes)
             out[f"{key}_twostep_tps"] = r.throughput_tps
             rep = {} if pol == "muxserve" or not route else \
-                {**route, "partition": [repeat_steps(h) for h in half], "routed": route["routed"] * PASSES}
+                routing_args(out["routing"], [repeat_steps(h) for h in half], case.steps * PASSES)
             again = run_group([repeat_steps(x) for x in full], pol, **rep)
             violations += again.memory_violations
             out[f"{key}_tps"] = out["tokens"] * PASSES / again.makespan_s
@@ -128,6 +127,16 @@ def run_case(case: Case) -> dict[str, Any]:
         out[f"{key}_mfu"] = r.flops / (r.makespan_s * case.gpus * _peak(case.gpu)) if r.makespan_s else 0.0
         out[f"{key}_merges"] = r.merges
         violations += r.memory_violations
+        if pol == "jigsaw" and out.get("routing") == "split":
+            # JigsawRL fell back to the static split here (equal to veRL split): what its best layout that shares
+            # workers would have given, decided the same way, timed the same way (so the fallback's part shows)
+            shared = predict_routing(full, profile=profile, choices=("uniform", "halves"))
+            steps, h = (case.steps * PASSES, [repeat_steps(x) for x in half]) if case.longrun else (case.steps, half)
+            again = run_group([repeat_steps(x) for x in full] if case.longrun else full, "jigsaw",
+                              **routing_args(shared, h, steps))
+            violations += again.memory_violations
+            out["jigsaw_shared_tps"] = out["tokens"] * (PASSES if case.longrun else 1) / again.makespan_s
+            out["shared_routing"] = shared
         if pol == "jigsaw":
             out["decide_ms_mean"] = 1e3 * r.decide_s / max(1, r.decisions)
     if "verl" in case.systems:
@@ -137,8 +146,8 @@ def run_case(case: Case) -> dict[str, Any]:
         for tag, grid, scale in (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0),
                                  ("x0", "default", 0.0)):
             # the routing a deployment would choose on this grid (decided on the profiling step again)
-            if route:
-                route = {**route, "routed": [predict_routing(full, grid=grid, scale=scale, profile=profile)] * case.steps}
+            if profile is not None:
+                route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile), half, case.steps)
             r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
             out[f"jigsaw_{tag}_tps"] = r.throughput_tps
             violations += r.memory_violations

@@ -231,8 +231,7 @@ def longrun_pass_s(first_pass_s: float, passes_s: float, passes: int = PASSES) -
 
 def repeat_steps(run: PipelineSteps, passes: int = PASSES) -> PipelineSteps:
     """``run``'s steps ``passes`` times over (the same draws), for long-run timing."""
-    return PipelineSteps(run.spec, run.gpu, run.replicas, run.traces * passes, run.post * passes,
-                         run.tokens * passes)
+    return replace(run, traces=run.traces * passes, post=run.post * passes, tokens=run.tokens * passes)
 
 
 def streamrl(quarter: list[PipelineSteps]) -> Baseline:

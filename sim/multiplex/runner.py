@@ -18,10 +18,13 @@ Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what t
   once, priced by the performance model at the combined batch;
 * balancing (§4.3): when a barrier opens, a replica whose worker still carries the other pipeline's
   rollout (its aggregated or its own long tail) gets a smaller share of the reference and training
-  work, by how long and how much that rollout slows it (``overlap_balanced_shares``);
-* routing (§4.3's skew at its extreme): where it pays, each pipeline's samples go to its own half of
-  the workers (``partition``: the steps simulated on half the replicas) while reference and training
-  still spread over all of them; :func:`predict_routing` decides once per run from a profiling step.
+  work, by how long and how much that rollout slows it (``overlap_balanced_shares``); only the part
+  that scales with tokens moves, each worker keeps the post model's fixed per-step part;
+* layout (§4.3's skew at its extreme, and the static split as a fallback): every pipeline on every
+  worker (``uniform``), each pipeline's samples on its own half of the workers (``partition``: the
+  steps simulated on half the replicas) with reference and training still spread over all of them
+  (``halves``), or each pipeline wholly on its own half (``split``, ``own_post``: veRL split's layout);
+  :func:`predict_routing` decides once per run from profiling steps.
 
 Policies: ``jigsaw`` (look-ahead W = 3, merging, balancing), ``jigsaw-greedy`` (W = 1),
 ``jigsaw-nomerge``, ``muxserve`` (JigsawRL-MuxServe: rollouts share the GPU half and half,
@@ -44,11 +47,12 @@ from orchestrl.compute_sched.multiplex.substage import rollout_chain
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.layout import InstanceConfig
 from orchestrl.fabric.errors import ConfigError
-from orchestrl.sim.multiplex.rollout import RolloutTrace, post_times, simulate_replica
+from orchestrl.sim.multiplex.rollout import (REF_FIXED_S, TRAIN_FIXED_S, RolloutTrace, post_times,
+                                             simulate_replica)
 from orchestrl.sim.multiplex.workload import PipelineSpec, draw_samples, per_replica
 
 __all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "profile_steps", "predict_routing",
-           "mem_floor_pct"]
+           "mem_floor_pct", "ROUTINGS", "routing_args", "PROFILE_STEPS"]
 
 POLICIES = ("jigsaw", "jigsaw-greedy", "jigsaw-nomerge", "muxserve")
 _FAR = 1e9
@@ -64,6 +68,9 @@ class PipelineSteps:
     traces: list[list[RolloutTrace]]  # [step][replica]
     post: list[list[tuple[float, float]]]  # [step][replica] -> (reference s, training s)
     tokens: list[int]  # per step
+    #: the part of each replica's (reference, training) seconds that does not scale with its tokens (the
+    #: post model's fixed cost per worker and step): balancing moves only the rest between workers
+    post_fixed_s: tuple[float, float] = (REF_FIXED_S, TRAIN_FIXED_S)
 
     @property
     def steps(self) -> int:
@@ -146,7 +153,7 @@ class _Group:
 
     def __init__(self, runs: Sequence[PipelineSteps], policy: str, grid: str, scale: float, window: int,
                  start_s: Sequence[float] | None = None, partition: Sequence[PipelineSteps] | None = None,
-                 routed: Sequence[bool] | None = None) -> None:
+                 routed: Sequence[bool] | None = None, own_post: bool = False) -> None:
         if policy not in POLICIES:
             raise ConfigError("jigsaw run", "policy", f"{policy!r}", ", ".join(POLICIES))
         self.runs, self.policy = list(runs), policy
@@ -157,6 +164,8 @@ class _Group:
         self.sch = Scheduler(self.model, window=1 if policy == "jigsaw-greedy" else window)
         self.merge = policy in ("jigsaw", "jigsaw-greedy")
         self.balance = policy != "muxserve"
+        self.split_steps = {k for k in range(max(r.steps for r in runs))
+                            if partition is not None and own_post and (routed is None or routed[k])}
         self.gpu = gpu
         self.perf = [PerfModel(load_model(r.spec.model), load_gpu(gpu)) for r in runs]
         # chains[w][p]: tasks of pipeline p on worker w, all steps; gates[(p, k, stage)] -> open time or None
@@ -189,11 +198,17 @@ class _Group:
                         self.tail_info[(p, k, w)] = (tr.tail_seqs, tr.tail_ctx_tokens,
                                                      max(0.0, tr.end_s - tr.at80_s), len(tr.records) and per_rep)
                     post_i = len(self.chains[w][p])
-                    ref_s, train_s = r.post[k][w]
-                    self.chains[w][p].append(Task("reference", ref_s, mem_floor_pct("reference", r.spec, gpu, self.d),
-                                                  None, _FAR, f"ref:{k}"))
-                    self.chains[w][p].append(Task("train", train_s, mem_floor_pct("train", r.spec, gpu, self.d),
-                                                  None, 0.0, f"train:{k}"))
+                    if part and own_post and not mine:  # split: this pipeline neither trains nor holds state here
+                        self.chains[w][p].append(Task(IDLE, 1e-6, 0.0, None, _FAR, f"ref:{k}"))
+                        self.chains[w][p].append(Task(IDLE, 1e-6, 0.0, None, 0.0, f"train:{k}"))
+                    else:
+                        group = half if part and own_post else self.d  # the workers its FSDP state is sharded over
+                        ref_s, train_s = partition[p].post[k][w - p * half] if part and own_post else r.post[k][w]
+                        self.chains[w][p].append(Task("reference", ref_s,
+                                                      mem_floor_pct("reference", r.spec, gpu, group),
+                                                      None, _FAR, f"ref:{k}"))
+                        self.chains[w][p].append(Task("train", train_s, mem_floor_pct("train", r.spec, gpu, group),
+                                                      None, 0.0, f"train:{k}"))
                     self.bounds[(p, k, w)] = (start, post_i, len(self.chains[w][p]))
         self.states = [WorkerState.start([tuple(c) for c in self.chains[w]]) for w in range(self.d)]
         self.opened: set[tuple[int, int, str]] = {(p, 0, "roll") for p in range(len(runs))}
@@ -294,7 +309,7 @@ class _Group:
         for the worker carrying an aggregated (merged) tail, ``T(bs_t)/T(bs_i) = 1/s``; an unmerged
         long tail interferes the same way, so it counts too (a tail about to end costs almost nothing).
         """
-        if not self.balance or self.d < 2 or len(self.runs) < 2:
+        if not self.balance or self.d < 2 or len(self.runs) < 2 or k in self.split_steps:
             return
         o = 1 - p
         slow, overlap = [], []
@@ -311,12 +326,17 @@ class _Group:
                 overlap.append(0.0)
         if all(x <= 1.0 for x in slow):
             return
+        # each worker keeps its fixed part (paid by every worker of the pipeline's group whatever its share);
+        # what scales with tokens is moved, the reference's and the training's in the same shares
         idx = [[self.bounds[(p, k, w)][1] + off for w in range(self.d)] for off in range(2)]  # reference, training
-        work = [sum(self.states[w].chains[p][i].work_s for w, i in enumerate(ix)) for ix in idx]
-        shares = overlap_balanced_shares(sum(work), slow, overlap)
-        for ix, total in zip(idx, work):
+        fixed = [[min(self.runs[p].post_fixed_s[off], self.states[w].chains[p][i].work_s) for w, i in enumerate(ix)]
+                 for off, ix in enumerate(idx)]
+        var = [sum(self.states[w].chains[p][i].work_s for w, i in enumerate(ix)) - sum(f)
+               for ix, f in zip(idx, fixed)]
+        shares = overlap_balanced_shares(sum(var), slow, overlap, [fixed[0][w] + fixed[1][w] for w in range(self.d)])
+        for ix, f, v in zip(idx, fixed, var):
             for w, i in enumerate(ix):
-                self._set_task(w, p, i, replace(self.states[w].chains[p][i], work_s=total * shares[w]))
+                self._set_task(w, p, i, replace(self.states[w].chains[p][i], work_s=f[w] + v * shares[w]))
 
     def _cur_step(self, p: int, w: int) -> int:
         for k in range(self.runs[p].steps):
@@ -488,50 +508,78 @@ class _Group:
         return self.result
 
 
-#: the seed offset of the profiling step :func:`predict_routing` draws (a batch none of the measured steps uses)
+#: the seed offset of the profiling steps :func:`predict_routing` draws (batches none of the measured steps use)
 PROFILE_SEED = 7919
+#: how many profiling steps: two, so that the profile crosses a step boundary, where what one pipeline's
+#: training on the other's workers costs shows (it delays that pipeline's next rollout); over Fig. 12's seven
+#: settings x three trace seeds one step chose a worse layout 7 times of 21, two steps 3 times (docs/jigsaw.md)
+PROFILE_STEPS = 2
 
 
 def profile_steps(runs: Sequence[PipelineSteps]) -> tuple[list[PipelineSteps], list[PipelineSteps]]:
-    """The profiling step :func:`predict_routing` decides on, on all and on half the workers: another batch
+    """The profiling steps :func:`predict_routing` decides on, on all and on half the workers: other batches
     of the same workloads (each pipeline's seed offset by :data:`PROFILE_SEED`, so none of the measured
-    steps). Independent of the grid: compute it once and pass it to every decision of a case."""
+    steps), :data:`PROFILE_STEPS` of them. Independent of the grid: compute them once and pass them to every
+    decision of a case."""
     d, gpu = runs[0].replicas, runs[0].gpu
     specs = [replace(r.spec, seed=r.spec.seed + PROFILE_SEED) for r in runs]
-    return [simulate_steps(s, gpu, d, 1) for s in specs], [simulate_steps(s, gpu, d // 2, 1) for s in specs]
+    return ([simulate_steps(s, gpu, d, PROFILE_STEPS) for s in specs],
+            [simulate_steps(s, gpu, d // 2, PROFILE_STEPS) for s in specs])
+
+
+#: the layouts :func:`predict_routing` chooses between: every pipeline on every worker; each pipeline's rollout on
+#: its own half, its reference and training on every worker; each pipeline wholly on its own half (veRL split's
+#: layout, where co-location costs more than it brings: no worker then pays two pipelines' fixed per-step costs)
+ROUTINGS = ("uniform", "halves", "split")
+
+
+def routing_args(routing: str, half: Sequence[PipelineSteps] | None, steps: int) -> dict:
+    """:func:`run_group`'s keyword arguments for ``routing`` (one of :data:`ROUTINGS`) over ``steps`` steps."""
+    if routing not in ROUTINGS:
+        raise ConfigError("jigsaw run", "routing", f"{routing!r}", ", ".join(ROUTINGS))
+    if routing == "uniform" or half is None:
+        return {}
+    return {"partition": half, "routed": [True] * steps, "own_post": routing == "split"}
 
 
 def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
-                    window: int = 3, profile: tuple[list[PipelineSteps], list[PipelineSteps]] | None = None) -> bool:
-    """Whether to route each pipeline's samples to its own half of the workers (§4.3's skew at its extreme)
-    rather than over all of them, decided once per run from a profiling step.
+                    window: int = 3, profile: tuple[list[PipelineSteps], list[PipelineSteps]] | None = None,
+                    choices: Sequence[str] = ROUTINGS) -> str:
+    """The layout of :data:`ROUTINGS` to run the pipelines in (§4.3's skew at its extreme, and the static split
+    as the fallback), decided once per run from profiling steps.
 
-    The profiling step (:func:`profile_steps`, or ``profile`` if given) is run both ways on ``grid``;
-    the shorter wins (§4.1's inter-step consistency: the steps that follow look alike).
-    Once per run, not per step: a switch between routings mid-run costs more than either (the steps of
-    the two routings overlap at the switch), which a one-step re-run does not see. Only two pipelines
-    on an even number of workers can be split.
+    The profiling steps (:func:`profile_steps`, or ``profile`` if given) are run each way on ``grid``; the
+    shortest wins (§4.1's inter-step consistency: the steps that follow look alike; ties go to the earlier
+    layout of :data:`ROUTINGS`). Once per run, not per step: a switch between layouts mid-run costs more
+    than either (the steps of the two overlap at the switch), which a one-step re-run does not see. Only
+    two pipelines on an even number of workers can be split; otherwise ``"uniform"``. ``choices`` narrows
+    the layouts considered (e.g. without ``"split"``: the best layout that shares workers).
     """
+    if not choices or any(c not in ROUTINGS for c in choices):
+        raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r}", f"a subset of {', '.join(ROUTINGS)}")
     if len(runs) != 2 or runs[0].replicas % 2:
-        return False
+        return "uniform"
     prof, halves = profile if profile is not None else profile_steps(runs)
-    uniform = _Group(prof, policy, grid, scale, window).run().makespan_s
-    split = _Group(prof, policy, grid, scale, window, None, halves).run().makespan_s
-    return split < uniform
+    steps = min(r.steps for r in prof)
+    times = {r: _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run().makespan_s
+             for r in choices}
+    return min((r for r in ROUTINGS if r in choices), key=lambda r: times[r])
 
 
 def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
               window: int = 3, start_s: Sequence[float] | None = None,
               partition: Sequence[PipelineSteps] | None = None,
-              routed: Sequence[bool] | str | None = None) -> GroupResult:
+              routed: Sequence[bool] | str | None = None, own_post: bool = False) -> GroupResult:
     """Run the pipelines of ``runs`` (same DP workers) under ``policy`` to the end of their steps.
 
     ``start_s`` delays each pipeline's first rollout (a phase shift between the pipelines, so one's
     rollout can meet the other's training; docs/jigsaw.md gives what it measured). Default: all at 0.
     ``partition`` (the same pipelines' steps simulated on half the workers) routes pipeline ``p``'s
     samples to workers ``[p * d/2, (p + 1) * d/2)`` on the steps where ``routed[k]`` is true (every step
-    when ``routed`` is None); reference and training still spread over every worker. ``routed="auto"``
-    decides for the whole run with :func:`predict_routing` (a profiling step).
+    when ``routed`` is None); reference and training still spread over every worker, or with ``own_post``
+    stay on the pipeline's half too (its training state sharded over that half, the halves' own reference
+    and training times). ``routed="auto"`` chooses the layout of :data:`ROUTINGS` for the whole run with
+    :func:`predict_routing` (a profiling step), ``own_post`` included.
     """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
@@ -545,11 +593,14 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
                               "workers", "each pipeline's steps simulated on half the replicas, as many steps")
         steps = max(r.steps for r in runs)
         if isinstance(routed, str) and routed == "auto":
-            routed = [predict_routing(runs, policy, grid, scale, window)] * steps
-        elif routed is not None and (isinstance(routed, str) or len(routed) < steps
-                                     or any(not isinstance(x, bool) for x in routed)):
+            args = routing_args(predict_routing(runs, policy, grid, scale, window), partition, steps)
+            return _Group(runs, policy, grid, scale, window, start_s, **args).run()
+        if routed is not None and (isinstance(routed, str) or len(routed) < steps
+                                   or any(not isinstance(x, bool) for x in routed)):
             raise ConfigError("jigsaw run", "routed", f"{routed!r}",
                               f"'auto', or true/false for each of the {steps} steps (true: by halves)")
-    elif routed is not None:
-        raise ConfigError("jigsaw run", "routed", f"{routed!r}", "a partition (the steps on half the workers) too")
-    return _Group(runs, policy, grid, scale, window, start_s, partition, routed).run()
+    elif routed is not None or own_post:
+        raise ConfigError("jigsaw run", "routed" if routed is not None else "own_post",
+                          f"{routed!r}" if routed is not None else "True",
+                          "a partition (the steps on half the workers) too")
+    return _Group(runs, policy, grid, scale, window, start_s, partition, routed, own_post).run()

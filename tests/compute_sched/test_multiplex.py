@@ -15,7 +15,7 @@ from orchestrl.compute_sched.multiplex.compare import compare, summary
 from orchestrl.compute_sched.multiplex.grid import DATA_DIR, KINDS, SlowdownModel, load_grid
 from orchestrl.compute_sched.multiplex.interference import PAPER_TARGETS, held_out, modelled_grid
 from orchestrl.compute_sched.multiplex.lookahead import MEMORY_BUDGET_PCT, Scheduler, Task, WorkerState
-from orchestrl.compute_sched.multiplex.ops import Tail, balanced_shares, merge_gain
+from orchestrl.compute_sched.multiplex.ops import Tail, balanced_shares, merge_gain, overlap_balanced_shares
 from orchestrl.compute_sched.multiplex.substage import StepRecord, SubStageTracker
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.hardware import load_gpu
@@ -247,3 +247,16 @@ def test_the_critical_path_cache_never_answers_for_a_chain_it_no_longer_holds():
     for i in range(60):
         chain = (Task("train", 1.0, 20.0), Task("train", float(i + 1), 20.0))  # a new object each time
         assert sch.bound(WorkerState.start([chain])) == pytest.approx(1.0 + (i + 1))
+
+
+def test_a_fixed_part_every_worker_pays_is_not_divided_and_shifts_the_shares():
+    # two workers, one slowed 2x by a co-runner throughout; each first pays 1 s whatever its share
+    plain = overlap_balanced_shares(4.0, [2.0, 1.0], [100.0, 0.0])
+    fixed = overlap_balanced_shares(4.0, [2.0, 1.0], [100.0, 0.0], [1.0, 1.0])
+    assert plain == pytest.approx([1 / 3, 2 / 3]) and fixed == pytest.approx([0.25, 0.75])
+    # both finish together: 2 * (1 + 4 * 0.25) == 1 + 4 * 0.75
+    assert 2.0 * (1.0 + 4.0 * fixed[0]) == pytest.approx(1.0 + 4.0 * fixed[1])
+    # a fixed part longer than the common finish time leaves that worker no share at all
+    assert overlap_balanced_shares(1.0, [1.0, 1.0], [0.0, 0.0], [5.0, 0.0]) == pytest.approx([0.0, 1.0])
+    with pytest.raises(ConfigError, match="fixed"):
+        overlap_balanced_shares(1.0, [1.0, 1.0], [0.0, 0.0], [-1.0, 0.0])

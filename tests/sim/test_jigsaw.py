@@ -140,13 +140,14 @@ def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_re
     from dataclasses import replace
     prof = [runner.simulate_steps(replace(r.spec, seed=r.spec.seed + runner.PROFILE_SEED), "H100", 4, 1) for r in full]
     assert [t.tokens for t in prof[0].traces[0]] != [t.tokens for t in full[0].traces[0]]  # not a measured step
-    # short GSM8K rollouts that 2 workers finish about as fast as 4: the profile says halves pay
+    # short GSM8K rollouts that 2 workers finish about as fast as 4, and training whose fixed per-step part
+    # every worker of a group pays: the profile says each pipeline is best kept wholly on its half
     choice = runner.predict_routing(full)
-    assert choice is True
+    assert choice == "split"
     auto = runner.run_group(full, "jigsaw", partition=half, routed="auto")
-    fixed = runner.run_group(full, "jigsaw", partition=half, routed=[True, True])
+    fixed = runner.run_group(full, "jigsaw", partition=half, routed=[True, True], own_post=True)
     assert auto.makespan_s == pytest.approx(fixed.makespan_s)  # one decision for every step
-    assert runner.predict_routing(full[:1]) is False  # one pipeline: nothing to split
+    assert runner.predict_routing(full[:1]) == "uniform"  # one pipeline: nothing to split
     from orchestrl.fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="partition"):
         runner.run_group(full, "jigsaw", partition=full)  # not the halves' steps
@@ -155,6 +156,29 @@ def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_re
             runner.run_group(full, "jigsaw", partition=half, routed=bad)
     with pytest.raises(ConfigError, match="routed"):
         runner.run_group(full, "jigsaw", routed=[True, True])  # routing without the halves' steps
+    with pytest.raises(ConfigError, match="own_post"):
+        runner.run_group(full, "jigsaw", own_post=True)  # training on a half without the halves' steps
+    with pytest.raises(ConfigError, match="uniform, halves, split"):
+        runner.routing_args("quarters", half, 2)
+
+
+def test_the_split_layout_is_veRL_split_so_JigsawRL_can_always_fall_back_to_it(two_steps):
+    # each pipeline wholly on its own half: rollout, reference and training there, nothing on the other half
+    full, half = two_steps
+    from orchestrl.sim.multiplex.baselines import verl
+    g = runner._Group(full, "jigsaw", "default", 1.0, 3, None, half, [True, True], True)
+    for w in range(4):
+        for p in range(2):
+            start, post_i, end = g.bounds[(p, 0, w)]
+            kinds = [t.kind for t in g.chains[w][p][start:end]]
+            mine = p * 2 <= w < (p + 1) * 2
+            assert (kinds[-2:] == ["reference", "train"]) == mine and (set(kinds) == {"idle"}) != mine
+    res = g.run()
+    assert res.memory_violations == 0
+    assert res.makespan_s == pytest.approx(verl(full, half).detail["split_s"], rel=1e-6)
+    # and the layout the other two lose to here: training spread over every worker pays both pipelines' fixed
+    # per-step parts on every worker
+    assert runner.run_group(full, "jigsaw", partition=half, routed=[True, True]).makespan_s > res.makespan_s * 1.1
 
 
 def test_balancing_under_routing_moves_training_between_workers_but_never_loses_any(two_steps):
@@ -167,6 +191,8 @@ def test_balancing_under_routing_moves_training_between_workers_but_never_loses_
             planned = [full[p].post[k][w][1] for w in range(4)]
             ran = [g.states[w].chains[p][g.bounds[(p, k, w)][1] + 1].work_s for w in range(4)]
             assert sum(ran) == pytest.approx(sum(planned))
+            # what a worker pays whatever its share (the post model's fixed part) never moves to another
+            assert min(ran) >= full[p].post_fixed_s[1] - 1e-9
             moved = moved or any(abs(a - b) > 1e-6 for a, b in zip(ran, planned))
     assert moved  # a worker still carrying the other pipeline's rollout got a smaller share somewhere
 
