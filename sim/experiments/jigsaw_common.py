@@ -2,7 +2,7 @@
 
 Every case simulates the pipelines' steps once on the engine model (:mod:`sim.multiplex`) and runs
 every system on those same steps: veRL (its better configuration), RollMux, JigsawRL-MuxServe,
-JigsawRL (look-ahead, merging, balancing, routing by halves decided per case), and the ablations. The
+JigsawRL (look-ahead, merging, balancing, its layout decided per case), and the ablations. The
 paper's numbers are printed beside ours (:class:`~sim.experiments.common.Row`), never divided into a
 pass mark; docs/jigsaw.md says where and why they differ. Grid: the default slowdown grid of the GPU
 (measured on H100/H800, modelled elsewhere), and, for the sensitivity rows, every slowdown's excess
@@ -22,7 +22,8 @@ from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
-from orchestrl.sim.multiplex.runner import predict_routing, profile_steps, routing_args, run_group, simulate_steps
+from orchestrl.sim.multiplex.runner import (ROUTINGS, predict_routing, profile_steps, routing_args, run_group,
+                                            simulate_steps)
 from orchestrl.sim.multiplex.workload import PipelineSpec
 
 __all__ = ["Case", "FIG12", "run_case", "figure"]
@@ -42,6 +43,7 @@ class Case:
     sensitivity: bool = False  # also run JigsawRL at 0.75x / 1.25x slowdown excess and on the modelled grid
     seed: int = 0  # trace seed: `sim figure --seeds N` draws other samples (seed 0 keeps the documented runs)
     longrun: bool = False  # time JigsawRL and MuxServe over baselines.PASSES passes of the steps (RollMux always is); else two steps
+    layouts: tuple[str, ...] = ROUTINGS  # the layouts JigsawRL's profile chooses among (runner.ROUTINGS)
 
 
 #: Fig. 12's settings (8 H100, two pipelines of one model and task, different weights).
@@ -96,15 +98,16 @@ def run_case(case: Case) -> dict[str, Any]:
         out["areal_tps"] = areal(quarter).throughput_tps
         out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
     violations = 0
-    # §4.3's routing: decided once per case on a profiling step (runner.predict_routing, another draw of the
-    # same workloads; its runs are not counted in any makespan), whether each pipeline's samples go to its own
-    # half of the workers; the same choice for JigsawRL and its ablations, so they differ only in what they
-    # ablate. MuxServe routes uniformly (it multiplexes rollouts on the same workers by design).
+    # the layout (runner.ROUTINGS): decided once per case on profiling steps (runner.predict_routing, other draws
+    # of the same workloads; their runs are not counted in any makespan): every pipeline on every worker, each
+    # pipeline's samples on its own half, or each pipeline wholly on its half; the same choice for JigsawRL and its
+    # ablations, so they differ only in what they ablate. MuxServe routes uniformly (it multiplexes rollouts on the
+    # same workers by design).
     route: dict[str, Any] = {}
     profile = None
     if half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
         profile = profile_steps(full)  # simulated once; every grid below decides on the same profile
-        out["routing"] = predict_routing(full, profile=profile)
+        out["routing"] = predict_routing(full, profile=profile, choices=case.layouts)
         route = routing_args(out["routing"], half, case.steps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
         if pol not in case.systems:
@@ -147,7 +150,8 @@ def run_case(case: Case) -> dict[str, Any]:
                                  ("x0", "default", 0.0)):
             # the routing a deployment would choose on this grid (decided on the profiling step again)
             if profile is not None:
-                route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile), half, case.steps)
+                route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
+                                     half, case.steps)
             r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
             out[f"jigsaw_{tag}_tps"] = r.throughput_tps
             violations += r.memory_violations
