@@ -25,6 +25,7 @@ import numpy as np
 
 from orchestrl.compute_sched.groups.config import GroupConfig
 from orchestrl.compute_sched.groups.model import Group
+from orchestrl.fabric.errors import ConfigError
 
 _PLAN_CAP = 400  # worst-case iterations simulated at most while looking for the repeating state
 
@@ -74,7 +75,7 @@ def group_jobs(group: Group) -> list[GroupJob]:
 
 def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupConfig, *,
                 draws: np.ndarray | None = None, iterations: int | None = None,
-                record: bool = False, n_train_nodes: int = 1) -> GroupSchedule:
+                record: bool = False, n_train_nodes: int = 1, tail_rate: np.ndarray | None = None) -> GroupSchedule:
     """Return the round-robin schedule of ``jobs`` (in their order) on a group's pools.
 
     Parameters
@@ -95,6 +96,11 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
     n_train_nodes : int
         Training nodes the group holds (utilisation denominator). A member pinned to training nodes
         queues on each of them like a rollout on its rollout nodes; an unpinned one takes the pool.
+    tail_rate : ndarray, shape (iterations, len(jobs)), optional
+        The speed of each job's rollout, as a fraction of its speed on all its nodes, while the previous
+        job's consolidated tail still holds part of them (with ``draws``; e.g. measured on an engine
+        model, where a long-tailed rollout on fewer replicas loses less than their share). ``None``:
+        ``1 - tail_capacity_fraction``, the freed share of the nodes.
 
     Returns
     -------
@@ -131,6 +137,11 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
     seen: dict[tuple, int] = {}
     cycle: tuple[int, int] | None = None  # (first, last) iteration of one exact repetition
     cap = 1.0 - config.tail_capacity_fraction
+    if tail_rate is not None:
+        tail_rate = np.asarray(tail_rate, dtype=float)
+        if draws is None or tail_rate.shape != (its, n) or not np.all((tail_rate > 0) & (tail_rate <= 1)):
+            raise ConfigError("round robin", "tail_rate", f"shape {tail_rate.shape}",
+                              f"with draws, one speed in (0, 1] per iteration and job: shape ({its}, {n})")
     migrate = config.long_tail_migration
     warm = config.warm_start_s
     part_free: dict[int, float] = {}  # node -> when the next phase may start on it
@@ -160,7 +171,8 @@ def round_robin(jobs: Sequence[GroupJob], n_rollout_nodes: int, config: GroupCon
             if switch:
                 start += warm
             if full > start:  # the previous job's consolidated tail still holds part of the nodes
-                end = start + work / cap if start + work / cap <= full else full + work - (full - start) * cap
+                c = cap if tail_rate is None else float(tail_rate[it][k])
+                end = start + work / c if start + work / c <= full else full + work - (full - start) * c
             else:
                 end = start + work
             tail_abs = end - (work - tail_at)

@@ -88,11 +88,18 @@ def run_case(case: Case) -> dict[str, Any]:
         for off in POOL_OFFSETS:
             if off and 1 <= d // 2 + off < d:
                 pools.append([simulate_steps(s, case.gpu, d // 2 + off, case.steps) for s in specs])
-        rm = rollmux(pools, d)
+        # the steps on every smaller replica count: how fast the next rollout runs on the replicas a tail frees
+        have = {p[0].replicas for p in pools}
+        fewer = {n: [simulate_steps(s, case.gpu, n, case.steps) for s in specs]
+                 for n in range(1, max(have)) if n not in have}
+        rm = rollmux(pools, d, fewer=fewer)
         out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
         # the same search with the next rollout slowed in proportion to a tail's replicas (harsh on RollMux):
-        # with the default (charged nothing, generous) it brackets RollMux
+        # with the default (charged nothing, generous) it brackets RollMux; between them, the next rollout at the
+        # engine model's speed on the freed replicas
         out["rollmux_proportional_tps"] = rm.tokens / rm.detail["proportional_s"]
+        out["rollmux_engine_tps"] = rm.tokens / rm.detail["engine_s"]
+        out["rollmux_engine_config"] = rm.detail["engine_config"]
     if "streamrl" in case.systems and quarter:
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps

@@ -41,6 +41,9 @@ def rows_of(results: list[dict]) -> list[Row]:
     rows.append(mean_row("mean/bound-on-any-schedule/verl", None, [ratio(r, "bound", "verl") for r in results]))
     rows.append(mean_row("mean/verl-serial", PAPER["mean/verl"], [ratio(r, "jigsaw", "verl_serial") for r in results]))
     rows.append(mean_row("mean/rollmux", PAPER["mean/rollmux"], [ratio(r, "jigsaw", "rollmux") for r in results]))
+    if all("rollmux_engine_tps" in r for r in results):  # its next rollout at the engine's speed on the freed replicas
+        rows.append(mean_row("mean/rollmux engine-rate tail", None, [ratio(r, "jigsaw", "rollmux_engine") for r in results],
+                             above=sum(ratio(r, "jigsaw", "rollmux_engine") > 1 for r in results)))
     rows.append(mean_row("mean/muxserve", PAPER["mean/muxserve"], [ratio(r, "jigsaw", "muxserve") for r in results]))
     for tag in ("x0.75", "x1.25", "modelled", "x0"):
         if all(f"jigsaw_{tag}_tps" in r for r in results):
@@ -54,6 +57,8 @@ NOTES = ("ours: tokens of both pipelines per second over the same simulated step
          "kept replicas); over the long run: JigsawRL and MuxServe by their makespan over the steps four times over, "
          "per pass, RollMux by its time per pass after the first (its ramp not charged); the grid rows over the "
          "steps from a cold start",
+         "RollMux's next rollout, while a tail holds replicas, is charged nothing for them (generous); 'engine-rate "
+         "tail' runs it at the engine model's speed on the replicas the tail frees",
          "layout: profiling chooses uniform, halves or split (each pipeline wholly on its half, which is veRL split); "
          "'layouts sharing workers' is JigsawRL without the split fallback",
          "grid: the measured H100 grid (compute_sched/data/slowdown); 'grid x0.75/x1.25' scale every slowdown's "

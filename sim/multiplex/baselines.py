@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -151,10 +151,21 @@ def _rollmux_draws(pool: list[PipelineSteps], train_gpus: int, keep: int | None,
     return jobs, np.array(draws).transpose(1, 0, 2)  # (iterations, jobs, 3)
 
 
-def _rollmux_pass(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig) -> tuple[float, float]:
+def _tail_rates(pool: list[PipelineSteps], fewer: list[PipelineSteps]) -> np.ndarray:
+    """Per step and job: how fast a rollout runs on ``fewer`` replicas than on ``pool``'s, from the engine
+    model (the same step's samples simulated on each; its unmigrated end on the pool over its end on
+    fewer), as :func:`round_robin`'s ``tail_rate``."""
+    steps = min(r.steps for r in pool)
+    return np.array([[min(1.0, max(t.end_s for t in r.traces[k]) / max(t.end_s for t in f.traces[k]))
+                      for r, f in zip(pool, fewer)] for k in range(steps)])
+
+
+def _rollmux_pass(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig,
+                  rates: np.ndarray | None = None) -> tuple[float, float]:
     """(long-run time per pass, first pass from a cold start) of the round robin over :data:`PASSES` passes."""
     steps = draws.shape[0]
-    sched = round_robin(jobs, 1, cfg, draws=np.tile(draws, (PASSES, 1, 1)), record=True)
+    sched = round_robin(jobs, 1, cfg, draws=np.tile(draws, (PASSES, 1, 1)), record=True,
+                        tail_rate=None if rates is None else np.tile(rates, (PASSES, 1)))
     ends: dict[str, list[float]] = {}
     for sg in sorted(sched.segments, key=lambda x: x.iteration):
         if sg.pool == "train":
@@ -165,7 +176,7 @@ def _rollmux_pass(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig) -> 
 
 
 def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_replicas: int | None = None,
-            config: GroupConfig | None = None) -> Baseline:
+            config: GroupConfig | None = None, fewer: Mapping[int, list[PipelineSteps]] | None = None) -> Baseline:
     """RollMux: a rollout pool and a training pool, the jobs' phases round-robin (this project's scheduler),
     at its best configuration for the case.
 
@@ -180,6 +191,12 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     ``detail["proportional_s"]`` is the same search with it slowed by the share of replicas the tail
     holds instead (as :func:`round_robin` assumes; harsh: the engine model says a step on half the
     replicas takes 1.05-1.6x, not 2x, as long); on the steps measured the two bracket RollMux.
+    ``fewer`` (the same steps simulated on fewer replicas, by replica count: every count from 1 to the
+    largest pool's less one that ``pools`` does not already hold) adds ``detail["engine_s"]``: the same
+    search with the next rollout, while a tail holds ``keep`` of its ``d`` replicas, running as fast as
+    the engine model runs that step on ``d - keep`` replicas (its samples dispatched on the freed
+    replicas, RollMux's "starts the next job's rollout on the newly freed GPUs"), at full speed once the
+    tail is done (generous: it assumes the running rollout spreads back onto the tail's replicas).
     """
     if pools and isinstance(pools[0], PipelineSteps):
         pools = [pools]  # type: ignore[list-item]
@@ -187,7 +204,10 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     total = total_replicas or 2 * pools[0][0].replicas
     steps = min(r.steps for pool in pools for r in pool)
     tokens = sum(sum(r.tokens[:steps]) for r in pools[0])
-    best = harsh = None
+    best = harsh = engine = None
+    by_size = {p[0].replicas: p for p in pools}
+    if fewer is not None:
+        by_size = {**{n: list(p) for n, p in fewer.items()}, **by_size}
     for pool in pools:
         d, tp = pool[0].replicas, pool[0].spec.tp
         if not 1 <= d < total:
@@ -201,19 +221,30 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
             jobs, draws = _rollmux_draws(pool, train_gpus, keep, thr)
             if keep is None:
                 free = prop = _rollmux_pass(jobs, draws, replace(cfg, long_tail_migration=False))
+                eng = free if fewer is not None else None
             else:
                 free = _rollmux_pass(jobs, draws, replace(cfg, tail_capacity_fraction=1e-9))
                 prop = _rollmux_pass(jobs, draws, replace(cfg, tail_capacity_fraction=keep / d))
+                eng = None
+                if fewer is not None:
+                    if d - keep not in by_size:
+                        raise ConfigError("RollMux baseline", "fewer", f"no steps on {d - keep} replicas",
+                                          f"the steps simulated on every replica count from 1 to {d - 1}")
+                    eng = _rollmux_pass(jobs, draws, cfg, _tail_rates(pool, by_size[d - keep]))
             if best is None or free[0] < best[0]:
                 best = (free[0], free[1], d, keep, thr)
             if harsh is None or prop[0] < harsh[0]:
                 harsh = (prop[0], d, keep, thr)
+            if eng is not None and (engine is None or eng[0] < engine[0]):
+                engine = (eng[0], d, keep, thr)
     long_s, first, d, keep, thr = best
     return Baseline("RollMux", long_s, tokens,
                     {"longrun_pass_s": long_s, "first_pass_s": first, "rollout_replicas": d,
                      "tail_replicas": keep or 0, "tail_threshold": thr if keep else None,
                      "config": _describe(d, total, keep, thr),
-                     "proportional_s": harsh[0], "proportional_config": _describe(harsh[1], total, harsh[2], harsh[3])})
+                     "proportional_s": harsh[0], "proportional_config": _describe(harsh[1], total, harsh[2], harsh[3]),
+                     **({} if engine is None else
+                        {"engine_s": engine[0], "engine_config": _describe(engine[1], total, engine[2], engine[3])})})
 
 
 def _describe(d: int, total: int, keep: int | None, thr: float) -> str:

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 
+import numpy as np
 import pytest
 
 from orchestrl.agents.cli import main
@@ -245,6 +246,25 @@ def test_rollmux_reports_its_best_configuration(math_pools, two_steps):
     assert best.detail["proportional_s"] > best.total_s
     with pytest.raises(ConfigError, match="pools"):  # a rollout pool with nothing left to train on
         rollmux([two_steps[0]], 4)
+
+
+def test_rollmux_with_the_next_rollout_at_the_engines_speed_lies_inside_the_bracket(math_pools):
+    from orchestrl.fabric.errors import ConfigError
+    from orchestrl.sim.multiplex import baselines as bl
+    half, one, three = math_pools
+    fewer = {1: one, 2: half}
+    # a long-tailed step on fewer replicas loses less than their share: faster than in proportion, never faster
+    # than on all of them
+    rates = bl._tail_rates(three, one)
+    assert rates.shape == (2, 2) and np.all(rates <= 1.0) and np.all(rates > 1 / 3)
+    r = rollmux(math_pools, 4, fewer=fewer)
+    # between the generous default and the proportional slowdown (the slope measure may put it a hair below
+    # the generous end, which charges the first pass more)
+    assert r.total_s * 0.995 <= r.detail["engine_s"] <= r.detail["proportional_s"] + 1e-9
+    assert r.detail["engine_config"].startswith("rollout on ")
+    assert "engine_s" not in rollmux(math_pools, 4).detail  # only when the smaller pools' steps are given
+    with pytest.raises(ConfigError, match="fewer"):  # the 3-replica pool's tail on 2 frees 1: its steps are needed
+        rollmux([half, three], 4, fewer={})
 
 
 def test_long_run_timing_does_not_depend_on_how_many_passes_it_takes(math_pools, monkeypatch):

@@ -90,6 +90,24 @@ def test_long_tail_migration_lets_the_next_rollout_start_early():
     assert tails and all(s.start_s < s.tail_from_s < s.end_s for s in tails)
 
 
+def test_the_next_rollout_runs_at_the_given_speed_while_a_tail_holds_its_nodes():
+    jobs = [GroupJob("a", (0,), 100.0, 20.0), GroupJob("b", (0,), 100.0, 20.0)]
+    draws = np.ones((12, 2, 3))
+    draws[..., 1] = 0.4
+    cfg = GroupConfig()  # the tail keeps 1/8 of the nodes; by default the next rollout runs at 7/8 meanwhile
+    default = round_robin(jobs, 1, cfg, draws=draws)
+    same = round_robin(jobs, 1, cfg, draws=draws, tail_rate=np.full((12, 2), 1 - cfg.tail_capacity_fraction))
+    assert same.iteration_s == pytest.approx(default.iteration_s)
+    fast = round_robin(jobs, 1, cfg, draws=draws, tail_rate=np.ones((12, 2)))  # loses nothing to the tail
+    slow = round_robin(jobs, 1, cfg, draws=draws, tail_rate=np.full((12, 2), 0.25))
+    assert fast.iteration_s["a"] < default.iteration_s["a"] < slow.iteration_s["a"]
+    for bad in (np.ones((3, 2)), np.zeros((12, 2)), np.full((12, 2), 1.5)):
+        with pytest.raises(ConfigError, match="tail_rate"):
+            round_robin(jobs, 1, cfg, draws=draws, tail_rate=bad)
+    with pytest.raises(ConfigError, match="tail_rate"):  # a speed per iteration needs the iterations' draws
+        round_robin(jobs, 1, cfg, tail_rate=np.ones((12, 2)))
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.floats(10, 300), st.floats(10, 300), st.integers(0, 2)), min_size=1, max_size=5),
        st.integers(0, 10_000))
