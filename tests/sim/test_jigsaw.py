@@ -163,6 +163,27 @@ def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_re
         runner.routing_args("quarters", half, 2)
 
 
+def test_a_layout_sharing_workers_must_beat_the_split_by_the_margin_to_be_chosen():
+    # MATH pipelines with every slowdown 1 (free co-location): on the profile, every pipeline on every worker
+    # is about 10% shorter than each wholly on its half
+    specs = [PipelineSpec(n, "Qwen3-4B", "math", tp=1, prompts=8, seed=i + 1) for i, n in enumerate("AB")]
+    full = [runner.simulate_steps(s, "H100", 4, 2) for s in specs]
+    prof = runner.profile_steps(full)
+    times = {r: runner._Group(prof[0], "jigsaw", "default", 0.0, 3, **runner.routing_args(r, prof[1], 2)).run().makespan_s
+             for r in runner.ROUTINGS}
+    gain = 1.0 - min(times["uniform"], times["halves"]) / times["split"]
+    assert runner.ROUTING_MARGIN < gain < 0.5
+    pick = dict(scale=0.0, profile=prof)
+    assert runner.predict_routing(full, margin=0.0, **pick) == min(times, key=times.get)
+    assert runner.predict_routing(full, **pick) != "split"  # the default margin is below this gain
+    assert runner.predict_routing(full, margin=gain + 0.01, **pick) == "split"  # a gain under the margin is not taken
+    assert runner.predict_routing(full, margin=0.9, choices=("uniform", "halves"), **pick) != "split"  # no split to keep
+    from orchestrl.fabric.errors import ConfigError
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ConfigError, match="routing margin"):
+            runner.predict_routing(full, margin=bad, **pick)
+
+
 def test_the_split_layout_is_veRL_split_so_JigsawRL_can_always_fall_back_to_it(two_steps):
     # each pipeline wholly on its own half: rollout, reference and training there, nothing on the other half
     full, half = two_steps
