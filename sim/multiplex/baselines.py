@@ -196,7 +196,9 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     search with the next rollout, while a tail holds ``keep`` of its ``d`` replicas, running as fast as
     the engine model runs that step on ``d - keep`` replicas (its samples dispatched on the freed
     replicas, RollMux's "starts the next job's rollout on the newly freed GPUs"), at full speed once the
-    tail is done (generous: it assumes the running rollout spreads back onto the tail's replicas).
+    tail is done (generous: it assumes the running rollout spreads back onto the tail's replicas). Neither
+    ``proportional_s`` nor ``engine_s`` is reported below ``total_s`` (the long-run measure, first pass
+    excluded, can rank a slowed search a hair faster; see the code).
     """
     if pools and isinstance(pools[0], PipelineSteps):
         pools = [pools]  # type: ignore[list-item]
@@ -207,6 +209,12 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     best = harsh = engine = None
     by_size = {p[0].replicas: p for p in pools}
     if fewer is not None:
+        names = [r.spec.name for r in pools[0]]
+        for n, p in fewer.items():
+            if [r.spec.name for r in p] != names or any(r.replicas != n or r.steps < steps for r in p):
+                raise ConfigError("RollMux baseline", "fewer", f"the steps given for {n} replicas",
+                                  f"the pools' pipelines ({', '.join(names)}), in that order, each simulated on {n} "
+                                  f"replicas for at least {steps} steps")
         by_size = {**{n: list(p) for n, p in fewer.items()}, **by_size}
     for pool in pools:
         d, tp = pool[0].replicas, pool[0].spec.tp
@@ -238,6 +246,13 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
             if eng is not None and (engine is None or eng[0] < engine[0]):
                 engine = (eng[0], d, keep, thr)
     long_s, first, d, keep, thr = best
+    # Per configuration, slowing the next rollout cannot make RollMux faster; the long-run measure (the first pass
+    # excluded) can still put a slowed search a hair below the generous one when the slowing lengthens the first
+    # pass instead (Qwen3-0.6B/MATH: 59.60 s against 59.72 s, its first pass 2.7 s longer). Neither slowed
+    # estimate is reported below the generous end.
+    harsh = (max(harsh[0], long_s), *harsh[1:])
+    if engine is not None:
+        engine = (max(engine[0], long_s), *engine[1:])
     return Baseline("RollMux", long_s, tokens,
                     {"longrun_pass_s": long_s, "first_pass_s": first, "rollout_replicas": d,
                      "tail_replicas": keep or 0, "tail_threshold": thr if keep else None,

@@ -543,8 +543,11 @@ def routing_args(routing: str, half: Sequence[PipelineSteps] | None, steps: int)
     """:func:`run_group`'s keyword arguments for ``routing`` (one of :data:`ROUTINGS`) over ``steps`` steps."""
     if routing not in ROUTINGS:
         raise ConfigError("jigsaw run", "routing", f"{routing!r}", ", ".join(ROUTINGS))
-    if routing == "uniform" or half is None:
+    if routing == "uniform":
         return {}
+    if half is None:
+        raise ConfigError("jigsaw run", "routing", f"{routing!r} without the halves' steps",
+                          "the pipelines' steps simulated on half the workers, or 'uniform'")
     return {"partition": half, "routed": [True] * steps, "own_post": routing == "split"}
 
 
@@ -568,6 +571,10 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
         raise ConfigError("jigsaw run", "routing margin", f"{margin!r}",
                           "a fraction of the split layout's makespan in [0, 1), e.g. 0.04")
     if len(runs) != 2 or runs[0].replicas % 2:
+        if "uniform" not in choices:
+            raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r} for {len(runs)} pipeline(s) on "
+                              f"{runs[0].replicas if runs else 0} workers",
+                              "include 'uniform': only two pipelines on an even number of workers can be halved")
         return "uniform"
     prof, halves = profile if profile is not None else profile_steps(runs)
     steps = min(r.steps for r in prof)
@@ -605,6 +612,9 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
                               "workers", "each pipeline's steps simulated on half the replicas, as many steps")
         steps = max(r.steps for r in runs)
         if isinstance(routed, str) and routed == "auto":
+            if own_post:
+                raise ConfigError("jigsaw run", "own_post", "True with routed='auto'",
+                                  "leave own_post out: 'auto' chooses whether training stays on each half")
             args = routing_args(predict_routing(runs, policy, grid, scale, window), partition, steps)
             return _Group(runs, policy, grid, scale, window, start_s, **args).run()
         if routed is not None and (isinstance(routed, str) or len(routed) < steps
