@@ -24,14 +24,16 @@ What it measures (issue 33's targets):
   ``speedup_vs_verl_twostep_mean`` over the two steps from a cold start);
   ``speedup_vs_verl_serial_mean`` against the pipelines in turn; ``layouts``: the layout profiling chose
   per setting (uniform, halves, or split: each pipeline wholly on its half, which equals veRL split) and
-  ``shared_layouts_vs_verl_mean`` JigsawRL confined to the layouts that share workers;
+  ``shared_layouts_vs_verl_mean`` JigsawRL confined to the layouts that share workers (the one of uniform and
+  halves its profile picks, not the better of the two on the run);
   ``above_rollmux_where_rollout_over_60``: whether JigsawRL beat RollMux on every setting whose rollout
   is above 60% of the step under veRL; ``bound_vs_verl_mean`` / ``_min``: an upper bound on any
   schedule's speedup over veRL on the same steps (a provable lower bound on the makespan,
   ``sim/multiplex/bounds.py``), which says whether the 1.3x target is reachable in the model at all;
   ``speedup_vs_rollmux_engine_mean`` / ``above_rollmux_engine_settings``: RollMux with the next rollout, while
-  a tail holds replicas, at the engine model's speed on the freed ones (between the generous default,
-  ``speedup_vs_rollmux_mean``, and the proportional ``speedup_vs_rollmux_proportional_mean``);
+  a tail holds replicas, at the engine model's speed on the freed ones (reported between the generous
+  default, ``speedup_vs_rollmux_mean``, and the proportional ``speedup_vs_rollmux_proportional_mean``: neither
+  slowed estimate is reported below the generous one, see ``baselines.rollmux``);
   ``free_colocation_vs_verl_mean``: the same JigsawRL run with every slowdown set to 1 (sharing a GPU
   costs nothing): a what-if, not a bound, of how far the steps' own shapes let multiplexing go;
   ``grid_sensitivity_vs_verl_mean``: the mean over veRL with every slowdown's excess x0.75 / x1.25
@@ -140,7 +142,7 @@ def rlsim(quick: bool) -> dict:
         shared = r.get("jigsaw_shared_tps", r["jigsaw_tps"]) / r["verl_tps"]
         print(f"  {r['label']:<22} rollout {r['rollout_share_verl']:.0%}  JigsawRL/veRL {r['jigsaw_tps'] / r['verl_tps']:.3f}"
               f" (two steps {r['jigsaw_twostep_tps'] / r['verl_tps']:.3f}; layout {r['routing']}"
-              f"{'' if r['routing'] != 'split' else f', best shared layout {shared:.3f}'})"
+              f"{'' if r['routing'] != 'split' else f', sharing layout profiling picks {shared:.3f}'})"
               f" (veRL {r['verl_config']})  /veRL-serial {r['jigsaw_tps'] / r['verl_serial_tps']:.3f}  "
               f"/RollMux {r['jigsaw_tps'] / r['rollmux_tps']:.3f} ({r['rollmux_config']}; "
               f"{r['jigsaw_tps'] / r['rollmux_engine_tps']:.3f} at the engine's speed on the freed replicas, "
@@ -201,8 +203,8 @@ def main(argv=None) -> int:
           f"the freed replicas, {sim['speedup_vs_rollmux_proportional_mean']:.3f} and {sim['above_rollmux_proportional_settings']} if a tail's "
           f"replicas slow the next rollout); above RollMux on every rollout-heavy setting: "
           f"{sim['above_rollmux_where_rollout_over_60']}", flush=True)
-    print(f"  layouts chosen: {', '.join(f'{k} {v}' for k, v in sim['layouts'].items())}; confined to layouts that "
-          f"share workers: {sim['shared_layouts_vs_verl_mean']:.3f} / veRL", flush=True)
+    print(f"  layouts chosen: {', '.join(f'{k} {v}' for k, v in sim['layouts'].items())}; confined to the sharing "
+          f"layout profiling picks: {sim['shared_layouts_vs_verl_mean']:.3f} / veRL", flush=True)
     print(f"  bound: no schedule of these steps beats veRL by more than {sim['bound_vs_verl_mean']:.3f}x on the mean "
           f"({sim['bound_vs_verl_min']:.3f}x on the tightest setting; sim/multiplex/bounds.py)", flush=True)
     sens = sim["grid_sensitivity_vs_verl_mean"]

@@ -138,8 +138,9 @@ def run_case(case: Case) -> dict[str, Any]:
         out[f"{key}_merges"] = r.merges
         violations += r.memory_violations
         if pol == "jigsaw" and out.get("routing") == "split":
-            # JigsawRL fell back to the static split here (equal to veRL split): what its best layout that shares
-            # workers would have given, decided the same way, timed the same way (so the fallback's part shows)
+            # JigsawRL fell back to the static split here (equal to veRL split): what the layout sharing workers its
+            # profile picks (uniform or halves; not always the better of the two on the run) would have given,
+            # decided the same way, timed the same way (so the fallback's part shows)
             shared = predict_routing(full, profile=profile, choices=("uniform", "halves"))
             steps, h = (case.steps * PASSES, [repeat_steps(x) for x in half]) if case.longrun else (case.steps, half)
             again = run_group([repeat_steps(x) for x in full] if case.longrun else full, "jigsaw",

@@ -60,7 +60,8 @@ NOTES = ("ours: tokens of both pipelines per second over the same simulated step
          "RollMux's next rollout, while a tail holds replicas, is charged nothing for them (generous); 'engine-rate "
          "tail' runs it at the engine model's speed on the replicas the tail frees",
          "layout: profiling chooses uniform, halves or split (each pipeline wholly on its half, which is veRL split); "
-         "'layouts sharing workers' is JigsawRL without the split fallback",
+         "'layouts sharing workers' is JigsawRL without the split fallback (the sharing layout "
+         "its profile picks)",
          "grid: the measured H100 grid (compute_sched/data/slowdown); 'grid x0.75/x1.25' scale every slowdown's "
          "excess, 'modelled' uses the paper-fitted interference model, 'x0' is a what-if in which sharing a GPU costs "
          "nothing (how far the steps' own shapes let any multiplexing go)")
