@@ -561,9 +561,10 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
     shortest wins (§4.1's inter-step consistency: the steps that follow look alike; ties go to the earlier
     layout of :data:`ROUTINGS`), except that a layout sharing workers must beat ``"split"`` (when it is a
     choice) by ``margin`` (:data:`ROUTING_MARGIN`, a fraction of split's makespan). Once per run, not per
-    step: a switch between layouts mid-run costs more than either (the steps of the two overlap at the switch), which a one-step re-run does not see. Only
-    two pipelines on an even number of workers can be split; otherwise ``"uniform"``. ``choices`` narrows
-    the layouts considered (e.g. without ``"split"``: the best layout that shares workers).
+    step: a switch between layouts mid-run costs more than either (the steps of the two overlap at the
+    switch), which a one-step re-run does not see. Only two pipelines on an even number of workers can be
+    split; otherwise ``"uniform"`` (a ConfigError if ``choices`` leaves it out). ``choices`` narrows the
+    layouts considered (e.g. without ``"split"``: the layout sharing workers the profile picks).
     """
     if not choices or any(c not in ROUTINGS for c in choices):
         raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r}", f"a subset of {', '.join(ROUTINGS)}")
