@@ -174,7 +174,7 @@ def test_a_layout_sharing_workers_must_beat_the_split_by_the_margin_to_be_chosen
     # is about 10% shorter than each wholly on its half
     specs = [PipelineSpec(n, "Qwen3-4B", "math", tp=1, prompts=8, seed=i + 1) for i, n in enumerate("AB")]
     full = [runner.simulate_steps(s, "H100", 4, 2) for s in specs]
-    prof = runner.profile_steps(full)
+    prof = runner.profile_steps(full, draws=1)[0]  # one draw: (steps on all workers, on half)
     times = {r: runner._Group(prof[0], "jigsaw", "default", 0.0, 3, **runner.routing_args(r, prof[1], 2)).run().makespan_s
              for r in runner.ROUTINGS}
     gain = 1.0 - min(times["uniform"], times["halves"]) / times["split"]
@@ -188,6 +188,17 @@ def test_a_layout_sharing_workers_must_beat_the_split_by_the_margin_to_be_chosen
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ConfigError, match="routing margin"):
             runner.predict_routing(full, margin=bad, **pick)
+    # the default profile: PROFILE_DRAWS independent draws, each layout's makespans summed over them
+    draws = runner.profile_steps(full)
+    assert len(draws) == runner.PROFILE_DRAWS >= 2
+    assert [t.tokens for t in draws[0][0][0].traces[0]] != [t.tokens for t in draws[1][0][0].traces[0]]
+    assert draws[0][0][0].traces[0][0].tokens == prof[0][0].traces[0][0].tokens  # draw 0 is the one above
+    summed = {r: sum(runner._Group(f, "jigsaw", "default", 0.0, 3, **runner.routing_args(r, h, 2)).run().makespan_s
+                     for f, h in draws) for r in runner.ROUTINGS}
+    summed["split"] *= 1 - runner.ROUTING_MARGIN
+    assert runner.predict_routing(full, scale=0.0, profile=draws) == min(runner.ROUTINGS, key=summed.get)
+    with pytest.raises(ConfigError, match="profile draws"):
+        runner.profile_steps(full, draws=0)
 
 
 def test_the_split_layout_is_veRL_split_so_JigsawRL_can_always_fall_back_to_it(two_steps):
