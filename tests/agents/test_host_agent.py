@@ -29,8 +29,9 @@ def test_calls_return_at_once_and_losses_are_counted_when_the_proxy_is_down():
     worst = _hammer(agent, 20_000)
     agent.announce(intent("gen.yaml"))
     took = time.perf_counter() - started
-    # Generous bounds for a loaded CI machine; a call that waited for the sender would take seconds.
-    assert worst < 1.0 and took < 10.0
+    # Generous bounds for a loaded CI machine (one call of 5,000 took 1.04 s once, a scheduling stall on 2
+    # busy cores); a call that waited for the sender would take seconds.
+    assert worst < 2.5 and took < 10.0
     closing = time.perf_counter()
     agent.close(timeout_s=2.0)
     assert time.perf_counter() - closing < 3.0
@@ -46,7 +47,7 @@ def test_calls_return_at_once_when_the_proxy_accepts_but_never_answers():
         black_hole.listen(64)
         agent = HostAgent(f"http://127.0.0.1:{black_hole.getsockname()[1]}", "t", job="j", timeout_s=5.0)
         worst = _hammer(agent, 5_000)
-        assert worst < 1.0  # the sender's request hangs for 5 s; no call waits for it
+        assert worst < 2.5  # the sender's request hangs for 5 s; no call waits for it (half of it: CI's stalls)
         assert agent.flush(timeout_s=0.1) is False  # the sender is stuck in a request, the trainer is not
         started = time.perf_counter()
         agent.close(timeout_s=1.0)
