@@ -582,7 +582,7 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
         raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r}", f"a subset of {', '.join(ROUTINGS)}")
     if not (0.0 <= margin < 1.0):
         raise ConfigError("jigsaw run", "routing margin", f"{margin!r}",
-                          "a fraction of the split layout's makespan in [0, 1), e.g. 0.04")
+                          "a fraction of the split layout's makespan in [0, 1), e.g. 0.015")
     if len(runs) != 2 or runs[0].replicas % 2:
         if "uniform" not in choices:
             raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r} for {len(runs)} pipeline(s) on "
@@ -615,7 +615,7 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
     when ``routed`` is None); reference and training still spread over every worker, or with ``own_post``
     stay on the pipeline's half too (its training state sharded over that half, the halves' own reference
     and training times). ``routed="auto"`` chooses the layout of :data:`ROUTINGS` for the whole run with
-    :func:`predict_routing` (a profiling step), ``own_post`` included.
+    :func:`predict_routing` (profile draws), ``own_post`` included.
     """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
