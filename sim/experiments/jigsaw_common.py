@@ -22,8 +22,8 @@ from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
-from orchestrl.sim.multiplex.runner import (ROUTINGS, predict_routing, profile_steps, routing_args, run_group,
-                                            simulate_steps)
+from orchestrl.sim.multiplex.layouts import ROUTINGS, predict_routing, profile_steps, routing_args
+from orchestrl.sim.multiplex.runner import run_group, simulate_steps
 from orchestrl.sim.multiplex.workload import PipelineSpec
 
 __all__ = ["Case", "FIG12", "run_case", "figure"]
@@ -43,7 +43,7 @@ class Case:
     sensitivity: bool = False  # also run JigsawRL at 0.75x / 1.25x slowdown excess and on the modelled grid
     seed: int = 0  # trace seed: `sim figure --seeds N` draws other samples (seed 0 keeps the documented runs)
     longrun: bool = False  # time JigsawRL and MuxServe over baselines.PASSES passes of the steps (RollMux always is); else two steps
-    layouts: tuple[str, ...] = ROUTINGS  # the layouts JigsawRL's profile chooses among (runner.ROUTINGS)
+    layouts: tuple[str, ...] = ROUTINGS  # the layouts JigsawRL's profile chooses among (layouts.ROUTINGS)
 
 
 #: Fig. 12's settings (8 H100, two pipelines of one model and task, different weights).
@@ -105,7 +105,7 @@ def run_case(case: Case) -> dict[str, Any]:
         out["areal_tps"] = areal(quarter).throughput_tps
         out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
     violations = 0
-    # the layout (runner.ROUTINGS): decided once per case on profiling steps (runner.predict_routing, other draws
+    # the layout (layouts.ROUTINGS): decided once per case on profiling steps (layouts.predict_routing, other draws
     # of the same workloads; their runs are not counted in any makespan): every pipeline on every worker, each
     # pipeline's samples on its own half, or each pipeline wholly on its half; the same choice for JigsawRL and its
     # ablations, so they differ only in what they ablate. MuxServe routes uniformly (it multiplexes rollouts on the

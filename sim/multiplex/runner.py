@@ -24,7 +24,7 @@ Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what t
   worker (``uniform``), each pipeline's samples on its own half of the workers (``partition``: the
   steps simulated on half the replicas) with reference and training still spread over all of them
   (``halves``), or each pipeline wholly on its own half (``split``, ``own_post``: veRL split's layout);
-  :func:`predict_routing` decides once per run from profiling steps.
+  :func:`sim.multiplex.layouts.predict_routing` decides once per run from profiling steps.
 
 Policies: ``jigsaw`` (look-ahead W = 3, merging, balancing), ``jigsaw-greedy`` (W = 1),
 ``jigsaw-nomerge``, ``muxserve`` (JigsawRL-MuxServe: rollouts share the GPU half and half,
@@ -51,8 +51,7 @@ from orchestrl.sim.multiplex.rollout import (REF_FIXED_S, TRAIN_FIXED_S, Rollout
                                              simulate_replica)
 from orchestrl.sim.multiplex.workload import PipelineSpec, draw_samples, per_replica
 
-__all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "profile_steps", "predict_routing", "ROUTING_MARGIN", "PROFILE_DRAWS",
-           "mem_floor_pct", "ROUTINGS", "routing_args", "PROFILE_STEPS"]
+__all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "mem_floor_pct"]
 
 POLICIES = ("jigsaw", "jigsaw-greedy", "jigsaw-nomerge", "muxserve")
 _FAR = 1e9
@@ -508,100 +507,6 @@ class _Group:
         return self.result
 
 
-#: the seed offset of the profiling steps :func:`predict_routing` draws (batches none of the measured steps use);
-#: draw ``i`` of :data:`PROFILE_DRAWS` offsets each pipeline's seed by ``(i + 1) * PROFILE_SEED``
-PROFILE_SEED = 7919
-#: how many profiling steps a draw has: two, so that the profile crosses a step boundary, where what one pipeline's
-#: training on the other's workers costs shows (it delays that pipeline's next rollout); over Fig. 12's seven
-#: settings x three trace seeds one step chose a worse layout 7 times of 21, two steps 3 times (docs/jigsaw.md)
-PROFILE_STEPS = 2
-#: how many independent draws of :data:`PROFILE_STEPS` steps are profiled (each layout's makespans summed over
-#: them), and how much shorter than the static split (``"split"``) a layout that shares workers must then be to
-#: be chosen: the profile is other draws of the workload, so a small predicted gain is often a loss on the run.
-#: Both were set on held-out trace seeds (Fig. 12's seven settings and Fig. 16's pair x seeds 3-5; the figures
-#: report seeds 0-2): one draw chose a worse layout than the best on 3-5 of 24 whatever the margin (best 2-4%),
-#: two draws on 3 of 24 at a 1-3% margin (4 with none, 3 at 4%, 4 at 5-6%, 6 at 8%), the highest mean at 1-2%;
-#: 1.5% is the middle. On seeds 0-2 that rule chose a worse layout 1 time of 24 (one draw, 4%: 3; no margin:
-#: 3). docs/jigsaw.md gives the numbers.
-PROFILE_DRAWS = 2
-ROUTING_MARGIN = 0.015
-
-Profile = Sequence[tuple[Sequence[PipelineSteps], Sequence[PipelineSteps]]]
-
-
-def profile_steps(runs: Sequence[PipelineSteps], draws: int = PROFILE_DRAWS) -> Profile:
-    """The profiling steps :func:`predict_routing` decides on: ``draws`` independent draws, each the pipelines'
-    steps on all and on half the workers, other batches of the same workloads (each pipeline's seed offset by a
-    multiple of :data:`PROFILE_SEED`, so none of the measured steps), :data:`PROFILE_STEPS` of them. Independent
-    of the grid: compute them once and pass them to every decision of a case."""
-    if draws < 1:
-        raise ConfigError("jigsaw run", "profile draws", f"{draws!r}", "at least 1")
-    d, gpu = runs[0].replicas, runs[0].gpu
-    out = []
-    for i in range(draws):
-        specs = [replace(r.spec, seed=r.spec.seed + (i + 1) * PROFILE_SEED) for r in runs]
-        out.append(([simulate_steps(s, gpu, d, PROFILE_STEPS) for s in specs],
-                    [simulate_steps(s, gpu, d // 2, PROFILE_STEPS) for s in specs]))
-    return tuple(out)
-
-
-#: the layouts :func:`predict_routing` chooses between: every pipeline on every worker; each pipeline's rollout on
-#: its own half, its reference and training on every worker; each pipeline wholly on its half (veRL split's
-#: layout, where co-location costs more than it brings: no worker then pays two pipelines' fixed per-step costs)
-ROUTINGS = ("uniform", "halves", "split")
-
-
-def routing_args(routing: str, half: Sequence[PipelineSteps] | None, steps: int) -> dict:
-    """:func:`run_group`'s keyword arguments for ``routing`` (one of :data:`ROUTINGS`) over ``steps`` steps."""
-    if routing not in ROUTINGS:
-        raise ConfigError("jigsaw run", "routing", f"{routing!r}", ", ".join(ROUTINGS))
-    if routing == "uniform":
-        return {}
-    if half is None:
-        raise ConfigError("jigsaw run", "routing", f"{routing!r} without the halves' steps",
-                          "the pipelines' steps simulated on half the workers, or 'uniform'")
-    return {"partition": half, "routed": [True] * steps, "own_post": routing == "split"}
-
-
-def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
-                    window: int = 3, profile: Profile | None = None,
-                    choices: Sequence[str] = ROUTINGS, margin: float = ROUTING_MARGIN) -> str:
-    """The layout of :data:`ROUTINGS` to run the pipelines in (§4.3's skew at its extreme, and the static split
-    as the fallback), decided once per run from profiling steps.
-
-    The profiling steps (:func:`profile_steps`, or ``profile`` if given: its draws, or one draw) are run each
-    way on ``grid``, each layout's makespans summed over the draws; the shortest wins (§4.1's inter-step
-    consistency: the steps that follow look alike; ties go to the earlier layout of :data:`ROUTINGS`),
-    except that a layout sharing workers must beat ``"split"`` (when it is a choice) by ``margin`` (:data:`ROUTING_MARGIN`, a fraction of split's makespan). Once per run, not per
-    step: a switch between layouts mid-run costs more than either (the steps of the two overlap at the
-    switch), which a one-step re-run does not see. Only two pipelines on an even number of workers can be
-    split; otherwise ``"uniform"`` (a ConfigError if ``choices`` leaves it out). ``choices`` narrows the
-    layouts considered (e.g. without ``"split"``: the layout sharing workers the profile picks).
-    """
-    if not choices or any(c not in ROUTINGS for c in choices):
-        raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r}", f"a subset of {', '.join(ROUTINGS)}")
-    if not (0.0 <= margin < 1.0):
-        raise ConfigError("jigsaw run", "routing margin", f"{margin!r}",
-                          "a fraction of the split layout's makespan in [0, 1), e.g. 0.015")
-    if len(runs) != 2 or runs[0].replicas % 2:
-        if "uniform" not in choices:
-            raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r} for {len(runs)} pipeline(s) on "
-                              f"{runs[0].replicas if runs else 0} workers",
-                              "include 'uniform': only two pipelines on an even number of workers can be halved")
-        return "uniform"
-    draws = profile_steps(runs) if profile is None else profile
-    if draws and draws[0] and isinstance(draws[0][0], PipelineSteps):
-        draws = [draws]  # type: ignore[list-item]  # one draw given as (steps on all workers, on half)
-    times = dict.fromkeys(choices, 0.0)
-    for prof, halves in draws:
-        steps = min(r.steps for r in prof)
-        for r in choices:
-            times[r] += _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run().makespan_s
-    if "split" in times:
-        times["split"] *= 1.0 - margin  # what a sharing layout must beat
-    return min((r for r in ROUTINGS if r in choices), key=lambda r: times[r])
-
-
 def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
               window: int = 3, start_s: Sequence[float] | None = None,
               partition: Sequence[PipelineSteps] | None = None,
@@ -614,8 +519,8 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
     samples to workers ``[p * d/2, (p + 1) * d/2)`` on the steps where ``routed[k]`` is true (every step
     when ``routed`` is None); reference and training still spread over every worker, or with ``own_post``
     stay on the pipeline's half too (its training state sharded over that half, the halves' own reference
-    and training times). ``routed="auto"`` chooses the layout of :data:`ROUTINGS` for the whole run with
-    :func:`predict_routing` (profile draws), ``own_post`` included.
+    and training times). ``routed="auto"`` chooses the layout for the whole run with
+    :func:`~sim.multiplex.layouts.predict_routing` (profile draws), ``own_post`` included.
     """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
@@ -632,6 +537,7 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
             if own_post:
                 raise ConfigError("jigsaw run", "own_post", "True with routed='auto'",
                                   "leave own_post out: 'auto' chooses whether training stays on each half")
+            from orchestrl.sim.multiplex.layouts import predict_routing, routing_args  # layouts imports this module
             args = routing_args(predict_routing(runs, policy, grid, scale, window), partition, steps)
             return _Group(runs, policy, grid, scale, window, start_s, **args).run()
         if routed is not None and (isinstance(routed, str) or len(routed) < steps

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrl.agents.cli import main
 from orchestrl.compute_sched.multiplex.lookahead import Action
-from orchestrl.sim.multiplex import runner
+from orchestrl.sim.multiplex import layouts, runner
 from orchestrl.sim.multiplex.baselines import rollmux, verl
 from orchestrl.sim.multiplex.workload import PipelineSpec
 
@@ -139,16 +139,16 @@ def test_routing_by_halves_keeps_each_rollout_on_its_half_and_spreads_training_e
 def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_refused(two_steps):
     full, half = two_steps
     from dataclasses import replace
-    prof = [runner.simulate_steps(replace(r.spec, seed=r.spec.seed + runner.PROFILE_SEED), "H100", 4, 1) for r in full]
+    prof = [runner.simulate_steps(replace(r.spec, seed=r.spec.seed + layouts.PROFILE_SEED), "H100", 4, 1) for r in full]
     assert [t.tokens for t in prof[0].traces[0]] != [t.tokens for t in full[0].traces[0]]  # not a measured step
     # short GSM8K rollouts that 2 workers finish about as fast as 4, and training whose fixed per-step part
     # every worker of a group pays: the profile says each pipeline is best kept wholly on its half
-    choice = runner.predict_routing(full)
+    choice = layouts.predict_routing(full)
     assert choice == "split"
     auto = runner.run_group(full, "jigsaw", partition=half, routed="auto")
     fixed = runner.run_group(full, "jigsaw", partition=half, routed=[True, True], own_post=True)
     assert auto.makespan_s == pytest.approx(fixed.makespan_s)  # one decision for every step
-    assert runner.predict_routing(full[:1]) == "uniform"  # one pipeline: nothing to split
+    assert layouts.predict_routing(full[:1]) == "uniform"  # one pipeline: nothing to split
     from orchestrl.fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="partition"):
         runner.run_group(full, "jigsaw", partition=full)  # not the halves' steps
@@ -160,11 +160,11 @@ def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_re
     with pytest.raises(ConfigError, match="own_post"):
         runner.run_group(full, "jigsaw", own_post=True)  # training on a half without the halves' steps
     with pytest.raises(ConfigError, match="uniform, halves, split"):
-        runner.routing_args("quarters", half, 2)
+        layouts.routing_args("quarters", half, 2)
     with pytest.raises(ConfigError, match="half the workers"):  # a split without the halves' steps: not run uniform
-        runner.routing_args("split", None, 2)
+        layouts.routing_args("split", None, 2)
     with pytest.raises(ConfigError, match="include 'uniform'"):  # one pipeline cannot be split: say so, not run uniform
-        runner.predict_routing(full[:1], choices=("split",))
+        layouts.predict_routing(full[:1], choices=("split",))
     with pytest.raises(ConfigError, match="own_post"):  # 'auto' decides own_post itself
         runner.run_group(full, "jigsaw", partition=half, routed="auto", own_post=True)
 
@@ -174,31 +174,31 @@ def test_a_layout_sharing_workers_must_beat_the_split_by_the_margin_to_be_chosen
     # is about 10% shorter than each wholly on its half
     specs = [PipelineSpec(n, "Qwen3-4B", "math", tp=1, prompts=8, seed=i + 1) for i, n in enumerate("AB")]
     full = [runner.simulate_steps(s, "H100", 4, 2) for s in specs]
-    prof = runner.profile_steps(full, draws=1)[0]  # one draw: (steps on all workers, on half)
-    times = {r: runner._Group(prof[0], "jigsaw", "default", 0.0, 3, **runner.routing_args(r, prof[1], 2)).run().makespan_s
-             for r in runner.ROUTINGS}
+    prof = layouts.profile_steps(full, draws=1)[0]  # one draw: (steps on all workers, on half)
+    times = {r: runner._Group(prof[0], "jigsaw", "default", 0.0, 3, **layouts.routing_args(r, prof[1], 2)).run().makespan_s
+             for r in layouts.ROUTINGS}
     gain = 1.0 - min(times["uniform"], times["halves"]) / times["split"]
-    assert runner.ROUTING_MARGIN < gain < 0.5
-    pick = dict(scale=0.0, profile=prof)
-    assert runner.predict_routing(full, margin=0.0, **pick) == min(times, key=times.get)
-    assert runner.predict_routing(full, **pick) != "split"  # the default margin is below this gain
-    assert runner.predict_routing(full, margin=gain + 0.01, **pick) == "split"  # a gain under the margin is not taken
-    assert runner.predict_routing(full, margin=0.9, choices=("uniform", "halves"), **pick) != "split"  # no split to keep
+    assert layouts.ROUTING_MARGIN < gain < 0.5
+    pick = dict(scale=0.0, profile=(prof,))
+    assert layouts.predict_routing(full, margin=0.0, **pick) == min(times, key=times.get)
+    assert layouts.predict_routing(full, **pick) != "split"  # the default margin is below this gain
+    assert layouts.predict_routing(full, margin=gain + 0.01, **pick) == "split"  # a gain under the margin is not taken
+    assert layouts.predict_routing(full, margin=0.9, choices=("uniform", "halves"), **pick) != "split"  # no split to keep
     from orchestrl.fabric.errors import ConfigError
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ConfigError, match="routing margin"):
-            runner.predict_routing(full, margin=bad, **pick)
+            layouts.predict_routing(full, margin=bad, **pick)
     # the default profile: PROFILE_DRAWS independent draws, each layout's makespans summed over them
-    draws = runner.profile_steps(full)
-    assert len(draws) == runner.PROFILE_DRAWS >= 2
+    draws = layouts.profile_steps(full)
+    assert len(draws) == layouts.PROFILE_DRAWS >= 2
     assert [t.tokens for t in draws[0][0][0].traces[0]] != [t.tokens for t in draws[1][0][0].traces[0]]
     assert draws[0][0][0].traces[0][0].tokens == prof[0][0].traces[0][0].tokens  # draw 0 is the one above
-    summed = {r: sum(runner._Group(f, "jigsaw", "default", 0.0, 3, **runner.routing_args(r, h, 2)).run().makespan_s
-                     for f, h in draws) for r in runner.ROUTINGS}
-    summed["split"] *= 1 - runner.ROUTING_MARGIN
-    assert runner.predict_routing(full, scale=0.0, profile=draws) == min(runner.ROUTINGS, key=summed.get)
+    summed = {r: sum(runner._Group(f, "jigsaw", "default", 0.0, 3, **layouts.routing_args(r, h, 2)).run().makespan_s
+                     for f, h in draws) for r in layouts.ROUTINGS}
+    summed["split"] *= 1 - layouts.ROUTING_MARGIN
+    assert layouts.predict_routing(full, scale=0.0, profile=draws) == min(layouts.ROUTINGS, key=summed.get)
     with pytest.raises(ConfigError, match="profile draws"):
-        runner.profile_steps(full, draws=0)
+        layouts.profile_steps(full, draws=0)
 
 
 def test_the_split_layout_is_veRL_split_so_JigsawRL_can_always_fall_back_to_it(two_steps):
