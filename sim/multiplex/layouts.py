@@ -9,10 +9,10 @@ from dataclasses import replace
 from typing import Sequence
 
 from orchestrl.fabric.errors import ConfigError
-from orchestrl.sim.multiplex.runner import PipelineSteps, _Group, simulate_steps
+from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, _Group, run_group, simulate_steps
 
 __all__ = ["ROUTINGS", "routing_args", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
-           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile"]
+           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto"]
 
 
 #: the seed offset of the profiling steps :func:`predict_routing` draws (batches none of the measured steps use);
@@ -105,3 +105,12 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
     if "split" in times:
         times["split"] *= 1.0 - margin  # what a sharing layout must beat
     return min((r for r in ROUTINGS if r in choices), key=lambda r: times[r])
+
+
+def run_auto(runs: Sequence[PipelineSteps], half: Sequence[PipelineSteps], policy: str = "jigsaw",
+             grid: str = "default", scale: float = 1.0, window: int = 3) -> GroupResult:
+    """:func:`~sim.multiplex.runner.run_group` in the layout :func:`predict_routing` chooses for the whole run
+    (``half``: the pipelines' steps simulated on half the workers)."""
+    steps = max(r.steps for r in runs)
+    return run_group(runs, policy, grid, scale, window,
+                     **routing_args(predict_routing(runs, policy, grid, scale, window), half, steps))

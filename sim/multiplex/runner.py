@@ -519,8 +519,7 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
     samples to workers ``[p * d/2, (p + 1) * d/2)`` on the steps where ``routed[k]`` is true (every step
     when ``routed`` is None); reference and training still spread over every worker, or with ``own_post``
     stay on the pipeline's half too (its training state sharded over that half, the halves' own reference
-    and training times). ``routed="auto"`` chooses the layout for the whole run with
-    :func:`~sim.multiplex.layouts.predict_routing` (profile draws), ``own_post`` included.
+    and training times). :func:`sim.multiplex.layouts.run_auto` chooses the layout for the whole run first.
     """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
@@ -533,17 +532,10 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
             raise ConfigError("jigsaw run", "partition", "routing by halves needs two pipelines on an even number of "
                               "workers", "each pipeline's steps simulated on half the replicas, as many steps")
         steps = max(r.steps for r in runs)
-        if isinstance(routed, str) and routed == "auto":
-            if own_post:
-                raise ConfigError("jigsaw run", "own_post", "True with routed='auto'",
-                                  "leave own_post out: 'auto' chooses whether training stays on each half")
-            from orchestrl.sim.multiplex.layouts import predict_routing, routing_args  # layouts imports this module
-            args = routing_args(predict_routing(runs, policy, grid, scale, window), partition, steps)
-            return _Group(runs, policy, grid, scale, window, start_s, **args).run()
         if routed is not None and (isinstance(routed, str) or len(routed) < steps
                                    or any(not isinstance(x, bool) for x in routed)):
             raise ConfigError("jigsaw run", "routed", f"{routed!r}",
-                              f"'auto', or true/false for each of the {steps} steps (true: by halves)")
+                              f"true/false for each of the {steps} steps (true: by halves); layouts.run_auto decides it")
     elif routed is not None or own_post:
         raise ConfigError("jigsaw run", "routed" if routed is not None else "own_post",
                           f"{routed!r}" if routed is not None else "True",

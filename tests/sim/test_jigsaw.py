@@ -145,7 +145,7 @@ def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_re
     # every worker of a group pays: the profile says each pipeline is best kept wholly on its half
     choice = layouts.predict_routing(full)
     assert choice == "split"
-    auto = runner.run_group(full, "jigsaw", partition=half, routed="auto")
+    auto = layouts.run_auto(full, half)
     fixed = runner.run_group(full, "jigsaw", partition=half, routed=[True, True], own_post=True)
     assert auto.makespan_s == pytest.approx(fixed.makespan_s)  # one decision for every step
     assert layouts.predict_routing(full[:1]) == "uniform"  # one pipeline: nothing to split
@@ -165,8 +165,8 @@ def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_re
         layouts.routing_args("split", None, 2)
     with pytest.raises(ConfigError, match="include 'uniform'"):  # one pipeline cannot be split: say so, not run uniform
         layouts.predict_routing(full[:1], choices=("split",))
-    with pytest.raises(ConfigError, match="own_post"):  # 'auto' decides own_post itself
-        runner.run_group(full, "jigsaw", partition=half, routed="auto", own_post=True)
+    with pytest.raises(ConfigError, match="routed"):  # 'auto' is layouts.run_auto's, not a routed value
+        runner.run_group(full, "jigsaw", partition=half, routed="auto")
 
 
 def test_a_layout_sharing_workers_must_beat_the_split_by_the_margin_to_be_chosen():
