@@ -1,0 +1,153 @@
+"""Check JigsawRL's layout decision (sim/multiplex/layouts.py) against the best layout in hindsight, per case.
+
+JigsawRL decides once per run, on simulated profiling steps, whether two pipelines share every worker
+(``uniform``), keep their rollouts on their own halves (``halves``) or run wholly on their own halves
+(``split``, = veRL split); see docs/jigsaw.md ("Layout"). This benchmark runs every case in all three layouts
+over the long run (the two measured steps :data:`~sim.multiplex.baselines.PASSES` times over, as
+``jigsaw-fig12`` times JigsawRL), asks the rule which one to run, and prints, against veRL at its better
+configuration on the same steps:
+
+* ``picked_vs_verl_mean``: the rule's layout; ``best_vs_verl_mean``: the best of the three on each case (known
+  only after the run, the reference); ``split_vs_verl_mean``: always ``split``;
+* ``worse_choices`` / ``worst_pick_vs_best``: cases where the rule's layout was slower than the best, and by
+  how much at worst;
+* the same for other draw counts and margins, recomputed from the same profiles (no new simulation), so the
+  constants' neighbourhood shows.
+
+Case sets (``--set``): ``heldout`` (default): pairs the rule's constants were not set on: Fig. 16's other two
+heterogeneous pairs and four pairs of different Fig. 12 workloads, trace seeds 0-2; ``calibration``: what
+``PROFILE_DRAWS`` and ``ROUTING_MARGIN`` were set on (Fig. 12's seven settings and Fig. 16's
+Qwen3-0.6B + Llama-3.1-8B pair, seeds 3-5); ``check``: the same settings on seeds 0-2, the figures' seeds.
+
+Run from the repository root::
+
+    python bench/jigsaw_layouts.py                 # held-out pairs, seeds 0-2 (18 cases, ~3 min on 2 cores)
+    python bench/jigsaw_layouts.py --set calibration --workers 2
+    python bench/jigsaw_layouts.py --quick --json  # one case
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, _specs  # noqa: E402
+from orchestrl.sim.multiplex.baselines import PASSES, repeat_steps, verl  # noqa: E402
+from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, predict_routing,  # noqa: E402
+                                             profile_steps, routing_args)
+from orchestrl.sim.multiplex.runner import _Group, run_group, simulate_steps  # noqa: E402
+from orchestrl.sim.sweep import run_sweep  # noqa: E402
+
+FIG16_PAIR = (("Qwen3-0.6B", "gsm8k", 1, 1.0), ("Llama-3.1-8B", "gsm8k", 1, 1.0))
+#: pairs the layout rule was not calibrated on: Fig. 16's other two pairs, then different Fig. 12 workloads side by side
+HELDOUT_PAIRS = ((("Qwen3-0.6B", "gsm8k", 1, 1.0), ("Qwen3-4B", "gsm8k", 1, 1.0)),
+                 (("Qwen3-4B", "gsm8k", 1, 1.0), ("Llama-3.1-8B", "gsm8k", 1, 1.0)),
+                 (("Qwen3-0.6B", "math", 1, 1.0), ("Qwen3-4B", "search-r1", 1, 1.0)),
+                 (("Qwen3-4B", "aime", 1, 1.0), ("Qwen3-0.6B", "gsm8k", 1, 1.0)),
+                 (("Llama-3.1-8B", "gsm8k-mt", 1, 0.7), ("Qwen3-4B", "math", 1, 1.0)),
+                 (("Qwen3-4B", "gsm8k", 1, 1.0), ("Qwen3-4B", "aime", 1, 1.0)))
+DRAWS = (1, 2, 3)  # a third draw is simulated so the sweep can show whether more would help
+MARGINS = (0.0, 0.01, 0.015, 0.02, 0.03, 0.04)
+
+
+def case_list(which: str, seeds: list[int] | None) -> list[tuple[str, tuple, int]]:
+    if which == "heldout":
+        pairs, default = list(HELDOUT_PAIRS), [0, 1, 2]
+    else:
+        pairs, default = [(pl, pl) for pl in FIG12] + [FIG16_PAIR], ([3, 4, 5] if which == "calibration" else [0, 1, 2])
+    return [(_label(p), p, s) for s in (seeds if seeds is not None else default) for p in pairs]
+
+
+def _label(pair: tuple) -> str:
+    return " + ".join(f"{m}/{t}" for m, t, _, _ in pair) if pair[0] != pair[1] else f"{pair[0][0]}/{pair[0][1]} x2"
+
+
+def run_one(case: tuple[str, tuple, int]) -> dict:
+    """Every layout over the long run, veRL on the same steps, and each layout's makespan on every profile draw."""
+    label, pair, seed = case
+    specs = _specs(Case("layouts", label, "H100", 8, pair, 2, seed=seed))
+    full = [simulate_steps(s, "H100", 8, 2) for s in specs]
+    half = [simulate_steps(s, "H100", 4, 2) for s in specs]
+    v = verl(full, half)
+    rep_full, rep_half = [repeat_steps(x) for x in full], [repeat_steps(h) for h in half]
+    vs_verl = {r: v.total_s * PASSES / run_group(rep_full, "jigsaw", **routing_args(r, rep_half, 2 * PASSES)).makespan_s
+               for r in ROUTINGS}
+    profile = profile_steps(full, max(DRAWS))
+    draws = [{r: _Group(p, "jigsaw", "default", 1.0, 3, **routing_args(r, h, min(x.steps for x in p))).run().makespan_s
+              for r in ROUTINGS} for p, h in profile]
+    picked = predict_routing(full, profile=profile[:PROFILE_DRAWS])
+    return {"label": label, "seed": seed, "verl_config": v.detail["config"], "vs_verl": vs_verl, "draws": draws,
+            "picked": picked}
+
+
+def rule(draws: list[dict], n: int, margin: float) -> str:
+    """predict_routing's choice from precomputed makespans: summed over ``n`` draws, split favoured by ``margin``."""
+    t = {r: sum(d[r] for d in draws[:n]) for r in ROUTINGS}
+    t["split"] *= 1.0 - margin
+    return min(ROUTINGS, key=lambda r: t[r])  # ties to the earlier layout, as predict_routing
+
+
+def summary(results: list[dict], n: int, margin: float) -> dict:
+    got = [r["vs_verl"][rule(r["draws"], n, margin)] for r in results]
+    best = [max(r["vs_verl"].values()) for r in results]
+    return {"draws": n, "margin": margin, "picked_vs_verl_mean": statistics.fmean(got),
+            "best_vs_verl_mean": statistics.fmean(best),
+            "worse_choices": sum(g < b - 1e-9 for g, b in zip(got, best)),
+            "worst_pick_vs_best": min(g / b for g, b in zip(got, best)), "cases": len(results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--set", choices=("heldout", "calibration", "check"), default="heldout", dest="which")
+    ap.add_argument("--seeds", type=int, nargs="+", help="trace seeds (default: the set's)")
+    ap.add_argument("--quick", action="store_true", help="one held-out case (seed 0, Fig. 16's Qwen3-4B + Llama pair)")
+    ap.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
+    ap.add_argument("--json", action="store_true", help="also print one JSON document at the end")
+    args = ap.parse_args(argv)
+    cases = case_list(args.which, args.seeds)
+    if args.quick:
+        cases = [c for c in cases if c[1] == HELDOUT_PAIRS[1] and c[2] == 0]
+    t0 = time.perf_counter()
+
+    def progress(done: int, total: int) -> None:
+        print(f"  {done}/{total} cases, {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    results = run_sweep(run_one, cases, workers=args.workers, progress=progress)
+    mismatch = [r for r in results if r["picked"] != rule(r["draws"], PROFILE_DRAWS, ROUTING_MARGIN)]
+    if mismatch:  # this file's re-implementation of the rule must agree with the library's
+        print(f"rule here disagrees with predict_routing on {len(mismatch)} case(s)", file=sys.stderr)
+        return 1
+    print(f"layout decision vs the best layout in hindsight, set {args.which}, {len(results)} case(s), "
+          f"JigsawRL over veRL's better configuration, long run ({PASSES} passes)")
+    print(f"{'seed':>4} {'case':58s} {'veRL':7s} " + " ".join(f"{r:>8s}" for r in ROUTINGS) + "  picked")
+    for r in results:
+        best = max(r["vs_verl"], key=r["vs_verl"].get)
+        flag = "" if r["vs_verl"][r["picked"]] >= r["vs_verl"][best] - 1e-9 else f"  (best {best})"
+        print(f"{r['seed']:>4} {r['label']:58s} {r['verl_config']:7s} "
+              + " ".join(f"{r['vs_verl'][x]:8.3f}" for x in ROUTINGS) + f"  {r['picked']}{flag}")
+    rows = [summary(results, n, m) for n in DRAWS for m in MARGINS]
+    print(f"\n{'draws':>5} {'margin':>6} {'picked':>7} {'best':>7} {'worse':>6} {'worst pick/best':>16}")
+    for s in rows:
+        mark = "  <- the rule (layouts.PROFILE_DRAWS, ROUTING_MARGIN)" \
+            if (s["draws"], s["margin"]) == (PROFILE_DRAWS, ROUTING_MARGIN) else ""
+        print(f"{s['draws']:>5} {s['margin']:6.3f} {s['picked_vs_verl_mean']:7.4f} {s['best_vs_verl_mean']:7.4f} "
+              f"{s['worse_choices']:>3}/{s['cases']:<2} {s['worst_pick_vs_best']:16.4f}{mark}")
+    ours = summary(results, PROFILE_DRAWS, ROUTING_MARGIN)
+    ours["split_vs_verl_mean"] = statistics.fmean(r["vs_verl"]["split"] for r in results)
+    print(f"\nthe rule: {ours['picked_vs_verl_mean']:.4f}x veRL mean against {ours['best_vs_verl_mean']:.4f}x for the "
+          f"best layout every time and {ours['split_vs_verl_mean']:.4f}x for split every time; "
+          f"{ours['worse_choices']} worse choice(s) of {ours['cases']}, worst {ours['worst_pick_vs_best']:.3f}x of the "
+          f"best; {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        print(json.dumps({"set": args.which, **ours, "sweep": rows, "cases": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
