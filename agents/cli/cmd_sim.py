@@ -116,6 +116,8 @@ def register(groups: argparse._SubParsersAction) -> None:
     fig.add_argument("--ray", metavar="ADDRESS", help="sweeps: run the cases on the Ray cluster at HOST:PORT "
                                                       "('local' starts one here; needs orchestrl[ray])")
     fig.add_argument("--out", metavar="DIR", help="sweeps: folder for NAME.png and NAME.csv (default: .)")
+    fig.add_argument("--seeds", type=int, metavar="N", help="sweeps: trace seeds per case, each row the mean with a "
+                                                            "95%% interval (default 3; --quick 1)")
     fig.set_defaults(func=_figure)
 
     from orchestrl.agents.cli import cmd_sim_run  # `sim run` (issue 16) lives in its own module
@@ -161,7 +163,7 @@ def _figure(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError("command line", "--workers", f"{args.workers} is not a number of processes", ">= 1")
     argv = (["--quick"] if args.quick else []) + (["--json"] if args.json else [])
-    for opt in ("workers", "ray", "out"):  # only the sweep options given, so one-process figures keep working
+    for opt in ("workers", "ray", "out", "seeds"):  # only the sweep options given, so one-process figures keep working
         if getattr(args, opt) is not None:
             argv += [f"--{opt}", str(getattr(args, opt))]
     module = importlib.import_module(_FIGURES[args.name][0])

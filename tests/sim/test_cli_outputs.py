@@ -259,3 +259,16 @@ def test_a_progress_period_that_is_not_a_number_is_refused_by_name(fixtures, tmp
     assert main(["sim", "run", str(_small_run(tmp_path, prompts=8))]) == 2
     err = capsys.readouterr().err
     assert "ORCHESTRL_PROGRESS_EVERY_S" in err and "'ten'" in err and "Traceback" not in err
+
+
+def test_figure_takes_seeds_and_reports_each_row_over_them(tmp_path, capsys):
+    # the README's reproduction commands use `sim figure NAME --seeds N`; the top-level parser passes it on
+    assert main(["sim", "figure", "fig18", "--quick", "--seeds", "2", "--json", "--out", str(tmp_path)]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(r["seeds"] == 2 for r in rows)
+
+
+def test_figure_refuses_zero_seeds_naming_the_option(tmp_path, capsys):
+    assert main(["sim", "figure", "fig18", "--quick", "--seeds", "0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--seeds" in err and "Traceback" not in err
