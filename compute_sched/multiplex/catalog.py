@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from orchestrl.compute_sched.hardware import load_gpu
 from orchestrl.compute_sched.multiplex.grid import DATA_DIR, SlowdownGrid, SlowdownModel, load_grid
 from orchestrl.compute_sched.multiplex.interference import modelled_grid
 from orchestrl.fabric.errors import ConfigError
@@ -22,7 +23,6 @@ MEASURED = {"H100": "h100-green-context-2026-11-27.json", "H800": "h100-green-co
 GRID_CHOICES = ("default", "measured", "modelled")
 
 
-@lru_cache(maxsize=None)
 def grid_for(gpu: str, model: str = "Qwen3-4B", choice: str = "default", tp: int = 1) -> SlowdownGrid:
     """Return the grid for ``gpu``: ``measured`` (where one exists), ``modelled``, or ``default`` (measured if any).
 
@@ -31,6 +31,17 @@ def grid_for(gpu: str, model: str = "Qwen3-4B", choice: str = "default", tp: int
     """
     if choice not in GRID_CHOICES:
         raise ConfigError("slowdown grid", "choice", f"{choice!r}", ", ".join(GRID_CHOICES))
+    return _grid_for(_gpu_name(gpu), model, choice, tp)
+
+
+@lru_cache(maxsize=None)
+def _gpu_name(gpu: str) -> str:
+    """The bundled GPU's name whatever the spelling (``"h100"`` -> ``"H100"``), as :func:`load_gpu` accepts it."""
+    return load_gpu(gpu).name
+
+
+@lru_cache(maxsize=None)
+def _grid_for(gpu: str, model: str, choice: str, tp: int) -> SlowdownGrid:
     if choice == "measured" or (choice == "default" and gpu in MEASURED):
         if gpu not in MEASURED:
             raise ConfigError("slowdown grid", "choice", f"no measured grid for {gpu}",

@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import numbers
 import os
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -82,7 +83,7 @@ class SlowdownGrid:
         pts = []
         for p in self.points:
             d = {k: v for k, v in asdict(p).items() if v is not None or k == "b"}
-            d["sm_a_pct"] = round(100 * p.sm_a_frac)
+            d["sm_a_pct"] = 100 * d.pop("sm_a_frac")  # unrounded: a saved grid reloads to the same numbers
             pts.append(d)
         return {"format": FORMAT, "name": self.name, "gpu": self.gpu, **dict(self.meta),
                 "aliases": dict(self.aliases), "points": pts}
@@ -120,25 +121,40 @@ def load_grid(path: str | os.PathLike[str]) -> SlowdownGrid:
     if not isinstance(pts, list) or not pts:
         raise ConfigError(src, "points", "is missing or empty", "a list of grid points")
     sm_count = doc.get("sm_count")
+    if sm_count is not None:
+        sm_count = _num(src, "sm_count", sm_count, 1, 1e5)
+    file_source = doc.get("source")
+    if file_source is not None and (not isinstance(file_source, str) or not file_source.strip()):
+        raise ConfigError(src, "source", f"{file_source!r} is not a description",
+                          "a string saying where the points came from (GPU and date, or the model)")
+    known = KINDS + (IDLE,)
     points = []
     for i, p in enumerate(pts):
         f = f"points[{i}]"
         if not isinstance(p, dict):
             raise ConfigError(src, f, f"is {type(p).__name__}", "an object")
         a, b = p.get("a"), p.get("b")
-        if not isinstance(a, str) or not a:
-            raise ConfigError(src, f"{f}.a", f"{a!r} is not a sub-stage kind", ", ".join(KINDS))
-        if b is not None and not isinstance(b, str):
-            raise ConfigError(src, f"{f}.b", f"{b!r} is not a sub-stage kind", "null (alone) or a kind")
-        if "sm_a" in p and sm_count:
-            frac = _num(src, f"{f}.sm_a", p["sm_a"], 1, float(sm_count)) / float(sm_count)
+        if a not in known:  # a mistyped kind would load and never be used
+            raise ConfigError(src, f"{f}.a", f"{a!r} is not a sub-stage kind", ", ".join(known))
+        if b is not None and b not in known:
+            raise ConfigError(src, f"{f}.b", f"{b!r} is not a sub-stage kind", "null (alone) or one of " + ", ".join(known))
+        if "sm_a" in p:
+            if sm_count is None:
+                raise ConfigError(src, "sm_count", f"is missing, and {f}.sm_a gives SMs",
+                                  "the GPU's SM count at the top level (132 on an H100), or sm_a_pct per point")
+            frac = _num(src, f"{f}.sm_a", p["sm_a"], 1, sm_count) / sm_count
         else:
             frac = _num(src, f"{f}.sm_a_pct", p.get("sm_a_pct"), 1, 100) / 100.0
         mem = _num(src, f"{f}.mem_a_pct", p.get("mem_a_pct", 80), 1, 100)
         s = _num(src, f"{f}.slowdown", p.get("slowdown"), 0.05, 1e3)
         bs = p.get("b_slowdown")
         bs = None if bs is None else _num(src, f"{f}.b_slowdown", bs, 0.05, 1e3)
-        points.append(GridPoint(a, b, frac, mem, s, str(p.get("source", doc.get("source", src))), bs))
+        source = p.get("source", file_source)
+        if not isinstance(source, str) or not source.strip():  # the grid's provenance is per point
+            raise ConfigError(src, f"{f}.source", "is missing" if source is None else f"{source!r} is not a description",
+                              "where the point came from (GPU and date, or the model and its fit), per point or once "
+                              "as the file's 'source'")
+        points.append(GridPoint(a, b, frac, mem, s, source, bs))
     meta = {k: v for k, v in doc.items() if k not in ("format", "points", "aliases", "name", "gpu")}
     aliases = doc.get("aliases", DEFAULT_ALIASES)
     if not isinstance(aliases, dict):
@@ -200,6 +216,7 @@ class SlowdownModel:
         self._alone_mem = {k: _curve(v + [(80.0, 1.0)]) for k, v in alone_mem.items()}
         self._pair = {k: {m: _curve(v) for m, v in levels.items()} for k, levels in pair.items()}
         self.aliases = dict(grid.aliases)
+        self._known = frozenset(KINDS) | {IDLE} | set(self._alone_sm) | set(self.aliases)
         have = set(self._alone_sm)
         for k in KINDS:
             kk = self._kind(k)
@@ -228,6 +245,17 @@ class SlowdownModel:
         return self.s(a, None, sm_frac, mem_pct)
 
     def _s(self, a: str, b: str | None, sm_a_frac: float, mem_a_pct: float = 80.0) -> float:
+        # checked on a cache miss only (the scheduler asks the same few points many times)
+        for fld, k in (("a", a), ("b", b)):
+            if k not in self._known and not (fld == "b" and k is None):
+                raise ConfigError("slowdown model", fld, f"{k!r} is not a sub-stage kind",
+                                  ", ".join(KINDS + (IDLE,)) + ("" if fld == "a" else " (or None: alone)"))
+        if isinstance(sm_a_frac, bool) or not isinstance(sm_a_frac, numbers.Real) or not 0 < sm_a_frac <= 1:
+            raise ConfigError("slowdown model", "sm_a_frac", f"{sm_a_frac!r}",
+                              "a share of the SMs in (0, 1], e.g. 0.25 (not 25)")
+        if isinstance(mem_a_pct, bool) or not isinstance(mem_a_pct, numbers.Real) or not 0 <= mem_a_pct <= 100:
+            raise ConfigError("slowdown model", "mem_a_pct", f"{mem_a_pct!r}",
+                              "a memory level in percent of the GPU's budget, in [0, 100], e.g. 40 (not 0.4)")
         if a == IDLE:
             return 1.0
         ka = self._kind(a)

@@ -8,9 +8,10 @@ functions turn it into what engines take:
   method); :func:`budgeted_factory` wraps a :class:`~compute_sched.vllm_engine.VllmEngine` factory so
   the engine it builds (and the engine-core process vLLM starts from it) runs under that budget with
   a KV pool sized by the level (vLLM's ``gpu_memory_utilization``);
-* :func:`green_context_stream` -- the SM budget as a CUDA green context (§4.2, as the profiler in
-  ``bench/gpu_slowdown_profile.py`` does): a stream limited to ``num_sms`` SMs, via
-  ``torch.cuda.green_contexts``; only where CUDA supports it (it raises naming why otherwise);
+* :func:`green_context_stream` -- the SM budget as a CUDA green context (§4.2): a stream limited to
+  ``num_sms`` SMs, via ``torch.cuda.green_contexts``; only where CUDA supports it (it raises naming
+  why otherwise). The profiler, ``bench/gpu_slowdown_profile.py``, makes its green contexts through
+  the CUDA driver API (``cuda.bindings``) instead;
 * :func:`training_microbatch` -- the micro-batch that fits a memory level (Fig. 9's knob), from the
   same memory model as the modelled grid.
 
@@ -20,6 +21,8 @@ decode step (the paper's pre-recorded graph groups); an MPS percentage applies p
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from typing import Any, Callable
 
@@ -46,9 +49,20 @@ def kv_pool_args(mem_pct: float, budget: float = 0.9) -> dict[str, float]:
     >>> kv_pool_args(40)
     {'gpu_memory_utilization': 0.36}
     """
-    if not 0 < mem_pct <= 100:
-        raise ConfigError("memory level", "mem_pct", f"{mem_pct!r}", "a percentage in (0, 100]")
+    _percent("memory level", "mem_pct", mem_pct)
+    if not _real(budget) or not 0 < budget <= 1:
+        raise ConfigError("memory level", "budget", f"{budget!r}", "the share of the GPU's memory the levels divide, in (0, 1], e.g. 0.9")
     return {"gpu_memory_utilization": round(budget * mem_pct / 100.0, 4)}
+
+
+def _real(v: object) -> bool:
+    return not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v)
+
+
+def _percent(what: str, fld: str, v: object) -> None:
+    """A memory level: a percentage in [1, 100] (a fraction such as 0.4 is refused: it would size a pool of 0.4%)."""
+    if not _real(v) or not 1 <= v <= 100:
+        raise ConfigError(what, fld, f"{v!r}", "a percentage of the GPU's memory budget in [1, 100], e.g. 40 (not 0.4)")
 
 
 def budgeted_factory(factory: Callable[..., Any], sm_frac: float, mem_pct: float) -> Callable[..., Any]:
@@ -95,6 +109,10 @@ def training_microbatch(model: ModelSpec, gpu: GpuSpec, mem_pct: float, shards: 
     >>> training_microbatch(m, g, 80, 8) > training_microbatch(m, g, 40, 8) >= 1
     True
     """
+    _percent("micro-batch", "mem_pct", mem_pct)
+    for fld, v in (("shards", shards), ("seq_tokens", seq_tokens), ("tp", tp)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ConfigError("micro-batch", fld, f"{v!r}", "an integer >= 1")
     budget = gpu.hbm_bytes * 0.9 * mem_pct / 100.0
     state = 16.0 * model.params_total / (shards * tp)
     act = 34.0 * model.d_model * seq_tokens * model.layers / tp

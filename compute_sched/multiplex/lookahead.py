@@ -36,10 +36,11 @@ the tasks.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from orchestrl.compute_sched.multiplex.grid import IDLE, MEM_LEVELS_PCT, SlowdownModel
+from orchestrl.compute_sched.multiplex.grid import IDLE, KINDS, MEM_LEVELS_PCT, SlowdownModel
 from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["Task", "Action", "Step", "Plan", "WorkerState", "Scheduler", "SM_SPLITS", "MEMORY_BUDGET_PCT"]
@@ -59,6 +60,17 @@ class Task:
     sticky: str | None = None  # memory group held from its first task to its last (a rollout's KV pool)
     ready_s: float = 0.0  # earliest start (a barrier: every replica's rollout done)
     label: str = ""
+
+    def __post_init__(self) -> None:
+        what = f"task {self.label or self.kind!r}"
+        if self.kind not in KINDS and self.kind != IDLE:
+            raise ConfigError("lookahead", f"{what}: kind", f"{self.kind!r} is not a sub-stage kind",
+                              ", ".join(KINDS + (IDLE,)))
+        for fld, v, lo, hi in (("work_s", self.work_s, 0.0, math.inf), ("mem_min_pct", self.mem_min_pct, 0.0, 100.0),
+                               ("ready_s", self.ready_s, 0.0, math.inf)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or not lo <= v <= hi:
+                raise ConfigError("lookahead", f"{what}: {fld}", f"{v!r}",
+                                  f"a finite number in [{lo:g}, {hi:g}]" if math.isfinite(hi) else "a finite number >= 0")
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,13 @@ class Scheduler:
             raise ConfigError("lookahead", "window", f"{window}", "an integer >= 1 (W)")
         if beam is not None and beam < 1:
             raise ConfigError("lookahead", "beam", f"{beam}", "None (every sequence) or an integer >= 1")
+        if not splits or any(isinstance(x, bool) or not isinstance(x, numbers.Real) or not 0 < x < 1 for x in splits):
+            raise ConfigError("lookahead", "splits", f"{list(splits)!r}",
+                              "the first chain's SM shares when two run, each in (0, 1), e.g. (0.25, 0.5, 0.75)")
+        if not levels or any(isinstance(x, bool) or not isinstance(x, numbers.Real) or not 1 <= x <= MEMORY_BUDGET_PCT
+                             for x in levels):
+            raise ConfigError("lookahead", "levels", f"{list(levels)!r}",
+                              "memory levels in percent of the budget, each in [1, 100], e.g. (20, 40, 60, 80), not 0.2")
         self.model, self.window, self.beam = model, window, beam
         self.small_tasks = small_tasks  # instances up to this many sub-stages are planned with a full window
         self.splits, self.levels = tuple(splits), tuple(float(x) for x in levels)
@@ -367,14 +386,22 @@ class Scheduler:
             if a is None:
                 wait = min(st.head(c).ready_s for c in range(len(st.chains)) if st.head(c) is not None)
                 if not wait > st.t:
-                    raise ConfigError("lookahead", "chains", "a head can never run: its memory floor exceeds the "
-                                      "budget", "mem_min_pct <= 80 for every task")
+                    raise self._stuck(st)
                 st = WorkerState(st.chains, wait, st.idx, st.rem, st.held, st.finish)
                 continue
             st, step = self.apply(st, a)
             plan.steps.append(step)
         plan.finish_s = st.finish
         return plan
+
+    def _stuck(self, st: WorkerState) -> ConfigError:
+        """The error for a ready head that no memory level the scheduler may give fits (nothing will ever run it)."""
+        heads = [st.head(c) for c in range(len(st.chains)) if st.head(c) is not None and st.head(c).ready_s <= st.t]
+        what = ", ".join(f"{t.label or t.kind} needs {t.mem_min_pct:g}%" for t in heads)
+        return ConfigError("lookahead", "mem_min_pct", f"no memory level fits a ready task ({what}; levels "
+                           f"{', '.join(f'{x:g}' for x in self.levels)}%; pools held now "
+                           f"{', '.join(f'{h:g}' for h in st.held)}%)",
+                           f"every task's floor at or below the highest level ({max(self.levels):g}%)")
 
     def schedule(self, st: WorkerState) -> Plan:
         """The best of the look-ahead plan, a wider and a deeper look-ahead, and the greedy plan.
@@ -417,6 +444,8 @@ class Scheduler:
             acts = self.actions(s)
             if not acts:
                 wait = min(s.head(c).ready_s for c in range(len(s.chains)) if s.head(c) is not None)
+                if not wait > s.t:
+                    raise self._stuck(s)
                 v = best(WorkerState(s.chains, wait, s.idx, s.rem, s.held, s.finish))
             else:
                 v = min(best(self.apply(s, a)[0]) for a in acts)

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -31,6 +33,10 @@ def corun(work_a: float, work_b: float, s_a: float, s_b: float) -> tuple[float, 
     >>> [round(x, 3) for x in corun(1.0, 3.0, 2.0, 1.5)]  # a ends after 2 s; b did 2/1.5 of its 3 s
     [2.0, 0.0, 1.667]
     """
+    for fld, v, lo in (("work_a", work_a, 0.0), ("work_b", work_b, 0.0), ("s_a", s_a, None), ("s_b", s_b, None)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or \
+                (v < lo if lo is not None else v <= 0):
+            raise ConfigError("corun", fld, f"{v!r}", "alone-seconds >= 0" if lo is not None else "a slowdown > 0")
     t = min(work_a * s_a, work_b * s_b)
     return t, max(0.0, work_a - t / s_a), max(0.0, work_b - t / s_b)
 
@@ -72,10 +78,17 @@ def migration_cost_s(model: ModelSpec, context_tokens: float, gpus: int, peak_fl
     >>> round(migration_cost_s(load_model("Qwen3-4B"), 8000, 1, 989e12), 4)  # 2 N FLOPs a token
     0.1438
     """
+    if isinstance(context_tokens, bool) or not isinstance(context_tokens, numbers.Real) or \
+            not math.isfinite(context_tokens) or context_tokens < 0:
+        raise ConfigError("migration", "context_tokens", f"{context_tokens!r}", "tokens of context >= 0")
     if capabilities is not None and capabilities.kv_transfer and link_bytes_per_s > 0:
         return context_tokens * model.kv_bytes_per_token / link_bytes_per_s
     if not 0 < prefill_mfu <= 1:
         raise ConfigError("migration", "prefill_mfu", f"{prefill_mfu}", "a fraction in (0, 1]")
+    if isinstance(gpus, bool) or not isinstance(gpus, numbers.Integral) or gpus < 1:
+        raise ConfigError("migration", "gpus", f"{gpus!r}", "the target's GPUs, an integer >= 1")
+    if not (isinstance(peak_flops, numbers.Real) and math.isfinite(peak_flops) and peak_flops > 0):
+        raise ConfigError("migration", "peak_flops", f"{peak_flops!r}", "the GPU's peak FLOP/s, > 0 (989e12 on an H100)")
     return 2.0 * model.params_total * context_tokens / (gpus * peak_flops * prefill_mfu)
 
 
@@ -164,11 +177,13 @@ def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s
     """
     n = len(slowdowns)
     fixed = [0.0] * n if fixed_s is None else list(fixed_s)
-    if n < 1 or len(overlap_s) != n or len(fixed) != n or not work_s >= 0 or any(not x >= 1.0 for x in slowdowns) \
-            or any(not o >= 0 for o in overlap_s) or any(not f >= 0 for f in fixed):
+    if n < 1 or len(overlap_s) != n or len(fixed) != n or not 0 <= work_s < math.inf \
+            or any(not 1.0 <= x < math.inf for x in slowdowns) \
+            or any(not o >= 0 for o in overlap_s) or any(not 0 <= f < math.inf for f in fixed):
         raise ConfigError("balance", "slowdowns", f"n={n}, work_s={work_s}, slowdowns={list(slowdowns)}, "
                           f"overlap_s={list(overlap_s)}, fixed_s={fixed}",
-                          "one slowdown >= 1, one overlap >= 0 and one fixed part >= 0 per worker")
+                          "finite work_s >= 0; per worker one finite slowdown >= 1, one overlap >= 0 (inf: "
+                          "throughout) and one finite fixed part >= 0")
     if work_s == 0:
         return [1.0 / n] * n
 

@@ -3,7 +3,7 @@
 Design note
 -----------
 An engine reports what each forward step processed (:class:`StepRecord`: prefill tokens plus one
-token per decoding sequence; the simulated engine and the vLLM adapter both keep a ``step_log``).
+token per decoding sequence; the simulated engine and the vLLM adapter both keep a ``step_log`` once it is set to a list).
 The tokens per step fall in one of three buckets -- [0, 128) ``decode_small``, [128, 1024)
 ``decode_large``, [1024, inf) ``prefill`` -- and :class:`SubStageTracker` changes the current
 sub-stage only after ``L = 10`` consecutive steps in a new bucket, placing the boundary where that run

@@ -86,6 +86,9 @@ class PipelineSteps:
 
 def simulate_steps(spec: PipelineSpec, gpu: str, replicas: int, steps: int) -> PipelineSteps:
     """Simulate ``steps`` steps of ``spec`` split over ``replicas`` DP workers (each of ``spec.tp`` GPUs)."""
+    for fld, v in (("replicas", replicas), ("steps", steps)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"pipeline {spec.name}", fld, f"{v!r}", "an integer >= 1")
     traces, post, tokens = [], [], []
     for k in range(steps):
         reps = per_replica(draw_samples(spec, k), replicas)

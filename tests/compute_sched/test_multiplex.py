@@ -15,7 +15,9 @@ from orchestrl.compute_sched.multiplex.compare import compare, summary
 from orchestrl.compute_sched.multiplex.grid import DATA_DIR, KINDS, SlowdownModel, load_grid
 from orchestrl.compute_sched.multiplex.interference import PAPER_TARGETS, held_out, modelled_grid
 from orchestrl.compute_sched.multiplex.lookahead import MEMORY_BUDGET_PCT, Scheduler, Task, WorkerState
-from orchestrl.compute_sched.multiplex.ops import Tail, balanced_shares, merge_gain, overlap_balanced_shares
+from orchestrl.compute_sched.multiplex.hooks import kv_pool_args, training_microbatch
+from orchestrl.compute_sched.multiplex.ops import (Tail, balanced_shares, corun, merge_gain, migration_cost_s,
+                                                 overlap_balanced_shares)
 from orchestrl.compute_sched.multiplex.substage import StepRecord, SubStageTracker
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.hardware import load_gpu
@@ -260,3 +262,108 @@ def test_a_fixed_part_every_worker_pays_is_not_divided_and_shifts_the_shares():
     assert overlap_balanced_shares(1.0, [1.0, 1.0], [0.0, 0.0], [5.0, 0.0]) == pytest.approx([0.0, 1.0])
     with pytest.raises(ConfigError, match="fixed"):
         overlap_balanced_shares(1.0, [1.0, 1.0], [0.0, 0.0], [-1.0, 0.0])
+
+
+# --- bad input: an error naming the field and the fix, never a traceback or a silently wrong number -------------
+
+@pytest.mark.parametrize("call,field", [
+    (lambda m: m.s("train", "decode_small", 25, 80), "sm_a_frac"),  # a percentage where a share is meant
+    (lambda m: m.s("train", None, float("nan")), "sm_a_frac"),
+    (lambda m: m.s("train", None, 1.5), "sm_a_frac"),
+    (lambda m: m.s("train", None, 0.5, 500), "mem_a_pct"),
+    (lambda m: m.s("train", None, 0.5, -10), "mem_a_pct"),
+    (lambda m: m.s("trian", None, 0.5), "'a'"),
+    (lambda m: m.s("train", "foo", 0.5), "'b'"),
+])
+def test_the_slowdown_model_refuses_out_of_range_shares_levels_and_kinds(call, field):
+    m = model_for("H100")
+    with pytest.raises(ConfigError, match=field):
+        call(m)
+    assert m.s("train", "decode_small", 0.25, 80) > 1.0  # a refused call leaves the model answering
+
+
+def test_a_gpu_name_in_any_case_gets_that_gpus_grid():
+    assert grid_for("h100") is grid_for("H100")
+    assert grid_for("h100").name == "h100-green-context-2026-11-27"
+
+
+def test_a_saved_grid_reloads_to_the_same_numbers(tmp_path):
+    g = grid_for("H100")
+    g.save(tmp_path / "g.json")
+    again = load_grid(tmp_path / "g.json")
+    a, b = SlowdownModel(g), SlowdownModel(again)
+    for p in g.points:
+        assert b.s(p.a, p.b, p.sm_a_frac, p.mem_a_pct) == pytest.approx(a.s(p.a, p.b, p.sm_a_frac, p.mem_a_pct),
+                                                                         rel=1e-12)
+    assert b.s("train", "decode_small", 0.25) == pytest.approx(a.s("train", "decode_small", 0.25), rel=1e-12)
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.update(sm_count="abc"), "sm_count"),
+    (lambda d: d.update(sm_count=[1]), "sm_count"),
+    (lambda d: d.update(sm_count=-5), "sm_count"),
+    (lambda d: d.pop("sm_count"), "sm_count"),  # its points give sm_a (SMs)
+    (lambda d: d["points"][3].update(a="trian"), "points[3].a"),
+    (lambda d: d["points"][3].update(b="decode-small"), "points[3].b"),
+    (lambda d: d["points"][3].pop("source"), "points[3].source"),
+])
+def test_a_grid_file_with_a_bad_sm_count_kind_or_no_source_is_refused(tmp_path, edit, field):
+    doc = json.loads(MEASURED.read_text())
+    edit(doc)
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError) as e:
+        load_grid(f)
+    assert str(f) in str(e.value) and field in str(e.value)
+
+
+def test_a_file_wide_source_stands_for_points_without_their_own(tmp_path):
+    doc = json.loads(MEASURED.read_text())
+    for p in doc["points"]:
+        p.pop("source")
+    doc["source"] = "measured: H100, 2026-11-27 (file-wide)"
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps(doc))
+    assert {p.source for p in load_grid(f).points} == {doc["source"]}
+
+
+@pytest.mark.parametrize("make,field", [
+    (lambda: Task("trian", 1.0), "kind"),
+    (lambda: Task("train", -5.0), "work_s"),
+    (lambda: Task("train", float("nan")), "work_s"),
+    (lambda: Task("train", float("inf")), "work_s"),
+    (lambda: Task("train", 1.0, 150), "mem_min_pct"),
+    (lambda: Scheduler(model_for("H100"), splits=(25, 50, 75)), "splits"),
+    (lambda: Scheduler(model_for("H100"), levels=(0.2, 0.4, 0.6, 0.8)), "levels"),
+])
+def test_the_scheduler_refuses_bad_tasks_and_settings(make, field):
+    with pytest.raises(ConfigError, match=field):
+        make()
+
+
+@pytest.mark.parametrize("how", ["plan", "optimum"])
+def test_a_task_no_memory_level_fits_is_refused_by_every_search(how):
+    sch = Scheduler(model_for("H100"))
+    st = WorkerState.start([[Task("train", 1.0, 90, label="big")]])
+    with pytest.raises(ConfigError, match="big needs 90%"):
+        sch.plan(st) if how == "plan" else sch.optimum(st)
+
+
+@pytest.mark.parametrize("call,field", [
+    (lambda m, g: training_microbatch(m, g, 500, 8), "mem_pct"),
+    (lambda m, g: training_microbatch(m, g, float("nan"), 8), "mem_pct"),
+    (lambda m, g: training_microbatch(m, g, 80, 0), "shards"),
+    (lambda m, g: training_microbatch(m, g, 80, 8, tp=0), "tp"),
+    (lambda m, g: training_microbatch(m, g, 80, 8, seq_tokens=0), "seq_tokens"),
+    (lambda m, g: kv_pool_args(0.4), "mem_pct"),  # a fraction where a percentage is meant
+    (lambda m, g: kv_pool_args(40, budget=2), "budget"),
+    (lambda m, g: migration_cost_s(m, 8000, 0, 989e12), "gpus"),
+    (lambda m, g: migration_cost_s(m, 8000, 1, 0.0), "peak_flops"),
+    (lambda m, g: migration_cost_s(m, -10, 1, 989e12), "context_tokens"),
+    (lambda m, g: corun(1.0, 1.0, 0.0, 1.0), "s_a"),
+    (lambda m, g: overlap_balanced_shares(float("inf"), [1.0, 1.0], [0.0, 0.0]), "slowdowns"),
+])
+def test_hooks_and_ops_refuse_values_that_would_give_nonsense(call, field):
+    m, g = load_model("Qwen3-4B"), load_gpu("H100")
+    with pytest.raises(ConfigError, match=field):
+        call(m, g)
