@@ -122,6 +122,8 @@ def register(groups: argparse._SubParsersAction) -> None:
 
     from orchestrl.agents.cli import cmd_sim_run  # `sim run` (issue 16) lives in its own module
     cmd_sim_run.register(sub)
+    from orchestrl.agents.cli import cmd_sim_jigsaw  # `sim jigsaw` (issue 33): a pair of pipelines on shared GPUs
+    cmd_sim_jigsaw.register(sub)
 
 
 #: name -> (module, one line on what it shows); "(sweep)": takes --workers, --ray and --out

@@ -1,0 +1,155 @@
+"""``orchestrl sim jigsaw A B``: two RL pipelines on shared GPUs in RLSim (JigsawRL), against the alternatives.
+
+For a pair a team wants to co-run, the same run the ``jigsaw-fig*`` figures make for the paper's pairs: both
+pipelines' steps simulated once on the engine model, then veRL (its better configuration: in turn on all
+GPUs, or side by side on half each), RollMux at its best configuration, JigsawRL-MuxServe and JigsawRL (the
+layout its profile chooses, look-ahead, merging, balancing) on those same steps. Prints each system's
+throughput and its ratio to veRL, the layout chosen, and each pipeline's step time against its step alone on
+all the GPUs (what sharing costs one job). docs/jigsaw.md gives the model and its limits.
+
+A pipeline is ``MODEL/TASK`` with optional ``,tp=N`` (GPUs per DP worker) and ``,scale=X`` (response
+lengths times X), e.g. ``Llama-3.1-8B/gsm8k-mt,scale=0.7``. Bad input is refused naming the argument and
+what is allowed (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from orchestrl.fabric.errors import ConfigError
+
+__all__ = ["register", "parse_pipeline"]
+
+SYSTEMS = ("verl", "rollmux", "muxserve", "jigsaw")
+_NAMES = {"verl": "veRL", "rollmux": "RollMux", "muxserve": "JigsawRL-MuxServe", "jigsaw": "JigsawRL"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``jigsaw`` to the ``orchestrl sim`` subcommands."""
+    p = sub.add_parser("jigsaw", help="two RL pipelines on shared GPUs (JigsawRL) vs veRL, RollMux, MuxServe",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=__doc__.split("\n\n", 1)[1])
+    p.add_argument("pipelines", nargs=2, metavar="MODEL/TASK[,tp=N][,scale=X]",
+                   help="the two pipelines (models: the bundled ones, e.g. Qwen3-4B; tasks: "
+                        "gsm8k, math, aime, gsm8k-mt, search-r1)")
+    p.add_argument("--gpu", default="H100", help="GPU type (a bundled name or a GPU YAML; default H100)")
+    p.add_argument("--gpus", type=int, default=8, metavar="N", help="GPUs the two pipelines share (default 8)")
+    p.add_argument("--steps", type=int, default=2, metavar="N", help="RL steps per pipeline (default 2)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="trace seed (default 0)")
+    p.add_argument("--long-run", action="store_true",
+                   help="time JigsawRL and MuxServe over the steps repeated 4 times (as jigsaw-fig12; slower)")
+    p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
+                   help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; veRL is always run)")
+    p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
+    p.set_defaults(func=_run)
+
+
+def parse_pipeline(text: str, which: str = "pipeline") -> tuple[str, str, int, float]:
+    """``MODEL/TASK[,tp=N][,scale=X]`` -> ``(model, task, tp, scale)``; a ConfigError naming the part that is wrong.
+
+    >>> parse_pipeline("Llama-3.1-8B/gsm8k-mt,scale=0.7")
+    ('Llama-3.1-8B', 'gsm8k-mt', 1, 0.7)
+    """
+    from orchestrl.compute_sched.hardware import load_model
+    from orchestrl.sim.multiplex.workload import TASKS
+
+    head, *opts = [x.strip() for x in text.split(",")]
+    model, sep, task = head.partition("/")
+    if not sep or not model or not task:
+        raise ConfigError("command line", which, f"{text!r} is not MODEL/TASK", "e.g. Qwen3-4B/gsm8k")
+    name = load_model(model).name  # refuses an unknown model, listing the bundled ones
+    if task not in TASKS:
+        raise ConfigError("command line", f"{which} task", f"unknown task {task!r}", ", ".join(TASKS))
+    tp, scale = 1, 1.0
+    for opt in opts:
+        key, eq, val = opt.partition("=")
+        if key not in ("tp", "scale") or not eq:
+            raise ConfigError("command line", which, f"unknown option {opt!r} in {text!r}",
+                              "tp=N (GPUs per DP worker) or scale=X (response lengths times X, 0.05-10)")
+        try:
+            if key == "tp":
+                tp = int(val)
+                if tp < 1:
+                    raise ValueError
+            else:
+                scale = float(val)
+                if not 0.05 <= scale <= 10:  # also refuses nan
+                    raise ValueError
+        except ValueError:
+            raise ConfigError("command line", f"{which} {key}", f"{val!r}",
+                              "an integer >= 1" if key == "tp" else "a number in [0.05, 10]") from None
+    return name, task, tp, scale
+
+
+def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
+    from orchestrl.compute_sched.hardware import load_gpu
+    from orchestrl.sim.experiments.jigsaw_common import Case, run_case
+
+    out = stream or sys.stdout
+    pls = tuple(parse_pipeline(t, f"pipeline {'AB'[i]}") for i, t in enumerate(args.pipelines))
+    gpu = load_gpu(args.gpu).name
+    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    bad = [s for s in systems if s not in SYSTEMS]
+    if bad or not systems:
+        raise ConfigError("command line", "--systems", f"{args.systems!r}", f"a comma-separated subset of {', '.join(SYSTEMS)}")
+    systems = ("verl",) + tuple(s for s in SYSTEMS[1:] if s in systems)
+    if pls[0][2] != pls[1][2]:
+        raise ConfigError("command line", "pipelines", f"tp={pls[0][2]} and tp={pls[1][2]}",
+                          "the same tp for both (their DP workers share GPUs one to one)")
+    tp = pls[0][2]
+    if not 2 * tp <= args.gpus <= 64 or args.gpus % (2 * tp):
+        raise ConfigError("command line", "--gpus", f"{args.gpus} GPUs for tp={tp}",
+                          f"a multiple of {2 * tp} up to 64 (an even number of DP workers of {tp} GPU(s), so each "
+                          "pipeline can also have half; Fig. 13's largest setting is 64)")
+    if not 1 <= args.steps <= 20:
+        raise ConfigError("command line", "--steps", f"{args.steps}", "1 to 20")
+    if args.seed < 0:
+        raise ConfigError("command line", "--seed", f"{args.seed}", ">= 0")
+    label = " + ".join(f"{m}/{t}" for m, t, _, _ in pls)
+    case = Case("cli", label, gpu, args.gpus, pls, args.steps, systems, seed=args.seed, longrun=args.long_run)
+    print(f"simulating {label} on {args.gpus} {gpu}, {args.steps} step(s), seed {args.seed} ...", file=sys.stderr,
+          flush=True)
+    t0 = time.perf_counter()
+    res = run_case(case)
+    res["wall_s"] = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps(res, indent=1, default=str), file=out)
+        return 0
+    _print(res, systems, pls, out)
+    return 0
+
+
+def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextIO) -> None:
+    base = res["verl_tps"]
+    print(f"{res['label']} on {res['gpus']} {res['gpu']}, {res['steps']} step(s) "
+          f"(RLSim, default slowdown grid; {res['wall_s']:.0f} s)", file=out)
+    for name, step in res["exclusive_step_s"].items():
+        print(f"  {name}: step alone on all {res['gpus']} GPUs {step:.1f} s", file=out)
+    print(f"  rollout share of a step under veRL: {100 * res['rollout_share_verl']:.0f}% (mean of the two)", file=out)
+    print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s}", file=out)
+    rows = [("veRL (" + res["verl_config"] + ")", base)]
+    rows += [(_NAMES[s], res[f"{s}_tps"]) for s in systems[1:] if f"{s}_tps" in res]
+    for name, tps in rows:
+        print(f"  {name:20s} {tps:10.0f} {tps / base:8.3f}", file=out)
+    if "jigsaw_tps" in res:
+        layout = res.get("routing", "uniform")
+        why = {"split": "each pipeline wholly on its half: sharing workers was not predicted 1.5% faster",
+               "halves": "each pipeline's rollout on its half, reference and training on every worker",
+               "uniform": "both pipelines on every worker"}[layout]
+        print(f"  JigsawRL layout: {layout} ({why})", file=out)
+        alone = res["exclusive_step_s"]
+        for name, lat in res["jigsaw_latency_s"].items():
+            print(f"  {name}: mean step under JigsawRL {lat:.1f} s, {lat / alone[name]:.2f}x its step "
+                  "alone on all the GPUs", file=out)
+        for name, lat in res["jigsaw_latency_s"].items():
+            other = max(v for k, v in alone.items() if k != name)
+            if lat / alone[name] > 1.5 and alone[name] < 0.5 * other:
+                print(f"  note: JigsawRL minimises when both pipelines' steps are done, and {name}'s are much shorter "
+                      "than the other's, so they are not hurried: its latency is not what the scheduler optimises "
+                      "(docs/jigsaw.md, \"Your own pair\")", file=out)
+    print(f"  upper bound for any schedule: {res['bound_tps'] / base:.3f}x veRL; memory violations: "
+          f"{res['memory_violations']}", file=out)

@@ -1,0 +1,64 @@
+"""``orchestrl sim jigsaw A B``: a user's own pair of pipelines on shared GPUs, against veRL, RollMux and MuxServe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from orchestrl.agents.cli import main
+from orchestrl.agents.cli.cmd_sim_jigsaw import parse_pipeline
+
+SMALL = ["sim", "jigsaw", "Qwen3-0.6B/gsm8k", "Qwen3-0.6B/math", "--steps", "1", "--gpus", "4"]
+
+
+def test_a_pair_prints_every_system_against_verl_and_the_layout_chosen(capsys):
+    assert main(SMALL) == 0
+    out = capsys.readouterr().out
+    for name in ("veRL (", "RollMux", "JigsawRL-MuxServe", "JigsawRL layout:", "memory violations: 0"):
+        assert name in out, out
+    verl = next(line for line in out.splitlines() if line.strip().startswith("veRL ("))
+    assert verl.split()[-1] == "1.000"  # the baseline row is the ratio's denominator
+    assert out.count("its step alone on all the GPUs") == 2  # each pipeline's latency against its step alone
+
+
+def test_json_has_the_numbers_the_table_is_made_of(capsys):
+    assert main(SMALL + ["--json", "--systems", "jigsaw"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["routing"] in ("uniform", "halves", "split")
+    assert res["jigsaw_tps"] > 0 and res["verl_tps"] > 0 and "rollmux_tps" not in res  # only what was asked
+    assert set(res["jigsaw_latency_s"]) == set(res["exclusive_step_s"]) and len(res["exclusive_step_s"]) == 2
+
+
+def test_a_pipeline_with_options_parses():
+    assert parse_pipeline("Llama-3.1-8B/gsm8k-mt,scale=0.7") == ("Llama-3.1-8B", "gsm8k-mt", 1, 0.7)
+    assert parse_pipeline("Qwen3-4B/aime, tp=2") == ("Qwen3-4B", "aime", 2, 1.0)
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["Qwen3-4B", "Qwen3-0.6B/gsm8k"], "pipeline A"),
+    (["Qwen3-4B/aim", "Qwen3-0.6B/gsm8k"], "task"),
+    (["Qwen4/aime", "Qwen3-0.6B/gsm8k"], "bundled model"),
+    (["Qwen3-4B/aime,tp=x", "Qwen3-0.6B/gsm8k"], "tp"),
+    (["Qwen3-4B/aime,scale=0", "Qwen3-0.6B/gsm8k"], "scale"),
+    (["Qwen3-4B/aime,foo=1", "Qwen3-0.6B/gsm8k"], "unknown option"),
+    (["Qwen3-4B/aime,tp=2", "Qwen3-0.6B/gsm8k"], "same tp"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpus", "5"], "--gpus"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpus", "128"], "--gpus"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--steps", "0"], "--steps"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--systems", "foo"], "--systems"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "B300"], "bundled gpu"),
+])
+def test_bad_input_is_refused_naming_what_is_wrong_before_simulating(argv, field, capsys):
+    assert main(["sim", "jigsaw", *argv]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err and "simulating" not in err, err
+
+
+def test_the_command_runs_from_a_shell():
+    proc = subprocess.run([sys.executable, "-m", "orchestrl.agents.cli", *SMALL], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "JigsawRL layout:" in proc.stdout and "simulating" in proc.stderr  # progress on stderr, result on stdout
