@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pipelines", nargs=2, metavar="MODEL/TASK[,tp=N][,scale=X]",
                    help="the two pipelines (models: the bundled ones, e.g. Qwen3-4B; tasks: "
                         "gsm8k, math, aime, gsm8k-mt, search-r1)")
-    p.add_argument("--gpu", default="H100", help="GPU type (a bundled name or a GPU YAML; default H100)")
+    p.add_argument("--gpu", default="H100", help="GPU type, a bundled name (H100, H800, A100, H20; default H100)")
     p.add_argument("--gpus", type=int, default=8, metavar="N", help="GPUs the two pipelines share (default 8)")
     p.add_argument("--steps", type=int, default=2, metavar="N", help="RL steps per pipeline (default 2)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="trace seed (default 0)")
@@ -86,12 +86,17 @@ def parse_pipeline(text: str, which: str = "pipeline") -> tuple[str, str, int, f
 
 
 def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
-    from orchestrl.compute_sched.hardware import load_gpu
+    from orchestrl.compute_sched.hardware import bundled_gpus
     from orchestrl.sim.experiments.jigsaw_common import Case, run_case
+    from orchestrl.sim.multiplex.layouts import ROUTING_MARGIN
 
     out = stream or sys.stdout
     pls = tuple(parse_pipeline(t, f"pipeline {'AB'[i]}") for i, t in enumerate(args.pipelines))
-    gpu = load_gpu(args.gpu).name
+    names = {g.lower(): g for g in bundled_gpus()}
+    if args.gpu.lower() not in names:  # the simulator looks GPUs up by name, so a GPU YAML elsewhere cannot run
+        raise ConfigError("command line", "--gpu", f"{args.gpu!r} is not a bundled GPU", ", ".join(sorted(names.values())))
+    gpu = names[args.gpu.lower()]
+    args.margin_pct = 100 * ROUTING_MARGIN
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     bad = [s for s in systems if s not in SYSTEMS]
     if bad or not systems:
@@ -119,11 +124,11 @@ def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     if args.json:
         print(json.dumps(res, indent=1, default=str), file=out)
         return 0
-    _print(res, systems, pls, out)
+    _print(res, systems, pls, out, args.margin_pct)
     return 0
 
 
-def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextIO) -> None:
+def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextIO, margin_pct: float) -> None:
     base = res["verl_tps"]
     print(f"{res['label']} on {res['gpus']} {res['gpu']}, {res['steps']} step(s) "
           f"(RLSim, default slowdown grid; {res['wall_s']:.0f} s)", file=out)
@@ -137,7 +142,7 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
         print(f"  {name:20s} {tps:10.0f} {tps / base:8.3f}", file=out)
     if "jigsaw_tps" in res:
         layout = res.get("routing", "uniform")
-        why = {"split": "each pipeline wholly on its half: sharing workers was not predicted 1.5% faster",
+        why = {"split": f"each pipeline wholly on its half: sharing workers was not predicted {margin_pct:g}% faster",
                "halves": "each pipeline's rollout on its half, reference and training on every worker",
                "uniform": "both pipelines on every worker"}[layout]
         print(f"  JigsawRL layout: {layout} ({why})", file=out)

@@ -155,7 +155,8 @@ class Scheduler:
     """
 
     def __init__(self, model: SlowdownModel, window: int = 3, splits: Sequence[float] = SM_SPLITS,
-                 levels: Sequence[float] = MEM_LEVELS_PCT, beam: int | None = 4, small_tasks: int = 6) -> None:
+                 levels: Sequence[float] = MEM_LEVELS_PCT, beam: int | None = 4, small_tasks: int = 6,
+                 progress_weight: float = 0.0) -> None:
         if window < 1:
             raise ConfigError("lookahead", "window", f"{window}", "an integer >= 1 (W)")
         if beam is not None and beam < 1:
@@ -168,6 +169,7 @@ class Scheduler:
             raise ConfigError("lookahead", "levels", f"{list(levels)!r}",
                               "memory levels in percent of the budget, each in [1, 100], e.g. (20, 40, 60, 80), not 0.2")
         self.model, self.window, self.beam = model, window, beam
+        self.progress_weight = float(progress_weight)
         self.small_tasks = small_tasks  # instances up to this many sub-stages are planned with a full window
         self.splits, self.levels = tuple(splits), tuple(float(x) for x in levels)
         self._memo: dict = {}
@@ -333,7 +335,8 @@ class Scheduler:
     def _best(self, st: WorkerState, depth: int) -> tuple[float, Action | None, float]:
         """(critical path, the first action, tie-breaker) of the best window of ``depth`` actions from ``st``."""
         if st.done or depth == 0:
-            return self.bound(st), None, self._spread(st)
+            spread = self._spread(st)
+            return self.bound(st) + self.progress_weight * spread, None, spread
         key = (st.key(), depth)
         hit = self._memo.get(key)
         if hit is not None:
@@ -349,7 +352,8 @@ class Scheduler:
             return cost, None, spread
         children = [(self.apply(st, a)[0], a) for a in acts]
         if depth > 1 and self.beam and len(children) > self.beam:  # expand only the most promising
-            children.sort(key=lambda ca: (self.bound(ca[0]), self._spread(ca[0])))
+            w = self.progress_weight
+            children.sort(key=lambda ca: (self.bound(ca[0]) + w * self._spread(ca[0]), self._spread(ca[0])))
             children = children[:self.beam]
         best: tuple[float, Action | None, float] = (math.inf, None, math.inf)
         for nst, a in children:

@@ -177,13 +177,16 @@ def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s
     """
     n = len(slowdowns)
     fixed = [0.0] * n if fixed_s is None else list(fixed_s)
-    if n < 1 or len(overlap_s) != n or len(fixed) != n or not 0 <= work_s < math.inf \
-            or any(not 1.0 <= x < math.inf for x in slowdowns) \
-            or any(not o >= 0 for o in overlap_s) or any(not 0 <= f < math.inf for f in fixed):
-        raise ConfigError("balance", "slowdowns", f"n={n}, work_s={work_s}, slowdowns={list(slowdowns)}, "
-                          f"overlap_s={list(overlap_s)}, fixed_s={fixed}",
-                          "finite work_s >= 0; per worker one finite slowdown >= 1, one overlap >= 0 (inf: "
-                          "throughout) and one finite fixed part >= 0")
+    if not 0 <= work_s < math.inf:
+        raise ConfigError("balance", "work_s", f"{work_s!r}", "the work to divide, in exclusive seconds: finite, >= 0")
+    checks = (("slowdowns", n >= 1 and all(1.0 <= x < math.inf for x in slowdowns), "a finite slowdown >= 1 per worker"),
+              ("overlap_s", len(overlap_s) == n and all(o >= 0 for o in overlap_s),
+               "one overlap >= 0 (inf: throughout) per worker"),
+              ("fixed_s", len(fixed) == n and all(0 <= f < math.inf for f in fixed), "one finite fixed part >= 0 per worker"))
+    for fld, ok, fix in checks:
+        if not ok:
+            raise ConfigError("balance", fld, f"slowdowns={list(slowdowns)}, overlap_s={list(overlap_s)}, "
+                              f"fixed_s={fixed}", fix)
     if work_s == 0:
         return [1.0 / n] * n
 

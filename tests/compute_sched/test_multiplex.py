@@ -361,7 +361,11 @@ def test_a_task_no_memory_level_fits_is_refused_by_every_search(how):
     (lambda m, g: migration_cost_s(m, 8000, 1, 0.0), "peak_flops"),
     (lambda m, g: migration_cost_s(m, -10, 1, 989e12), "context_tokens"),
     (lambda m, g: corun(1.0, 1.0, 0.0, 1.0), "s_a"),
-    (lambda m, g: overlap_balanced_shares(float("inf"), [1.0, 1.0], [0.0, 0.0]), "slowdowns"),
+    (lambda m, g: overlap_balanced_shares(float("inf"), [1.0, 1.0], [0.0, 0.0]), "work_s"),
+    (lambda m, g: overlap_balanced_shares(1.0, [0.5, 1.0], [0.0, 0.0]), "slowdowns"),
+    (lambda m, g: overlap_balanced_shares(1.0, [1.0, 1.0], [0.0]), "overlap_s"),
+    (lambda m, g: overlap_balanced_shares(1.0, [1.0, 1.0], [0.0, 0.0], [0.0, float("nan")]), "fixed_s"),
+    (lambda m, g: model_for("H100").pair("train", "decode_small", 1.0), r"sm_a_frac.: 1\.0"),
 ])
 def test_hooks_and_ops_refuse_values_that_would_give_nonsense(call, field):
     m, g = load_model("Qwen3-4B"), load_gpu("H100")

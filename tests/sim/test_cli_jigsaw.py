@@ -49,7 +49,8 @@ def test_a_pipeline_with_options_parses():
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpus", "128"], "--gpus"),
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--steps", "0"], "--steps"),
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--systems", "foo"], "--systems"),
-    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "B300"], "bundled gpu"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "B300"], "bundled GPU"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "compute_sched/specs/gpus/h100.yaml"], "bundled GPU"),
 ])
 def test_bad_input_is_refused_naming_what_is_wrong_before_simulating(argv, field, capsys):
     assert main(["sim", "jigsaw", *argv]) == 2
