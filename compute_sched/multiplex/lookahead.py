@@ -16,10 +16,13 @@ task gets at least its ``mem_min_pct`` and the levels held add up to at most 100
 
 Policies (:class:`Scheduler`):
 
-* ``greedy`` (W = 1): the action with the smallest critical path after it;
+* ``greedy`` (W = 1): the action with the smallest cost (below) after it;
 * ``lookahead`` (W = 3, the paper's default): sequences of W actions, the first action of the best;
   the cost of a window is its critical path -- the latest finish over the chains, counting what the
-  window did not schedule at its alone time (a lower bound). Below the first action only the
+  window did not schedule at its alone time (a lower bound) -- plus :data:`PROGRESS_WEIGHT` times
+  the chains' summed finish times (the paper's cost is the critical path alone; without the sum a
+  chain off this worker's critical path is deferred for free even where it holds a barrier every
+  other worker waits on). Below the first action only the
   ``beam`` (default 4) most promising actions are expanded (``beam=None``: every sequence), which
   keeps a decision near a millisecond;
 * :meth:`Scheduler.schedule` compares the look-ahead plan (and a wider and a deeper one) with the
@@ -43,9 +46,17 @@ from typing import Sequence
 from orchestrl.compute_sched.multiplex.grid import IDLE, KINDS, MEM_LEVELS_PCT, SlowdownModel
 from orchestrl.fabric.errors import ConfigError
 
-__all__ = ["Task", "Action", "Step", "Plan", "WorkerState", "Scheduler", "SM_SPLITS", "MEMORY_BUDGET_PCT"]
+__all__ = ["Task", "Action", "Step", "Plan", "WorkerState", "Scheduler", "SM_SPLITS", "MEMORY_BUDGET_PCT",
+           "PROGRESS_WEIGHT"]
 
 SM_SPLITS = (0.25, 0.5, 0.75)  # sigma of the first chain when two run (§4.2's budgets)
+#: weight of the chains' summed finish times (each chain's rest at its alone time) in a window's cost, beside its
+#: critical path: a worker's window sees only its own chains, so a chain off this worker's critical path looks free
+#: to defer even where its replica holds the pipeline's cross-worker barrier (every other worker then waits on it;
+#: a two-step Qwen3-4B/AIME + Qwen3-0.6B/GSM8K run left the short pipeline unrun on one worker for 160 s). Set on
+#: trace seeds 3-5 of Fig. 12 and Fig. 16's pair (0, 0.25, 0.5, 1; 0.5 the best mean for both layouts that share
+#: workers, worst case 0.4% below none) and checked on seeds 0-2; docs/jigsaw.md ("Scheduling") gives the numbers.
+PROGRESS_WEIGHT = 0.5
 MEMORY_BUDGET_PCT = 100.0  # levels are percentages of the GPU's memory budget; two must fit in it
 _EPS = 1e-9
 
@@ -156,7 +167,10 @@ class Scheduler:
 
     def __init__(self, model: SlowdownModel, window: int = 3, splits: Sequence[float] = SM_SPLITS,
                  levels: Sequence[float] = MEM_LEVELS_PCT, beam: int | None = 4, small_tasks: int = 6,
-                 progress_weight: float = 0.0) -> None:
+                 progress_weight: float = PROGRESS_WEIGHT) -> None:
+        if not 0 <= progress_weight < math.inf:
+            raise ConfigError("lookahead", "progress_weight", f"{progress_weight!r}",
+                              "a weight >= 0 on the chains' summed finish times (0: the critical path alone)")
         if window < 1:
             raise ConfigError("lookahead", "window", f"{window}", "an integer >= 1 (W)")
         if beam is not None and beam < 1:
