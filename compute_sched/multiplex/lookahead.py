@@ -430,18 +430,20 @@ class Scheduler:
         action sequence): the quality reference's own search, affordable at that size.
         """
         cands = [self.plan(st, "greedy"), self.plan(st, "lookahead")]
-        saved = (self.window, self.beam)
+        saved = (self.window, self.beam, self.progress_weight)
         small = sum(len(c) for c in st.chains) <= self.small_tasks
-        wider = [(self.window, None if self.beam is None else 2 * self.beam), (self.window + 2, 2)]
-        if small:  # a handful of sub-stages: a window over all of them is affordable
-            wider.append((2 * sum(len(c) for c in st.chains), None))
+        wider = [(self.window, None if self.beam is None else 2 * self.beam, self.progress_weight),
+                 (self.window + 2, 2, self.progress_weight)]
+        if small:  # a handful of sub-stages: a window over all of them is affordable, on the makespan alone (the
+            # progress term steers a short window; a window over everything is the makespan's own exact search)
+            wider.append((2 * sum(len(c) for c in st.chains), None, 0.0))
         try:
-            for window, beam in wider:
-                self.window, self.beam = window, beam
+            for window, beam, weight in wider:
+                self.window, self.beam, self.progress_weight = window, beam, weight
                 self._memo.clear()
                 cands.append(self.plan(st, "lookahead"))
         finally:
-            self.window, self.beam = saved
+            self.window, self.beam, self.progress_weight = saved
             self._memo.clear()
         return min(cands, key=lambda p: (p.makespan_s, p.total_s))  # greedy first: it wins exact ties
 
