@@ -153,8 +153,8 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
         for name, lat in res["jigsaw_latency_s"].items():
             other = max(v for k, v in alone.items() if k != name)
             if lat / alone[name] > 1.5 and alone[name] < 0.5 * other:
-                print(f"  note: JigsawRL minimises when both pipelines' steps are done, and {name}'s are much shorter "
-                      "than the other's, so they are not hurried: its latency is not what the scheduler optimises "
-                      "(docs/jigsaw.md, \"Your own pair\")", file=out)
+                print(f"  note: {name}'s steps are much shorter than the other's and run {lat / alone[name]:.2f}x as long "
+                      "as alone; the throughput above counts both pipelines' tokens until both have done their steps, "
+                      "so what the short one loses does not show in it (docs/jigsaw.md, \"Your own pair\")", file=out)
     print(f"  upper bound for any schedule: {res['bound_tps'] / base:.3f}x veRL; memory violations: "
           f"{res['memory_violations']}", file=out)
