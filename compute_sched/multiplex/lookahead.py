@@ -54,8 +54,8 @@ SM_SPLITS = (0.25, 0.5, 0.75)  # sigma of the first chain when two run (§4.2's 
 #: critical path: a worker's window sees only its own chains, so a chain off this worker's critical path looks free
 #: to defer even where its replica holds the pipeline's cross-worker barrier (every other worker then waits on it;
 #: a two-step Qwen3-4B/AIME + Qwen3-0.6B/GSM8K run left the short pipeline unrun on one worker for 160 s). Set on
-#: trace seeds 3-5 of Fig. 12 and Fig. 16's pair (0, 0.25, 0.5, 1; 0.5 the best mean for both layouts that share
-#: workers, worst case 0.4% below none) and checked on seeds 0-2; docs/jigsaw.md ("Scheduling") gives the numbers.
+#: trace seeds 3-5 of Fig. 12 and Fig. 16's pair (0, 0.25, 0.5, 1; 0.5 within 0.02% of the best mean for both
+#: layouts that share workers and the best worst case, 0.4% below none; 0.25's was 2.1% below) and checked on seeds 0-2; docs/jigsaw.md ("Scheduling") gives the numbers.
 PROGRESS_WEIGHT = 0.5
 MEMORY_BUDGET_PCT = 100.0  # levels are percentages of the GPU's memory budget; two must fit in it
 _EPS = 1e-9
@@ -168,7 +168,8 @@ class Scheduler:
     def __init__(self, model: SlowdownModel, window: int = 3, splits: Sequence[float] = SM_SPLITS,
                  levels: Sequence[float] = MEM_LEVELS_PCT, beam: int | None = 4, small_tasks: int = 6,
                  progress_weight: float = PROGRESS_WEIGHT) -> None:
-        if not 0 <= progress_weight < math.inf:
+        if isinstance(progress_weight, bool) or not isinstance(progress_weight, numbers.Real) \
+                or not 0 <= progress_weight < math.inf:
             raise ConfigError("lookahead", "progress_weight", f"{progress_weight!r}",
                               "a weight >= 0 on the chains' summed finish times (0: the critical path alone)")
         if window < 1:
@@ -322,7 +323,7 @@ class Scheduler:
 
     # -- policies ---------------------------------------------------------------------------------
     def _spread(self, st: WorkerState) -> float:
-        """The tie-breaker: each chain's finish if its remaining work ran alone from ``st.t`` with no barrier.
+        """The progress term (weighted into the cost) and the tie-breaker: each chain's finish if its remaining work ran alone from ``st.t`` with no barrier.
 
         Where the critical path is a barrier's (a worker that is not the slowest replica: every action
         ends its window behind the same predicted opening), it cannot tell an action that idles half the
@@ -347,14 +348,14 @@ class Scheduler:
         return total
 
     def _best(self, st: WorkerState, depth: int) -> tuple[float, Action | None, float]:
-        """(critical path, the first action, tie-breaker) of the best window of ``depth`` actions from ``st``."""
+        """(cost: critical path + progress term, the first action, tie-breaker) of the best window of ``depth`` actions from ``st``."""
         if st.done or depth == 0:
             spread = self._spread(st)
             return self.bound(st) + self.progress_weight * spread, None, spread
         key = (st.key(), depth)
         hit = self._memo.get(key)
-        if hit is not None:
-            return hit
+        if hit is not None and hit[0] is st.chains:  # the key leaves the chains out: another instance is not a hit
+            return hit[1]
         acts = self.actions(st)
         if not acts:  # nothing ready: wait for the first head to become ready
             wait = min(st.head(c).ready_s for c in range(len(st.chains)) if st.head(c) is not None)
@@ -377,7 +378,7 @@ class Scheduler:
                 best = (cost, a, spread)
         if len(self._memo) > 200_000:
             self._memo.clear()
-        self._memo[key] = best
+        self._memo[key] = (st.chains, best)
         return best
 
     def decide(self, st: WorkerState, window: int | None = None) -> Action | None:

@@ -371,3 +371,28 @@ def test_hooks_and_ops_refuse_values_that_would_give_nonsense(call, field):
     m, g = load_model("Qwen3-4B"), load_gpu("H100")
     with pytest.raises(ConfigError, match=field):
         call(m, g)
+
+
+# --- the look-ahead's progress term --------------------------------------------------------------------------------
+
+def test_a_short_chain_beside_a_long_one_runs_early_under_the_default_cost():
+    # chain 1's short rollout is off this worker's critical path (chain 0's training is); it must not wait for it.
+    # (The cross-worker barrier case the progress term was added for is checked in RLSim runs, docs/jigsaw.md.)
+    st = WorkerState.start([[Task("train", 10.0, 40)], [Task("decode_small", 1.0, 20, "B:rollout")]])
+    plan = Scheduler(model_for("H100")).plan(st)
+    assert plan.finish_s[1] < 2.0 and plan.finish_s[0] < 11.0
+
+
+@pytest.mark.parametrize("w", [True, "0.5", None, -1.0, float("nan"), float("inf")])
+def test_a_bad_progress_weight_is_refused_naming_it(w):
+    with pytest.raises(ConfigError, match="progress_weight"):
+        Scheduler(model_for("H100"), progress_weight=w)
+
+
+def test_a_reused_scheduler_answers_a_second_instance_for_itself():
+    sch = Scheduler(model_for("H100"))
+    a = WorkerState.start([[Task("train", 4.0, 40)], [Task("decode_small", 4.0, 20, "B:r"), Task("train", 4.0, 40)]])
+    b = WorkerState.start([[Task("train", 4.0, 40)], [Task("decode_small", 4.0, 20, "B:r"), Task("train", 40.0, 40)]])
+    first = sch.decide(a)
+    assert sch.decide(b) == Scheduler(model_for("H100")).decide(b)  # not the memo's answer for `a`
+    assert first == Scheduler(model_for("H100")).decide(a)
