@@ -387,12 +387,3 @@ def test_a_short_chain_beside_a_long_one_runs_early_under_the_default_cost():
 def test_a_bad_progress_weight_is_refused_naming_it(w):
     with pytest.raises(ConfigError, match="progress_weight"):
         Scheduler(model_for("H100"), progress_weight=w)
-
-
-def test_a_reused_scheduler_answers_a_second_instance_for_itself():
-    sch = Scheduler(model_for("H100"))
-    a = WorkerState.start([[Task("train", 4.0, 40)], [Task("decode_small", 4.0, 20, "B:r"), Task("train", 4.0, 40)]])
-    b = WorkerState.start([[Task("train", 4.0, 40)], [Task("decode_small", 4.0, 20, "B:r"), Task("train", 40.0, 40)]])
-    first = sch.decide(a)
-    assert sch.decide(b) == Scheduler(model_for("H100")).decide(b)  # not the memo's answer for `a`
-    assert first == Scheduler(model_for("H100")).decide(a)
