@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, _specs  # noqa: E402
 from orchestrl.sim.multiplex.baselines import PASSES, repeat_steps, verl  # noqa: E402
-from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, predict_routing,  # noqa: E402
+from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, choose, predict_routing,  # noqa: E402
                                              profile_steps, routing_args)
 from orchestrl.sim.multiplex.runner import _Group, run_group, simulate_steps  # noqa: E402
 from orchestrl.sim.sweep import run_sweep  # noqa: E402
@@ -87,10 +87,8 @@ def run_one(case: tuple[str, tuple, int]) -> dict:
 
 
 def rule(draws: list[dict], n: int, margin: float) -> str:
-    """predict_routing's choice from precomputed makespans: summed over ``n`` draws, split favoured by ``margin``."""
-    t = {r: sum(d[r] for d in draws[:n]) for r in ROUTINGS}
-    t["split"] *= 1.0 - margin
-    return min(ROUTINGS, key=lambda r: t[r])  # ties to the earlier layout, as predict_routing
+    """predict_routing's choice (layouts.choose) from precomputed makespans summed over ``n`` draws."""
+    return choose({r: sum(d[r] for d in draws[:n]) for r in ROUTINGS}, margin)
 
 
 def summary(results: list[dict], n: int, margin: float) -> dict:

@@ -12,7 +12,7 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, _Group, run_group, simulate_steps
 
 __all__ = ["ROUTINGS", "routing_args", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
-           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto"]
+           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto", "choose"]
 
 
 #: the seed offset of the profiling steps :func:`predict_routing` draws (batches none of the measured steps use);
@@ -102,9 +102,16 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
         steps = min(r.steps for r in prof)
         for r in choices:
             times[r] += _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run().makespan_s
-    if "split" in times:
-        times["split"] *= 1.0 - margin  # what a sharing layout must beat
-    return min((r for r in ROUTINGS if r in choices), key=lambda r: times[r])
+    return choose(times, margin)
+
+
+def choose(times: dict[str, float], margin: float = ROUTING_MARGIN) -> str:
+    """The layout of ``times`` (layout -> profiled makespan) with the shortest time, ``"split"``'s shortened by
+    ``margin`` (what a sharing layout must beat); ties go to the earlier layout of :data:`ROUTINGS`."""
+    t = dict(times)
+    if "split" in t:
+        t["split"] *= 1.0 - margin
+    return min((r for r in ROUTINGS if r in t), key=lambda r: t[r])
 
 
 def run_auto(runs: Sequence[PipelineSteps], half: Sequence[PipelineSteps], policy: str = "jigsaw",
