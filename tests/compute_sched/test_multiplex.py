@@ -261,6 +261,22 @@ def test_the_critical_path_cache_never_answers_for_a_chain_it_no_longer_holds():
         assert sch.bound(WorkerState.start([chain])) == pytest.approx(1.0 + (i + 1))
 
 
+def test_a_reused_scheduler_decides_a_second_instance_as_a_fresh_one_would():
+    """The look-ahead's memo is keyed on time, head indices and remaining work, not on the tasks: two
+    instances whose heads have the same work collide. A reused scheduler answered the second from the
+    first's entry (here: training at 75% of the SMs, as for the first instance, where the second wants its
+    prefill at 75% beside a small decode)."""
+    model = model_for("H100", choice="modelled")
+    first = WorkerState.start([[Task("train", 2.0, 20)], [Task("prefill", 2.0, 20), Task("prefill", 6.0, 20)]])
+    second = WorkerState.start([[Task("prefill", 2.0, 20)],
+                                [Task("decode_small", 2.0, 20), Task("decode_small", 3.0, 20)]])
+    fresh = Scheduler(model).decide(second)
+    reused = Scheduler(model)
+    reused.decide(first)
+    assert reused.decide(second) == fresh
+    assert fresh != Scheduler(model).decide(first)  # the two instances do want different first actions
+
+
 def test_a_fixed_part_every_worker_pays_is_not_divided_and_shifts_the_shares():
     # two workers, one slowed 2x by a co-runner throughout; each first pays 1 s whatever its share
     plain = overlap_balanced_shares(4.0, [2.0, 1.0], [100.0, 0.0])
@@ -369,9 +385,22 @@ def test_hooks_and_ops_refuse_values_that_would_give_nonsense(call, field):
 def test_a_short_chain_beside_a_long_one_runs_early_under_the_default_cost():
     # chain 1's short rollout is off this worker's critical path (chain 0's training is); it must not wait for it.
     # (The cross-worker barrier case the progress term was added for is checked in RLSim runs, docs/jigsaw.md.)
+    # (This case holds under the critical path alone too; the next test is the one the progress term decides.)
     st = WorkerState.start([[Task("train", 10.0, 40)], [Task("decode_small", 1.0, 20, "B:rollout")]])
     plan = Scheduler(model_for("H100")).plan(st)
     assert plan.finish_s[1] < 2.0 and plan.finish_s[0] < 11.0
+
+
+def test_a_replica_the_other_workers_wait_on_is_not_deferred_to_shave_this_workers_critical_path():
+    """Pipeline B's 2 s rollout replica is what B's other workers wait on (its barrier); this worker's critical
+    path is A's 100 s rollout. On the critical path alone the best window runs B's replica last (done at
+    86 s, A 0.7% sooner); with the progress term it runs first (done at 2 s) for A 0.7% later."""
+    a = [Task("prefill", 40.0, 60, "A:rollout"), Task("decode_large", 40.0, 20), Task("decode_small", 20.0, 20)]
+    st = WorkerState.start([a, [Task("decode_large", 2.0, 20, "B:rollout")]])
+    model = model_for("H100")
+    plan, alone = Scheduler(model).plan(st), Scheduler(model, progress_weight=0.0).plan(st)
+    assert alone.finish_s[1] > 80.0  # the deferral the term is there to stop (on the critical path alone)
+    assert plan.finish_s[1] < 5.0 and plan.finish_s[0] < 1.01 * alone.finish_s[0]
 
 
 @pytest.mark.parametrize("w", [True, "0.5", None, -1.0, float("nan"), float("inf")])
