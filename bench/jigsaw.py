@@ -5,6 +5,7 @@ Run from the repository root::
     python bench/jigsaw.py            # decisions at 64 GPUs, 200 + 40 generated instances, Fig. 12 settings
     python bench/jigsaw.py --quick    # fewer instances, three Fig. 12 settings with one step
     python bench/jigsaw.py --json     # also print one JSON document at the end
+    python bench/jigsaw.py --post-fit MT,FT,MR,FR   # what-if: the RLSim part under another post model
 
 What it measures (issue 33's targets):
 
@@ -183,11 +184,42 @@ def rlsim(quick: bool) -> dict:
             "memory_violations": sum(r["memory_violations"] for r in rows)}
 
 
+def post_fit_what_if(text: str, quick: bool, as_json: bool) -> int:
+    """RLSim's Fig. 12 part under another post model: how the headlines move with the stage shares."""
+    from orchestrl.fabric.errors import ConfigError
+    from orchestrl.sim.multiplex.rollout import post_model
+    try:
+        fit = tuple(float(x) for x in text.split(","))
+        ctx = post_model(fit)
+    except (ValueError, ConfigError) as e:
+        msg = e if isinstance(e, ConfigError) else f"--post-fit {text!r}: four comma-separated numbers, e.g. 0.494,3.36,0.674,2.68"
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    print(f"RLSim, Fig. 12 settings under the post model train {fit[0]:.1%} MFU + {fit[1]:.2f} s, reference "
+          f"{fit[2]:.1%} MFU + {fit[3]:.2f} s (a what-if)", flush=True)
+    with ctx:
+        sim = rlsim(quick)
+    print(f"  JigsawRL / veRL mean {sim['speedup_vs_verl_mean']:.3f} (long run), / veRL in turn "
+          f"{sim['speedup_vs_verl_serial_mean']:.3f}, / RollMux {sim['speedup_vs_rollmux_mean']:.3f} (above on "
+          f"{sim['above_rollmux_settings']} of {sim['rollout_heavy_settings']} rollout-heavy settings); sharing layout "
+          f"{sim['shared_layouts_vs_verl_mean']:.3f}; bound {sim['bound_vs_verl_mean']:.3f}; "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
+    if as_json:
+        print(json.dumps({**sim, "post_fit": fit, "wall_s": time.perf_counter() - t0, "machine": "x86_64 2 cores"}))
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer instances and settings (under two minutes)")
     ap.add_argument("--json", action="store_true", help="also print one JSON document at the end")
+    ap.add_argument("--post-fit", metavar="MT,FT,MR,FR", default=None,
+                    help="a what-if: RLSim's part only, under another post model (train MFU, train fixed s, reference "
+                         "MFU, reference fixed s), e.g. the refit bench/jigsaw_stage_check.py prints")
     args = ap.parse_args(argv)
+    if args.post_fit is not None:
+        return post_fit_what_if(args.post_fit, args.quick, args.json)
     t0 = time.perf_counter()
     print("scheduler quality (generated two-pipeline instances, default H100 grid)", flush=True)
     qual = scheduler_quality(40 if args.quick else 200, 8 if args.quick else 40)

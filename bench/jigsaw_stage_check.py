@@ -39,7 +39,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrl.sim.multiplex.runner import simulate_steps  # noqa: E402
-from orchestrl.sim.multiplex.workload import PipelineSpec, draw_samples  # noqa: E402
+from orchestrl.sim.multiplex.rollout import (MFU_REF, MFU_TRAIN, REF_FIXED_S, TRAIN_FIXED_S,  # noqa: E402
+                                             fit_post_model, veRL_shares)
+from orchestrl.sim.multiplex.workload import TABLE1, PipelineSpec, draw_samples  # noqa: E402
+
+#: Table 1's rows the post model's fixed parts (and, today, its MFUs) are fitted to; the other three are held out
+FIT_ROWS = (("Qwen3-0.6B", "gsm8k", 4), ("Qwen3-4B", "gsm8k", 4))
 
 #: (label, spec, measured mean response tokens, measured seconds: generation, forward passes after it, training,
 #: the step without validation and checkpointing); ranges where a source gives two runs
@@ -80,6 +85,44 @@ def check(label: str, spec: PipelineSpec, mean_tokens: float, measured: dict) ->
             "rollout_share": {"ours": gen / ours["step"], "measured": meas["gen"] / meas["step"]}}
 
 
+def implied_mfus(rows: list[dict], fixed: tuple[float, float]) -> list[tuple[float, float]]:
+    """The (train, reference) MFUs each measurement implies, the fixed parts per step held at ``fixed``.
+
+    Our training is ``fixed + FLOPs / MFU``, so the measured time less the fixed part gives the MFU; the measured
+    forward time is two passes (the policy's old log-probs and the reference), each costing one reference pass.
+    """
+    ft, fr = fixed
+    out = []
+    for r in rows:
+        o, m = r["ours_s"], r["measured_s"]
+        out.append((MFU_TRAIN * (o["train"] - TRAIN_FIXED_S) / (m["train"] - ft),
+                    MFU_REF * (o["forward"] - REF_FIXED_S) / (m["forward"] / 2 - fr)))
+    return out
+
+
+def refit(rows: list[dict]) -> dict:
+    """Refit the post model to these measurements' MFUs (the median each implies) and Table 1's two fit rows'
+    fixed parts, alternating until both settle, and compare Table 1's rollout shares under both fits."""
+    fixed = (TRAIN_FIXED_S, REF_FIXED_S)
+    for _ in range(20):
+        per = implied_mfus(rows, fixed)
+        mfus = (statistics.median(p[0] for p in per), statistics.median(p[1] for p in per))
+        fit = fit_post_model(FIT_ROWS, mfus=mfus)
+        if abs(fit[1] - fixed[0]) + abs(fit[3] - fixed[1]) < 1e-6:
+            break
+        fixed = (fit[1], fit[3])
+    current = (MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S)
+    table = []
+    for key, paper in TABLE1.items():
+        spec = PipelineSpec("table1", key[0], key[1])
+        ours = {name: veRL_shares(spec, "H100", key[2], fitted=f)[0][0] for name, f in (("current", current),
+                                                                                          ("refit", fit))}
+        table.append({"row": list(key), "fit_row": key in FIT_ROWS, "paper": paper[0] + paper[3], **ours})
+    err = {name: {"held_out": statistics.fmean(abs(t[name] - t["paper"]) for t in table if not t["fit_row"]),
+                  "all": statistics.fmean(abs(t[name] - t["paper"]) for t in table)} for name in ("current", "refit")}
+    return {"implied_mfus": per, "refit": fit, "current": current, "table1": table, "mean_abs_error": err}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the same checks (they take seconds)")
@@ -95,10 +138,27 @@ def main(argv: list[str] | None = None) -> int:
         cell = lambda k: f"{o[k]:5.1f}/{m[k]:5.1f} {q[k]:4.2f}x"  # noqa: E731
         print(f"  {r['label']:52s} {cell('gen'):>17s} {cell('forward'):>17s} {cell('train'):>17s} "
               f"{r['rollout_share']['ours']:5.0%} / {r['rollout_share']['measured']:4.0%}")
-    print("  (forward passes: ours one reference pass, measured the policy's old log-probs and the reference together; "
-          f"{time.perf_counter() - t0:.0f} s)")
+    print("  (forward passes: ours one reference pass, measured the policy's old log-probs and the reference together)")
+    rf = refit(rows)
+    print("\nWhat refitting the post model to these measurements would do (MFUs from them, fixed parts from Table 1's "
+          "two fit rows):")
+    print("  implied (train, reference) MFU per measurement: "
+          + ", ".join(f"({a:.0%}, {b:.0%})" for a, b in rf["implied_mfus"]))
+    for name in ("current", "refit"):
+        mt, ft, mr, fr = rf[name]
+        print(f"  {name:8s} train {mt:.1%} MFU + {ft:.2f} s, reference {mr:.1%} MFU + {fr:.2f} s")
+    print(f"  {'Table 1 row (rollout + tool share)':38s} {'paper':>6s} {'current':>8s} {'refit':>6s}")
+    for t in rf["table1"]:
+        label = f"{t['row'][0]} {t['row'][1]} {t['row'][2]} GPUs" + (" (fit)" if t["fit_row"] else "")
+        print(f"  {label:38s} {t['paper']:6.1%} {t['current']:8.1%} {t['refit']:6.1%}")
+    e = rf["mean_abs_error"]
+    print(f"  mean |error| in points, held-out rows: current {100 * e['current']['held_out']:.1f}, refit "
+          f"{100 * e['refit']['held_out']:.1f}; all five rows: current {100 * e['current']['all']:.1f}, refit "
+          f"{100 * e['refit']['all']:.1f}  ({time.perf_counter() - t0:.0f} s)")
+    print("  Fig. 12 under the refit (a what-if): python bench/jigsaw.py --post-fit "
+          + ",".join(f"{v:.4g}" for v in rf["refit"]))
     if args.json:
-        print(json.dumps({"checks": rows, "wall_s": time.perf_counter() - t0}, indent=1))
+        print(json.dumps({"checks": rows, "refit": rf, "wall_s": time.perf_counter() - t0}, indent=1))
     return 0
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import heapq
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import ContextManager, Iterator, Sequence
 
 from orchestrl.compute_sched.engine import GenerationRequest
 from orchestrl.compute_sched.hardware import load_gpu, load_model
@@ -25,9 +26,10 @@ from orchestrl.compute_sched.multiplex.grid import IDLE
 from orchestrl.compute_sched.multiplex.substage import Segment, StepRecord, SubStageTracker
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.sim_engine import SimEngine
+from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex.workload import TASKS, PipelineSpec, Sample
 
-__all__ = ["RolloutTrace", "simulate_replica", "post_times", "perf_model", "steps_after", "veRL_shares", "fit_post_model", "MFU_TRAIN", "MFU_REF", "TOOL_GAP_S"]
+__all__ = ["RolloutTrace", "simulate_replica", "post_times", "perf_model", "steps_after", "veRL_shares", "fit_post_model", "post_model", "MFU_TRAIN", "MFU_REF", "TOOL_GAP_S"]
 
 # veRL's training and reference passes as a fixed cost per step plus FLOPs at an MFU, fitted to Table 1's
 # two 4-GPU GSM8K rows (Qwen3-0.6B and Qwen3-4B; fit_post_model) and checked on its other three.
@@ -186,7 +188,7 @@ def post_times(spec: PipelineSpec, tokens: float, gpu: str, gpus: int | None = N
     ``fitted`` = (train MFU, train fixed s, reference MFU, reference fixed s); default the module's fit.
     The MFUs are low because they are veRL's (FSDP, small micro-batches, padding) on small models.
     """
-    mt, ft, mr, fr = fitted or (MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S)
+    mt, ft, mr, fr = _check_fit(fitted) if fitted is not None else (MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S)
     perf = perf_model(spec, gpu)
     n = perf.model.active_params
     g = gpus or spec.tp
@@ -194,26 +196,65 @@ def post_times(spec: PipelineSpec, tokens: float, gpu: str, gpus: int | None = N
     return fr + 2.0 * n * tokens / (g * peak * mr), ft + 6.0 * n * tokens / (g * peak * mt)
 
 
-def veRL_shares(spec: PipelineSpec, gpu: str, gpus: int, step: int = 0) -> tuple[tuple[float, ...], float, float]:
-    """Return ((rollout, reference, training) shares, rollout s, tokens per GPU) of veRL on ``gpus`` GPUs."""
+def _check_fit(fitted) -> tuple[float, float, float, float]:
+    ok = isinstance(fitted, (tuple, list)) and len(fitted) == 4 and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in fitted)
+    if not ok or not (0 < fitted[0] <= 1 and 0 < fitted[2] <= 1 and fitted[1] >= 0 and fitted[3] >= 0):
+        raise ConfigError("post model", "fitted", f"{fitted!r}",
+                          "(train MFU in (0, 1], train fixed s >= 0, reference MFU in (0, 1], reference fixed s >= 0), "
+                          "e.g. (0.237, 2.24, 0.14, 1.72)")
+    return tuple(float(v) for v in fitted)  # type: ignore[return-value]
+
+
+def post_model(fitted: tuple[float, float, float, float]) -> ContextManager[None]:
+    """Simulate steps under another post model inside the ``with`` (a what-if, e.g. a refit to other data).
+
+    ``fitted`` = (train MFU, train fixed s, reference MFU, reference fixed s), checked here (a bad one raises
+    :class:`ConfigError` before the ``with``). Steps simulated inside keep the fixed parts they were simulated
+    with (:attr:`~sim.multiplex.runner.PipelineSteps.post_fixed_s`).
+    """
+    return _post_model(_check_fit(fitted))
+
+
+@contextmanager
+def _post_model(new: tuple[float, float, float, float]) -> Iterator[None]:
+    global MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S
+    saved = (MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S)
+    MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S = new
+    try:
+        yield
+    finally:
+        MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S = saved
+
+
+def veRL_shares(spec: PipelineSpec, gpu: str, gpus: int, step: int = 0,
+                fitted: tuple[float, float, float, float] | None = None) -> tuple[tuple[float, ...], float, float]:
+    """Return ((rollout, reference, training) shares, rollout s, tokens per GPU) of veRL on ``gpus`` GPUs.
+
+    The rollout share includes tool time (Table 1 lists it apart); ``fitted`` as for :func:`post_times`.
+    """
     from orchestrl.sim.multiplex.workload import draw_samples, per_replica
     reps = per_replica(draw_samples(spec, step), max(1, gpus // spec.tp))
     trs = [simulate_replica(spec, r, gpu) for r in reps]
     roll = max(t.end_s for t in trs)
     tok = sum(t.tokens for t in trs) / len(trs)
-    ref, train = post_times(spec, tok, gpu)
+    ref, train = post_times(spec, tok, gpu, fitted=fitted)
     tot = roll + ref + train
     return (roll / tot, ref / tot, train / tot), roll, tok
 
 
-def fit_post_model(rows, gpu: str = "H100") -> tuple[float, float, float, float]:
+def fit_post_model(rows, gpu: str = "H100", mfus: tuple[float, float] | None = None) -> tuple[float, float, float, float]:
     """Fit (train MFU, train fixed s, reference MFU, reference fixed s) to Table 1 rows next to simulated rollouts.
 
     Each row's shares give the training and reference times relative to the simulated rollout; two rows
-    determine the two affine models exactly.
+    determine the two affine models exactly. With ``mfus`` = (train MFU, reference MFU) given (e.g. from
+    measurements elsewhere) only the fixed parts are fitted, by least squares over ``rows``.
     """
     import numpy as np
     from orchestrl.sim.multiplex.workload import TABLE1
+    if mfus is not None and (len(mfus) != 2 or not all(isinstance(m, (int, float)) and not isinstance(m, bool)
+                                                       and 0 < m <= 1 for m in mfus)):
+        raise ConfigError("post model", "mfus", f"{mfus!r}", "(train MFU, reference MFU), each in (0, 1], e.g. (0.38, 0.40)")
     a, bt, br = [], [], []
     for model, task, g in rows:
         spec = PipelineSpec("fit", model, task)
@@ -223,6 +264,10 @@ def fit_post_model(rows, gpu: str = "H100") -> tuple[float, float, float, float]
         a.append([1.0, 2.0 * n * tok / perf_model(spec, gpu).gpu.bf16_flops])
         bt.append(roll * sh[2] / (sh[0] + sh[3]) / 3.0)
         br.append(roll * sh[1] / (sh[0] + sh[3]))
-    xt = np.linalg.solve(np.array(a), np.array(bt))
-    xr = np.linalg.solve(np.array(a), np.array(br))
+    a, bt, br = np.array(a), np.array(bt), np.array(br)
+    if mfus is not None:  # fixed part = mean of (time - FLOPs at the given MFU) over the rows
+        mt, mr = mfus
+        return float(mt), float(3 * np.mean(bt - a[:, 1] / mt)), float(mr), float(np.mean(br - a[:, 1] / mr))
+    xt = np.linalg.solve(a, bt)
+    xr = np.linalg.solve(a, br)
     return float(1 / xt[1]), float(3 * xt[0]), float(1 / xr[1]), float(xr[0])

@@ -356,3 +356,50 @@ def test_a_case_reports_the_layout_the_fallback_and_rollmuxs_three_estimates():
                            layouts=("uniform", "halves")))
     assert shared["routing"] == out["shared_routing"] and "jigsaw_shared_tps" not in shared
     assert shared["jigsaw_tps"] == pytest.approx(out["jigsaw_shared_tps"], rel=1e-6)
+
+
+# --- the post model's calibration to Table 1 ------------------------------------------------------------------------
+
+_FIT_ROWS = (("Qwen3-0.6B", "gsm8k", 4), ("Qwen3-4B", "gsm8k", 4))
+
+
+def test_the_post_models_constants_are_its_fit_to_table_1_and_reproduce_the_fit_rows():
+    # the constants RLSim runs with must be what the documented fit gives on today's engine model (a change to
+    # the engine model that leaves them stale fails here), and the two fit rows' shares must come back
+    from orchestrl.sim.multiplex.rollout import MFU_REF, MFU_TRAIN, REF_FIXED_S, TRAIN_FIXED_S, fit_post_model, veRL_shares
+    from orchestrl.sim.multiplex.workload import TABLE1
+    fit = fit_post_model(_FIT_ROWS)
+    assert fit == pytest.approx((MFU_TRAIN, TRAIN_FIXED_S, MFU_REF, REF_FIXED_S), abs=6e-3)
+    for model, task, gpus in _FIT_ROWS:
+        shares = veRL_shares(PipelineSpec("t", model, task), "H100", gpus, fitted=fit)[0]
+        assert shares == pytest.approx(TABLE1[(model, task, gpus)][:3], abs=1e-6)
+
+
+def test_a_refit_with_given_mfus_fits_only_the_fixed_parts_and_bad_mfus_are_refused():
+    from orchestrl.fabric.errors import ConfigError
+    from orchestrl.sim.multiplex.rollout import fit_post_model
+    exact = fit_post_model(_FIT_ROWS)
+    assert fit_post_model(_FIT_ROWS, mfus=(exact[0], exact[2])) == pytest.approx(exact, rel=1e-6)  # same MFUs
+    mt, ft, mr, fr = fit_post_model(_FIT_ROWS, mfus=(0.5, 0.5))
+    assert (mt, mr) == (0.5, 0.5) and ft > exact[1] and fr > exact[3]  # faster FLOPs: more of the time is fixed
+    for bad in [(0.0, 0.4), (38, 40), ("0.4", 0.4), (True, 0.4), (0.4,)]:
+        with pytest.raises(ConfigError, match="mfus"):
+            fit_post_model(_FIT_ROWS, mfus=bad)
+
+
+def test_a_post_model_what_if_applies_inside_the_with_only_and_its_steps_keep_their_fixed_parts():
+    from orchestrl.fabric.errors import ConfigError
+    from orchestrl.sim.multiplex import rollout
+    spec = PipelineSpec("a", "Qwen3-0.6B", "gsm8k", prompts=8, group=2)
+    before = runner.simulate_steps(spec, "H100", 2, 1)
+    with rollout.post_model((0.5, 3.0, 0.6, 2.5)):
+        inside = runner.simulate_steps(spec, "H100", 2, 1)
+    assert inside.post_fixed_s == (2.5, 3.0) and before.post_fixed_s == (rollout.REF_FIXED_S, rollout.TRAIN_FIXED_S)
+    assert runner.simulate_steps(spec, "H100", 2, 1).post == before.post  # restored after the with
+    assert inside.traces[0][0].end_s == before.traces[0][0].end_s and inside.post != before.post  # rollout unchanged
+    with pytest.raises(RuntimeError), rollout.post_model((0.5, 3.0, 0.6, 2.5)):
+        raise RuntimeError("a failed what-if")
+    assert rollout.MFU_TRAIN == pytest.approx(0.237)  # restored on an error too
+    for bad in [(1.5, 3.0, 0.6, 2.5), (0.5, -1.0, 0.6, 2.5), (0.5, 3.0), (0.5, 3.0, 0.6, float("nan"))]:
+        with pytest.raises(ConfigError, match="fitted"):
+            rollout.post_model(bad)  # refused when called, before any with
