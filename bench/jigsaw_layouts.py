@@ -24,6 +24,7 @@ Run from the repository root::
     python bench/jigsaw_layouts.py                 # held-out pairs, seeds 0-2 (18 cases, ~3 min on 2 cores)
     python bench/jigsaw_layouts.py --set calibration --workers 2
     python bench/jigsaw_layouts.py --quick --json  # one case
+    python bench/jigsaw_layouts.py --steady        # steady state: the shorter pipeline runs more steps
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, _specs  # noqa: E402
-from orchestrl.sim.multiplex.baselines import PASSES, repeat_steps, verl  # noqa: E402
+from orchestrl.sim.multiplex.baselines import PASSES, repeat_each, steady_passes, verl  # noqa: E402
 from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, choose, predict_routing,  # noqa: E402
                                              profile_steps, routing_args)
 from orchestrl.sim.multiplex.runner import _Group, run_group, simulate_steps  # noqa: E402
@@ -56,34 +57,40 @@ DRAWS = (1, 2, 3)  # a third draw is simulated so the sweep can show whether mor
 MARGINS = (0.0, 0.01, 0.015, 0.02, 0.03, 0.04)
 
 
-def case_list(which: str, seeds: list[int] | None) -> list[tuple[str, tuple, int]]:
+def case_list(which: str, seeds: list[int] | None, steady: bool = False) -> list[tuple[str, tuple, int, bool]]:
     if which == "heldout":
         pairs, default = list(HELDOUT_PAIRS), [0, 1, 2]
     else:
         pairs, default = [(pl, pl) for pl in FIG12] + [FIG16_PAIR], ([3, 4, 5] if which == "calibration" else [0, 1, 2])
-    return [(_label(p), p, s) for s in (seeds if seeds is not None else default) for p in pairs]
+    return [(_label(p), p, s, steady) for s in (seeds if seeds is not None else default) for p in pairs]
 
 
 def _label(pair: tuple) -> str:
     return " + ".join(f"{m}/{t}" for m, t, _, _ in pair) if pair[0] != pair[1] else f"{pair[0][0]}/{pair[0][1]} x2"
 
 
-def run_one(case: tuple[str, tuple, int]) -> dict:
+def run_one(case: tuple[str, tuple, int, bool]) -> dict:
     """Every layout over the long run, veRL on the same steps, and each layout's makespan on every profile draw."""
-    label, pair, seed = case
+    label, pair, seed, steady = case
     specs = _specs(Case("layouts", label, "H100", 8, pair, 2, seed=seed))
     full = [simulate_steps(s, "H100", 8, 2) for s in specs]
     half = [simulate_steps(s, "H100", 4, 2) for s in specs]
-    v = verl(full, half)
-    rep_full, rep_half = [repeat_steps(x) for x in full], [repeat_steps(h) for h in half]
-    vs_verl = {r: v.total_s * PASSES / run_group(rep_full, "jigsaw", **routing_args(r, rep_half, 2 * PASSES)).makespan_s
+    # the long run: every pipeline's steps PASSES times over, or (steady) each as many passes as fit while the
+    # longest runs PASSES on its half (baselines.steady_passes); the profile draws are balanced the same way
+    passes = steady_passes(half) if steady else (PASSES, PASSES)
+    rep_full, rep_half = repeat_each(full, passes), repeat_each(half, passes)
+    v = verl(rep_full, rep_half)
+    steps = max(x.steps for x in rep_full)
+    vs_verl = {r: v.total_s / run_group(rep_full, "jigsaw", **routing_args(r, rep_half, steps)).makespan_s
                for r in ROUTINGS}
     profile = profile_steps(full, max(DRAWS))
-    draws = [{r: _Group(p, "jigsaw", "default", 1.0, 3, **routing_args(r, h, min(x.steps for x in p))).run().makespan_s
+    if steady:
+        profile = tuple((repeat_each(p, passes), repeat_each(h, passes)) for p, h in profile)
+    draws = [{r: _Group(p, "jigsaw", "default", 1.0, 3, **routing_args(r, h, max(x.steps for x in p))).run().makespan_s
               for r in ROUTINGS} for p, h in profile]
     picked = predict_routing(full, profile=profile[:PROFILE_DRAWS])
     return {"label": label, "seed": seed, "verl_config": v.detail["config"], "vs_verl": vs_verl, "draws": draws,
-            "picked": picked}
+            "picked": picked, "passes": list(passes)}
 
 
 def rule(draws: list[dict], n: int, margin: float) -> str:
@@ -107,9 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true",
                     help="one case: the held-out Qwen3-4B + Llama-3.1-8B pair on the first seed, or the set's first")
     ap.add_argument("--workers", type=int, default=None, help="processes (default: CPU count)")
+    ap.add_argument("--steady", action="store_true",
+                    help="steady state: each pipeline runs as many passes as fit while the longest runs its steps "
+                         f"{PASSES} times on its half (veRL split's halves finish together); slower")
     ap.add_argument("--json", action="store_true", help="also print one JSON document at the end")
     args = ap.parse_args(argv)
-    cases = case_list(args.which, args.seeds)
+    cases = case_list(args.which, args.seeds, args.steady)
     if args.quick:  # the held-out set's Qwen3-4B + Llama-3.1-8B pair on its first seed, or any set's first case
         cases = [c for c in cases if c[1] == HELDOUT_PAIRS[1] and c[2] == cases[0][2]][:1] or cases[:1]
     t0 = time.perf_counter()
@@ -123,13 +133,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rule here disagrees with predict_routing on {len(mismatch)} case(s)", file=sys.stderr)
         return 1
     print(f"layout decision vs the best layout in hindsight, set {args.which}, {len(results)} case(s), "
-          f"JigsawRL over veRL's better configuration, long run ({PASSES} passes)")
+          "JigsawRL over veRL's better configuration, " + ("steady state (each pipeline's passes over its two steps "
+          "after the case)" if args.steady else f"long run ({PASSES} passes)"))
     print(f"{'seed':>4} {'case':58s} {'veRL':7s} " + " ".join(f"{r:>8s}" for r in ROUTINGS) + "  picked")
     for r in results:
         best = max(r["vs_verl"], key=r["vs_verl"].get)
         flag = "" if r["vs_verl"][r["picked"]] >= r["vs_verl"][best] - 1e-9 else f"  (best {best})"
         print(f"{r['seed']:>4} {r['label']:58s} {r['verl_config']:7s} "
-              + " ".join(f"{r['vs_verl'][x]:8.3f}" for x in ROUTINGS) + f"  {r['picked']}{flag}")
+              + " ".join(f"{r['vs_verl'][x]:8.3f}" for x in ROUTINGS) + f"  {r['picked']}{flag}"
+              + (f"  passes {r['passes'][0]}/{r['passes'][1]}" if args.steady else ""))
     rows = [summary(results, n, m) for n in DRAWS for m in MARGINS]
     print(f"\n{'draws':>5} {'margin':>6} {'picked':>7} {'best':>7} {'worse':>6} {'worst pick/best':>16}")
     for s in rows:

@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="S", help="trace seed (default 0)")
     p.add_argument("--long-run", action="store_true",
                    help="time JigsawRL and MuxServe over the steps repeated 4 times (as jigsaw-fig12; slower)")
+    p.add_argument("--steady", action="store_true",
+                   help="steady state: the shorter pipeline runs as many more steps as fit while the longer runs its "
+                        "steps 4 times over (each job keeps running, as on a shared cluster); RollMux is left out")
     p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
                    help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; veRL is always run)")
     p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
@@ -88,6 +91,7 @@ def parse_pipeline(text: str, which: str = "pipeline") -> tuple[str, str, int, f
 def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     from orchestrl.compute_sched.hardware import bundled_gpus
     from orchestrl.sim.experiments.jigsaw_common import Case, run_case
+    from orchestrl.sim.multiplex.baselines import PASSES, STEADY_CAP
     from orchestrl.sim.multiplex.layouts import ROUTING_MARGIN
 
     out = stream or sys.stdout
@@ -115,7 +119,15 @@ def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     if args.seed < 0:
         raise ConfigError("command line", "--seed", f"{args.seed}", ">= 0")
     label = " + ".join(f"{m}/{t}" for m, t, _, _ in pls)
-    case = Case("cli", label, gpu, args.gpus, pls, args.steps, systems, seed=args.seed, longrun=args.long_run)
+    if args.steady and args.long_run:
+        raise ConfigError("command line", "--steady", "with --long-run",
+                          "one of the two (--steady already runs the steps many times over)")
+    if args.steady and args.steps > 4:
+        raise ConfigError("command line", "--steps", f"{args.steps} with --steady",
+                          f"at most 4 (the shorter pipeline may run up to {STEADY_CAP * PASSES}x as many steps; "
+                          "2 x 64 steps take about 2 minutes)")
+    case = Case("cli", label, gpu, args.gpus, pls, args.steps, systems, seed=args.seed, longrun=args.long_run,
+                steady=args.steady)
     print(f"simulating {label} on {args.gpus} {gpu}, {args.steps} step(s), seed {args.seed} ...", file=sys.stderr,
           flush=True)
     t0 = time.perf_counter()
@@ -135,6 +147,11 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
     for name, step in res["exclusive_step_s"].items():
         print(f"  {name}: step alone on all {res['gpus']} GPUs {step:.1f} s", file=out)
     print(f"  rollout share of a step under veRL: {100 * res['rollout_share_verl']:.0f}% (mean of the two)", file=out)
+    if "steady_passes" in res:
+        n = [res["steps"] * p for p in res["steady_passes"]]
+        print(f"  steady state: the pipelines run {n[0]} and {n[1]} steps (each as long as the other keeps running; "
+              "veRL split's halves finish together)" + ("; RollMux left out (it runs equal step counts)"
+                                                        if res.get("rollmux_left_out") else ""), file=out)
     print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s}", file=out)
     rows = [("veRL (" + res["verl_config"] + ")", base)]
     rows += [(_NAMES[s], res[f"{s}_tps"]) for s in systems[1:] if f"{s}_tps" in res]
@@ -155,6 +172,7 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
             if lat / alone[name] > 1.5 and alone[name] < 0.5 * other:
                 print(f"  note: {name}'s steps are much shorter than the other's and run {lat / alone[name]:.2f}x as long "
                       "as alone; the throughput above counts both pipelines' tokens until both have done their steps, "
-                      "so what the short one loses does not show in it (docs/jigsaw.md, \"Your own pair\")", file=out)
+                      "so what the short one loses does not show in it" + ("" if "steady_passes" in res else
+                      " (--steady runs it as many steps as fit instead)") + " (docs/jigsaw.md, \"Your own pair\")", file=out)
     print(f"  upper bound for any schedule: {res['bound_tps'] / base:.3f}x veRL; memory violations: "
           f"{res['memory_violations']}", file=out)

@@ -17,10 +17,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
-                                               streamrl, verl)
+                                               repeat_each, steady_passes, streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
 from orchestrl.sim.multiplex.layouts import ROUTINGS, predict_routing, profile_steps, routing_args
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps
@@ -44,6 +45,9 @@ class Case:
     seed: int = 0  # trace seed: `sim figure --seeds N` draws other samples (seed 0 keeps the documented runs)
     longrun: bool = False  # time JigsawRL and MuxServe over baselines.PASSES passes of the steps (RollMux always is); else two steps
     layouts: tuple[str, ...] = ROUTINGS  # the layouts JigsawRL's profile chooses among (layouts.ROUTINGS)
+    #: the steady-state measure: each pipeline runs as many passes over its steps as fit while the longest runs
+    #: baselines.PASSES (baselines.steady_passes), for every system; RollMux (equal step counts only) is left out
+    steady: bool = False
 
 
 #: Fig. 12's settings (8 H100, two pipelines of one model and task, different weights).
@@ -76,13 +80,26 @@ def run_case(case: Case) -> dict[str, Any]:
         half = [simulate_steps(s, case.gpu, d // 2, case.steps) for s in specs]
     if d >= 4:
         quarter = [simulate_steps(s, case.gpu, d // 4, case.steps) for s in specs]
+    profile = None
+    nsteps, longrun, passes = case.steps, case.longrun, None
+    if case.steady:
+        if half is None or len(full) != 2:
+            raise ConfigError("jigsaw case", "steady", f"{len(full)} pipeline(s) on {d} worker(s)",
+                              "two pipelines on at least two workers (the measure balances veRL split's halves)")
+        passes = steady_passes(half)
+        if any(p.startswith("jigsaw") for p in case.systems) and d % 2 == 0:  # the profile's draws, balanced alike
+            profile = tuple((repeat_each(p, passes), repeat_each(h, passes)) for p, h in profile_steps(full))
+        full, half = repeat_each(full, passes), repeat_each(half, passes)
+        nsteps, longrun = max(r.steps for r in full), False  # already many passes: timed as they run
+        out["steady_passes"], out["tokens"] = list(passes), sum(sum(r.tokens) for r in full)
+        out["rollmux_left_out"] = "rollmux" in case.systems
     if "verl" in case.systems:
         b = verl(full, half or full)
         out["verl_tps"], out["verl_config"] = b.throughput_tps, b.detail["config"]
         out["verl_serial_tps"] = b.tokens / b.detail["serial_s"]
         # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability
         out["bound_tps"] = b.tokens / chain_bound_s(full)
-    if "rollmux" in case.systems and half:
+    if "rollmux" in case.systems and half and not case.steady:
         # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched)
         pools = [half]
         for off in POOL_OFFSETS:
@@ -100,7 +117,7 @@ def run_case(case: Case) -> dict[str, Any]:
         out["rollmux_proportional_tps"] = rm.tokens / rm.detail["proportional_s"]
         out["rollmux_engine_tps"] = rm.tokens / rm.detail["engine_s"]
         out["rollmux_engine_config"] = rm.detail["engine_config"]
-    if "streamrl" in case.systems and quarter:
+    if "streamrl" in case.systems and quarter and not case.steady:
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps
         out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
@@ -111,18 +128,18 @@ def run_case(case: Case) -> dict[str, Any]:
     # ablations, so they differ only in what they ablate. MuxServe routes uniformly (it multiplexes rollouts on the
     # same workers by design).
     route: dict[str, Any] = {}
-    profile = None
     if half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
-        profile = profile_steps(full)  # simulated once; every grid below decides on the same profile
+        if profile is None:
+            profile = profile_steps(full)  # simulated once; every grid below decides on the same profile
         out["routing"] = predict_routing(full, profile=profile, choices=case.layouts)
-        route = routing_args(out["routing"], half, case.steps)
+        route = routing_args(out["routing"], half, nsteps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
         if pol not in case.systems:
             continue
         r = run_group(full, pol, **({} if pol == "muxserve" else route))
         key = pol.replace("-", "_")
         out[f"{key}_tps"] = r.throughput_tps
-        if case.longrun and pol in ("jigsaw", "muxserve"):
+        if longrun and pol in ("jigsaw", "muxserve"):
             # the same steps PASSES times over: the makespan per pass, the first pass's ramp included. Not the slope
             # after the first pass that RollMux gets (generous to it): a policy that lets one pipeline run ahead
             # ends its "first pass" late and its slope is then too short (MuxServe on Search-R1: 0.77x of JigsawRL's
@@ -142,11 +159,11 @@ def run_case(case: Case) -> dict[str, Any]:
             # profile picks (uniform or halves; not always the better of the two on the run) would have given,
             # decided the same way, timed the same way (so the fallback's part shows)
             shared = predict_routing(full, profile=profile, choices=("uniform", "halves"))
-            steps, h = (case.steps * PASSES, [repeat_steps(x) for x in half]) if case.longrun else (case.steps, half)
-            again = run_group([repeat_steps(x) for x in full] if case.longrun else full, "jigsaw",
+            steps, h = (nsteps * PASSES, [repeat_steps(x) for x in half]) if longrun else (nsteps, half)
+            again = run_group([repeat_steps(x) for x in full] if longrun else full, "jigsaw",
                               **routing_args(shared, h, steps))
             violations += again.memory_violations
-            out["jigsaw_shared_tps"] = out["tokens"] * (PASSES if case.longrun else 1) / again.makespan_s
+            out["jigsaw_shared_tps"] = out["tokens"] * (PASSES if longrun else 1) / again.makespan_s
             out["shared_routing"] = shared
         if pol == "jigsaw":
             out["decide_ms_mean"] = 1e3 * r.decide_s / max(1, r.decisions)
@@ -159,7 +176,7 @@ def run_case(case: Case) -> dict[str, Any]:
             # the routing a deployment would choose on this grid (decided on the profiling step again)
             if profile is not None:
                 route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
-                                     half, case.steps)
+                                     half, nsteps)
             r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
             out[f"jigsaw_{tag}_tps"] = r.throughput_tps
             violations += r.memory_violations

@@ -36,7 +36,7 @@ from orchestrl.compute_sched.multiplex.ops import migration_cost_s
 from orchestrl.sim.multiplex.rollout import perf_model, post_times, steps_after
 from orchestrl.sim.multiplex.runner import PipelineSteps, mem_floor_pct
 
-__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps",
+__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "STEADY_CAP",
            "streamrl", "areal", "jigsaw_async"]
 
 
@@ -278,6 +278,26 @@ def longrun_pass_s(first_pass_s: float, passes_s: float, passes: int = PASSES) -
 def repeat_steps(run: PipelineSteps, passes: int = PASSES) -> PipelineSteps:
     """``run``'s steps ``passes`` times over (the same draws), for long-run timing."""
     return replace(run, traces=run.traces * passes, post=run.post * passes, tokens=run.tokens * passes)
+
+
+#: the most passes :func:`steady_passes` gives the shortest pipeline, as a multiple of the longest's (bounds the cost)
+STEADY_CAP = 16
+
+
+def steady_passes(half: Sequence[PipelineSteps], base: int = PASSES, cap: int = STEADY_CAP) -> tuple[int, ...]:
+    """How many passes over its steps each pipeline runs for the steady-state measure: the pipeline whose pass
+    is longest on its half of the workers (veRL split) runs ``base`` passes, each other as many as fit in that
+    time on its half (at most ``cap`` times ``base``), so that each pipeline keeps running while the other
+    does, as two jobs sharing a cluster would, and veRL split's halves finish together."""
+    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+        raise ConfigError("steady measure", "passes", f"{base!r}", "an integer >= 1")
+    t = [sum(h.step_alone_s(k) for k in range(h.steps)) for h in half]
+    return tuple(max(1, min(cap * base, round(base * max(t) / x))) if x > 0 else base for x in t)
+
+
+def repeat_each(runs: Sequence[PipelineSteps], passes: Sequence[int]) -> list[PipelineSteps]:
+    """Each pipeline's steps repeated its own number of ``passes`` (:func:`steady_passes`)."""
+    return [repeat_steps(r, n) for r, n in zip(runs, passes, strict=True)]
 
 
 def streamrl(quarter: list[PipelineSteps]) -> Baseline:

@@ -99,7 +99,7 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
     draws = profile_steps(runs) if profile is None else profile
     times = dict.fromkeys(choices, 0.0)
     for prof, halves in draws:
-        steps = min(r.steps for r in prof)
+        steps = max(r.steps for r in prof)  # the steady measure's pipelines run different step counts
         for r in choices:
             times[r] += _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run().makespan_s
     return choose(times, margin)

@@ -51,6 +51,8 @@ def test_a_pipeline_with_options_parses():
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--systems", "foo"], "--systems"),
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "B300"], "bundled GPU"),
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "compute_sched/specs/gpus/h100.yaml"], "bundled GPU"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--steady", "--long-run"], "--steady"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--steady", "--steps", "20"], "--steps"),
 ])
 def test_bad_input_is_refused_naming_what_is_wrong_before_simulating(argv, field, capsys):
     assert main(["sim", "jigsaw", *argv]) == 2
@@ -63,3 +65,18 @@ def test_the_command_runs_from_a_shell():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "JigsawRL layout:" in proc.stdout and "simulating" in proc.stderr  # progress on stderr, result on stdout
+
+
+def test_steady_state_runs_the_shorter_pipeline_more_steps_and_veRL_split_finishes_its_halves_together(capsys):
+    # Qwen3-0.6B/MATH's steps are longer than GSM8K's: GSM8K runs more of them while MATH runs its steps 4 times
+    assert main(SMALL + ["--steady", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    gsm, math_ = res["steady_passes"]
+    assert math_ == 4 and gsm > 4 and res["rollmux_left_out"] and "rollmux_tps" not in res
+    alone = list(res["exclusive_step_s"].values())
+    assert gsm / math_ == pytest.approx(alone[1] / alone[0], rel=0.35)  # about as many more as its steps are shorter
+    assert res["jigsaw_tps"] > 0 and res["memory_violations"] == 0
+    if res["routing"] == "split":  # JigsawRL's split layout is veRL split, run the same steps
+        assert res["jigsaw_tps"] == pytest.approx(res["verl_tps"], rel=1e-6)
+    main(SMALL + ["--steady", "--systems", "verl"])
+    assert "steady state: the pipelines run" in capsys.readouterr().out

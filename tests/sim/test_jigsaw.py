@@ -403,3 +403,27 @@ def test_a_post_model_what_if_applies_inside_the_with_only_and_its_steps_keep_th
     for bad in [(1.5, 3.0, 0.6, 2.5), (0.5, -1.0, 0.6, 2.5), (0.5, 3.0), (0.5, 3.0, 0.6, float("nan"))]:
         with pytest.raises(ConfigError, match="fitted"):
             rollout.post_model(bad)  # refused when called, before any with
+
+
+def test_steady_passes_balance_the_halves_within_a_cap_and_a_layout_decides_on_unequal_step_counts(two_steps):
+    from dataclasses import replace
+    from orchestrl.fabric.errors import ConfigError
+    from orchestrl.sim.multiplex.baselines import PASSES, STEADY_CAP, repeat_each, steady_passes, verl
+    full, half = two_steps
+    # pipeline A's steps made 3x as long (its post work): B runs about 3x the passes, A the base number
+    slow = [replace(half[0], post=[[(3 * r + 3 * t + 2 * max(x.end_s for x in half[0].traces[k]), 0.0)
+                                    for r, t in half[0].post[k]] for k in range(2)]), half[1]]
+    a, b = steady_passes(slow)
+    assert a == PASSES and b > 2 * PASSES
+    t = [sum(h.step_alone_s(k) for k in range(h.steps)) for h in slow]
+    assert abs(a * t[0] - b * t[1]) <= 0.5 * t[1] + 1e-9  # the halves finish within half a pass of each other
+    assert steady_passes(slow, base=1, cap=2) == (1, 2)  # the short one's passes are capped
+    for bad in (0, True, 1.5):
+        with pytest.raises(ConfigError, match="passes"):
+            steady_passes(slow, base=bad)
+    # a profile whose pipelines run different step counts decides without error (the routed list covers the longest)
+    passes = (1, 3)
+    prof = ((repeat_each(full, passes), repeat_each(half, passes)),)
+    assert layouts.predict_routing(full, profile=prof) in layouts.ROUTINGS
+    v = verl(repeat_each(full, passes), repeat_each(half, passes))
+    assert v.tokens == sum(full[0].tokens) + 3 * sum(full[1].tokens)
