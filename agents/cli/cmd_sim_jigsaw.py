@@ -7,6 +7,10 @@ layout its profile chooses, look-ahead, merging, balancing) on those same steps.
 throughput and its ratio to veRL, the layout chosen, and each pipeline's step time against its step alone on
 all the GPUs (what sharing costs one job). docs/jigsaw.md gives the model and its limits.
 
+Throughput counts both pipelines' tokens until both have done ``--steps`` steps. For two pipelines of
+different step lengths use ``--steady``: the shorter one keeps running (as many more steps as fit), which
+the fixed-steps measure does not credit to veRL split.
+
 A pipeline is ``MODEL/TASK`` with optional ``,tp=N`` (GPUs per DP worker) and ``,scale=X`` (response
 lengths times X), e.g. ``Llama-3.1-8B/gsm8k-mt,scale=0.7``. Bad input is refused naming the argument and
 what is allowed (exit status 2).
