@@ -8,8 +8,8 @@ throughput and its ratio to veRL, the layout chosen, and each pipeline's step ti
 all the GPUs (what sharing costs one job). docs/jigsaw.md gives the model and its limits.
 
 Throughput counts both pipelines' tokens until both have done ``--steps`` steps. For two pipelines of
-different step lengths use ``--steady``: the shorter one keeps running (as many more steps as fit), which
-the fixed-steps measure does not credit to veRL split.
+different step lengths use ``--steady``: the shorter one runs as many more steps as fit, and throughput
+counts tokens only while both are still running (what the fixed-steps measure does not credit to veRL split).
 
 A pipeline is ``MODEL/TASK`` with optional ``,tp=N`` (GPUs per DP worker) and ``,scale=X`` (response
 lengths times X), e.g. ``Llama-3.1-8B/gsm8k-mt,scale=0.7``. Bad input is refused naming the argument and
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="time JigsawRL and MuxServe over the steps repeated 4 times (as jigsaw-fig12; slower)")
     p.add_argument("--steady", action="store_true",
                    help="steady state: the shorter pipeline runs as many more steps as fit while the longer runs its "
-                        "steps 4 times over (each job keeps running, as on a shared cluster); RollMux is left out")
+                        "steps 4 times over, and throughput counts tokens while both still run; RollMux is left out")
     p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
                    help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; veRL is always run)")
     p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
@@ -153,9 +153,10 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
     print(f"  rollout share of a step under veRL: {100 * res['rollout_share_verl']:.0f}% (mean of the two)", file=out)
     if "steady_passes" in res:
         n = [res["steps"] * p for p in res["steady_passes"]]
-        print(f"  steady state: the pipelines run {n[0]} and {n[1]} steps (each as long as the other keeps running; "
-              "veRL split's halves finish together)" + ("; RollMux left out (it runs equal step counts)"
-                                                        if res.get("rollmux_left_out") else ""), file=out)
+        print(f"  steady state: the pipelines run {n[0]} and {n[1]} steps (as many as fit in the other's time on "
+              "veRL split's halves); throughput counts tokens only while both are still running"
+              + ("; RollMux left out (it runs equal step counts)" if "rollmux" in res.get("left_out", ()) else ""),
+              file=out)
     print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s}", file=out)
     rows = [("veRL (" + res["verl_config"] + ")", base)]
     rows += [(_NAMES[s], res[f"{s}_tps"]) for s in systems[1:] if f"{s}_tps" in res]
@@ -178,5 +179,5 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
                       "as alone; the throughput above counts both pipelines' tokens until both have done their steps, "
                       "so what the short one loses does not show in it" + ("" if "steady_passes" in res else
                       " (--steady runs it as many steps as fit instead)") + " (docs/jigsaw.md, \"Your own pair\")", file=out)
-    print(f"  upper bound for any schedule: {res['bound_tps'] / base:.3f}x veRL; memory violations: "
-          f"{res['memory_violations']}", file=out)
+    bound = f"upper bound for any schedule: {res['bound_tps'] / base:.3f}x veRL; " if "bound_tps" in res else ""
+    print(f"  {bound}memory violations: {res['memory_violations']}", file=out)

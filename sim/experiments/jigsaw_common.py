@@ -21,7 +21,8 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
-                                               repeat_each, steady_passes, streamrl, verl)
+                                               repeat_each, split_step_ends, steady_passes, steady_tps,
+                                               streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
 from orchestrl.sim.multiplex.layouts import ROUTINGS, predict_routing, profile_steps, routing_args
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps
@@ -67,6 +68,8 @@ def _specs(case: Case) -> list[PipelineSpec]:
 def run_case(case: Case) -> dict[str, Any]:
     """Run every system of ``case`` on the same simulated steps; return throughputs, latencies and audits."""
     wall = time.perf_counter()
+    if case.steady and case.longrun:
+        raise ConfigError("jigsaw case", "steady", "with longrun", "one of the two (steady already runs many passes)")
     specs = _specs(case)
     d = case.gpus // specs[0].tp
     full = [simulate_steps(s, case.gpu, d, case.steps) for s in specs]
@@ -87,18 +90,31 @@ def run_case(case: Case) -> dict[str, Any]:
             raise ConfigError("jigsaw case", "steady", f"{len(full)} pipeline(s) on {d} worker(s)",
                               "two pipelines on at least two workers (the measure balances veRL split's halves)")
         passes = steady_passes(half)
-        if any(p.startswith("jigsaw") for p in case.systems) and d % 2 == 0:  # the profile's draws, balanced alike
-            profile = tuple((repeat_each(p, passes), repeat_each(h, passes)) for p, h in profile_steps(full))
+        if any(p.startswith("jigsaw") for p in case.systems) and d % 2 == 0:
+            # the profile's draws balanced by their own halves' steps (not the measured ones: no peeking)
+            profile = tuple((repeat_each(p, steady_passes(h)), repeat_each(h, steady_passes(h)))
+                            for p, h in profile_steps(full))
         full, half = repeat_each(full, passes), repeat_each(half, passes)
         nsteps, longrun = max(r.steps for r in full), False  # already many passes: timed as they run
         out["steady_passes"], out["tokens"] = list(passes), sum(sum(r.tokens) for r in full)
-        out["rollmux_left_out"] = "rollmux" in case.systems
+        out["left_out"] = [x for x in ("rollmux", "streamrl") if x in case.systems]  # equal step counts only
+
+    def tps(res: Any) -> float:  # a group run's throughput under the case's measure
+        if not case.steady:
+            return res.throughput_tps
+        return steady_tps([res.step_end_s[x.spec.name] for x in full], [x.tokens for x in full])
+
     if "verl" in case.systems:
         b = verl(full, half or full)
         out["verl_tps"], out["verl_config"] = b.throughput_tps, b.detail["config"]
         out["verl_serial_tps"] = b.tokens / b.detail["serial_s"]
-        # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability
-        out["bound_tps"] = b.tokens / chain_bound_s(full)
+        if case.steady:  # split measured while both halves run (they end within half a pass of each other)
+            split = steady_tps(split_step_ends(half), [h.tokens for h in half])
+            out["verl_tps"], out["verl_config"] = max((split, "split"), (out["verl_serial_tps"], "serial"))
+        else:
+            # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability. Not for
+            # the steady measure (a pipeline's own chain bounds its rate, not the window's aggregate)
+            out["bound_tps"] = b.tokens / chain_bound_s(full)
     if "rollmux" in case.systems and half and not case.steady:
         # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched)
         pools = [half]
@@ -138,7 +154,7 @@ def run_case(case: Case) -> dict[str, Any]:
             continue
         r = run_group(full, pol, **({} if pol == "muxserve" else route))
         key = pol.replace("-", "_")
-        out[f"{key}_tps"] = r.throughput_tps
+        out[f"{key}_tps"] = tps(r)
         if longrun and pol in ("jigsaw", "muxserve"):
             # the same steps PASSES times over: the makespan per pass, the first pass's ramp included. Not the slope
             # after the first pass that RollMux gets (generous to it): a policy that lets one pipeline run ahead
@@ -163,7 +179,7 @@ def run_case(case: Case) -> dict[str, Any]:
             again = run_group([repeat_steps(x) for x in full] if longrun else full, "jigsaw",
                               **routing_args(shared, h, steps))
             violations += again.memory_violations
-            out["jigsaw_shared_tps"] = out["tokens"] * (PASSES if longrun else 1) / again.makespan_s
+            out["jigsaw_shared_tps"] = out["tokens"] * PASSES / again.makespan_s if longrun else tps(again)
             out["shared_routing"] = shared
         if pol == "jigsaw":
             out["decide_ms_mean"] = 1e3 * r.decide_s / max(1, r.decisions)
@@ -178,7 +194,7 @@ def run_case(case: Case) -> dict[str, Any]:
                 route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
                                      half, nsteps)
             r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
-            out[f"jigsaw_{tag}_tps"] = r.throughput_tps
+            out[f"jigsaw_{tag}_tps"] = tps(r)
             violations += r.memory_violations
     out["memory_violations"] = violations
     out["wall_s"] = time.perf_counter() - wall

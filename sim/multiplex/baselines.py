@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+import itertools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -36,7 +37,7 @@ from orchestrl.compute_sched.multiplex.ops import migration_cost_s
 from orchestrl.sim.multiplex.rollout import perf_model, post_times, steps_after
 from orchestrl.sim.multiplex.runner import PipelineSteps, mem_floor_pct
 
-__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "STEADY_CAP",
+__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "steady_tps", "split_step_ends", "STEADY_CAP",
            "streamrl", "areal", "jigsaw_async"]
 
 
@@ -289,10 +290,39 @@ def steady_passes(half: Sequence[PipelineSteps], base: int = PASSES, cap: int = 
     is longest on its half of the workers (veRL split) runs ``base`` passes, each other as many as fit in that
     time on its half (at most ``cap`` times ``base``), so that each pipeline keeps running while the other
     does, as two jobs sharing a cluster would, and veRL split's halves finish together."""
-    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
-        raise ConfigError("steady measure", "passes", f"{base!r}", "an integer >= 1")
+    for fld, v in (("passes", base), ("cap", cap)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError("steady measure", fld, f"{v!r}", "an integer >= 1")
     t = [sum(h.step_alone_s(k) for k in range(h.steps)) for h in half]
     return tuple(max(1, min(cap * base, round(base * max(t) / x))) if x > 0 else base for x in t)
+
+
+def steady_tps(step_ends: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]]) -> float:
+    """Aggregated tokens/s while every pipeline is still running (the steady-state measure's throughput).
+
+    Up to the moment the first pipeline ends its last step, each pipeline is credited its finished steps'
+    tokens plus the elapsed share (by wall time) of the step it is in; what a pipeline does after the other
+    has stopped is not counted, since a deployment would give the other more steps. ``step_ends[p]`` are
+    pipeline ``p``'s step end times (its first step starting at 0), ``tokens[p]`` its steps' tokens.
+    """
+    until = min(e[-1] for e in step_ends)
+    if not until > 0:
+        return 0.0
+    credit = 0.0
+    for ends, tok in zip(step_ends, tokens, strict=True):
+        start = 0.0
+        for end, n in zip(ends, tok, strict=True):
+            if end > until:
+                credit += n * (until - start) / (end - start)
+                break
+            credit += n
+            start = end
+    return credit / until
+
+
+def split_step_ends(half: Sequence[PipelineSteps]) -> list[list[float]]:
+    """Each pipeline's step end times under veRL split (its steps back to back, alone on its half)."""
+    return [list(itertools.accumulate(h.step_alone_s(k) for k in range(h.steps))) for h in half]
 
 
 def repeat_each(runs: Sequence[PipelineSteps], passes: Sequence[int]) -> list[PipelineSteps]:

@@ -211,7 +211,10 @@ def post_model(fitted: tuple[float, float, float, float]) -> ContextManager[None
 
     ``fitted`` = (train MFU, train fixed s, reference MFU, reference fixed s), checked here (a bad one raises
     :class:`ConfigError` before the ``with``). Steps simulated inside keep the fixed parts they were simulated
-    with (:attr:`~sim.multiplex.runner.PipelineSteps.post_fixed_s`).
+    with (:attr:`~sim.multiplex.runner.PipelineSteps.post_fixed_s`). It swaps this module's constants, so it is
+    process-local and not thread-safe: worker processes (``sim.sweep``, Ray) do not see it, and RollMux's
+    baseline recomputes training times from the model active when it runs. Simulate and evaluate inside one
+    ``with``, in one process (as ``bench/jigsaw.py --post-fit`` does).
     """
     return _post_model(_check_fit(fitted))
 
@@ -252,8 +255,8 @@ def fit_post_model(rows, gpu: str = "H100", mfus: tuple[float, float] | None = N
     """
     import numpy as np
     from orchestrl.sim.multiplex.workload import TABLE1
-    if mfus is not None and (len(mfus) != 2 or not all(isinstance(m, (int, float)) and not isinstance(m, bool)
-                                                       and 0 < m <= 1 for m in mfus)):
+    if mfus is not None and (not isinstance(mfus, (tuple, list)) or len(mfus) != 2 or not all(
+            isinstance(m, (int, float)) and not isinstance(m, bool) and 0 < m <= 1 for m in mfus)):
         raise ConfigError("post model", "mfus", f"{mfus!r}", "(train MFU, reference MFU), each in (0, 1], e.g. (0.38, 0.40)")
     a, bt, br = [], [], []
     for model, task, g in rows:
@@ -267,7 +270,12 @@ def fit_post_model(rows, gpu: str = "H100", mfus: tuple[float, float] | None = N
     a, bt, br = np.array(a), np.array(bt), np.array(br)
     if mfus is not None:  # fixed part = mean of (time - FLOPs at the given MFU) over the rows
         mt, mr = mfus
-        return float(mt), float(3 * np.mean(bt - a[:, 1] / mt)), float(mr), float(np.mean(br - a[:, 1] / mr))
+        fit = float(mt), float(3 * np.mean(bt - a[:, 1] / mt)), float(mr), float(np.mean(br - a[:, 1] / mr))
+        if fit[1] < 0 or fit[3] < 0:
+            raise ConfigError("post model", "mfus", f"{tuple(mfus)!r} leave a negative fixed part per step "
+                              f"(train {fit[1]:.2f} s, reference {fit[3]:.2f} s): the rows' stages are shorter than "
+                              "their FLOPs at these MFUs", "higher MFUs")
+        return fit
     xt = np.linalg.solve(a, bt)
     xr = np.linalg.solve(a, br)
     return float(1 / xt[1]), float(3 * xt[0]), float(1 / xr[1]), float(xr[0])

@@ -48,7 +48,7 @@ from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.layout import InstanceConfig
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex import rollout as _rollout
-from orchestrl.sim.multiplex.rollout import (REF_FIXED_S, TRAIN_FIXED_S, RolloutTrace, post_times,
+from orchestrl.sim.multiplex.rollout import (RolloutTrace, post_times,
                                              simulate_replica)
 from orchestrl.sim.multiplex.workload import PipelineSpec, draw_samples, per_replica
 
@@ -70,7 +70,7 @@ class PipelineSteps:
     tokens: list[int]  # per step
     #: the part of each replica's (reference, training) seconds that does not scale with its tokens (the
     #: post model's fixed cost per worker and step): balancing moves only the rest between workers
-    post_fixed_s: tuple[float, float] = (REF_FIXED_S, TRAIN_FIXED_S)
+    post_fixed_s: tuple[float, float] = field(default_factory=lambda: (_rollout.REF_FIXED_S, _rollout.TRAIN_FIXED_S))
 
     @property
     def steps(self) -> int:
@@ -97,7 +97,7 @@ def simulate_steps(spec: PipelineSpec, gpu: str, replicas: int, steps: int) -> P
         traces.append(trs)
         post.append([post_times(spec, t.tokens, gpu) for t in trs])
         tokens.append(sum(t.tokens for t in trs))
-    return PipelineSteps(spec, gpu, replicas, traces, post, tokens, (_rollout.REF_FIXED_S, _rollout.TRAIN_FIXED_S))
+    return PipelineSteps(spec, gpu, replicas, traces, post, tokens)
 
 
 def mem_floor_pct(kind: str, spec: PipelineSpec, gpu: str, replicas: int, seqs: int = 0, ctx: float = 0.0) -> float:

@@ -264,8 +264,8 @@ def test_the_critical_path_cache_never_answers_for_a_chain_it_no_longer_holds():
 def test_a_reused_scheduler_decides_a_second_instance_as_a_fresh_one_would():
     """The look-ahead's memo is keyed on time, head indices and remaining work, not on the tasks: two
     instances whose heads have the same work collide. A reused scheduler answered the second from the
-    first's entry (here: training at 75% of the SMs, as for the first instance, where the second wants its
-    prefill at 75% beside a small decode)."""
+    first's entry (here: chain 0 at 25% of the SMs, right for the first instance's training, so the second's
+    prefill got 25% where a fresh scheduler gives it 75% beside a small decode)."""
     model = model_for("H100", choice="modelled")
     first = WorkerState.start([[Task("train", 2.0, 20)], [Task("prefill", 2.0, 20), Task("prefill", 6.0, 20)]])
     second = WorkerState.start([[Task("prefill", 2.0, 20)],
@@ -394,7 +394,7 @@ def test_a_short_chain_beside_a_long_one_runs_early_under_the_default_cost():
 def test_a_replica_the_other_workers_wait_on_is_not_deferred_to_shave_this_workers_critical_path():
     """Pipeline B's 2 s rollout replica is what B's other workers wait on (its barrier); this worker's critical
     path is A's 100 s rollout. On the critical path alone the best window runs B's replica last (done at
-    86 s, A 0.7% sooner); with the progress term it runs first (done at 2 s) for A 0.7% later."""
+    86 s, A 0.6% sooner); with the progress term it runs first (done at 2 s) for A 0.6% later."""
     a = [Task("prefill", 40.0, 60, "A:rollout"), Task("decode_large", 40.0, 20), Task("decode_small", 20.0, 20)]
     st = WorkerState.start([a, [Task("decode_large", 2.0, 20, "B:rollout")]])
     model = model_for("H100")

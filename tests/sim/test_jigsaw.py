@@ -382,8 +382,8 @@ def test_a_refit_with_given_mfus_fits_only_the_fixed_parts_and_bad_mfus_are_refu
     assert fit_post_model(_FIT_ROWS, mfus=(exact[0], exact[2])) == pytest.approx(exact, rel=1e-6)  # same MFUs
     mt, ft, mr, fr = fit_post_model(_FIT_ROWS, mfus=(0.5, 0.5))
     assert (mt, mr) == (0.5, 0.5) and ft > exact[1] and fr > exact[3]  # faster FLOPs: more of the time is fixed
-    for bad in [(0.0, 0.4), (38, 40), ("0.4", 0.4), (True, 0.4), (0.4,)]:
-        with pytest.raises(ConfigError, match="mfus"):
+    for bad in [(0.0, 0.4), (38, 40), ("0.4", 0.4), (True, 0.4), (0.4,), 0.4, (0.03, 0.03)]:
+        with pytest.raises(ConfigError, match="mfus"):  # (0.03, 0.03): the fixed parts would be negative
             fit_post_model(_FIT_ROWS, mfus=bad)
 
 
@@ -421,9 +421,20 @@ def test_steady_passes_balance_the_halves_within_a_cap_and_a_layout_decides_on_u
     for bad in (0, True, 1.5):
         with pytest.raises(ConfigError, match="passes"):
             steady_passes(slow, base=bad)
+        with pytest.raises(ConfigError, match="cap"):
+            steady_passes(slow, cap=bad)
     # a profile whose pipelines run different step counts decides without error (the routed list covers the longest)
     passes = (1, 3)
     prof = ((repeat_each(full, passes), repeat_each(half, passes)),)
     assert layouts.predict_routing(full, profile=prof) in layouts.ROUTINGS
     v = verl(repeat_each(full, passes), repeat_each(half, passes))
     assert v.tokens == sum(full[0].tokens) + 3 * sum(full[1].tokens)
+
+
+def test_the_steady_measure_counts_tokens_only_while_both_pipelines_run():
+    from orchestrl.sim.multiplex.baselines import steady_tps
+    # A ends its three steps at 30 s; B is half-way through its second step then: 100 + 50 of its tokens count,
+    # and nothing B does after 30 s
+    assert steady_tps([[10.0, 20.0, 30.0], [20.0, 40.0, 60.0]], [[100] * 3, [100] * 3]) == pytest.approx(450 / 30)
+    # a system that runs B alone for a long time after A stops gains nothing by it
+    assert steady_tps([[10.0, 20.0, 30.0], [20.0, 40.0, 600.0]], [[100] * 3, [100] * 3]) == pytest.approx(450 / 30)
