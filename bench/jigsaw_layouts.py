@@ -4,8 +4,9 @@ JigsawRL decides once per run, on simulated profiling steps, whether two pipelin
 (``uniform``), keep their rollouts on their own halves (``halves``) or run wholly on their own halves
 (``split``, = veRL split); see docs/jigsaw.md ("Layout"). This benchmark runs every case in all three layouts
 over the long run (the two measured steps :data:`~sim.multiplex.baselines.PASSES` times over, as
-``jigsaw-fig12`` times JigsawRL), asks the rule which one to run, and prints, against veRL at its better
-configuration on the same steps:
+``jigsaw-fig12`` times JigsawRL; with ``--steady`` each pipeline as many passes as fit while the longest runs
+its four on its half, tokens/s counted while both still run, ~17 min on 2 cores), asks the rule which one to
+run, and prints, against veRL at its better configuration on the same steps:
 
 * ``picked_vs_verl_mean``: the rule's layout; ``best_vs_verl_mean``: the best of the three on each case (known
   only after the run, the reference); ``split_vs_verl_mean``: always ``split``;

@@ -278,4 +278,9 @@ def fit_post_model(rows, gpu: str = "H100", mfus: tuple[float, float] | None = N
         return fit
     xt = np.linalg.solve(a, bt)
     xr = np.linalg.solve(a, br)
-    return float(1 / xt[1]), float(3 * xt[0]), float(1 / xr[1]), float(xr[0])
+    fit = (float(1 / xt[1]), float(3 * xt[0]), float(1 / xr[1]), float(xr[0]))
+    try:
+        return _check_fit(fit)
+    except ConfigError:  # e.g. two rows whose shares imply a negative fixed part or an MFU above 1
+        raise ConfigError("post model", "rows", f"{list(rows)!r} fit to {fit!r}",
+                          "rows whose shares give an MFU in (0, 1] and fixed parts >= 0 (Table 1's GSM8K rows do)") from None
