@@ -162,6 +162,12 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
     rows += [(_NAMES[s], res[f"{s}_tps"]) for s in systems[1:] if f"{s}_tps" in res]
     for name, tps in rows:
         print(f"  {name:20s} {tps:10.0f} {tps / base:8.3f}", file=out)
+    per = [(s, res[f"{s}_per_pipeline_vs_split"]) for s in systems[1:] if f"{s}_per_pipeline_vs_split" in res]
+    if per:  # the sum above can hide one job paying for the other's gain
+        names = list(res["exclusive_step_s"])
+        print("  each pipeline's tokens/s against its own on veRL split's half: " + "; ".join(
+            f"{_NAMES[s]} " + ", ".join(f"{n.split(':', 1)[0]} {x:.3f}" for n, x in zip(names, v)) for s, v in per),
+            file=out)
     if "jigsaw_tps" in res:
         layout = res.get("routing", "uniform")
         why = {"split": f"each pipeline wholly on its half: sharing workers was not predicted {margin_pct:g}% faster",

@@ -21,7 +21,7 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
-                                               repeat_each, split_step_ends, steady_passes, steady_tps,
+                                               repeat_each, split_step_ends, steady_passes, steady_rates,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
 from orchestrl.sim.multiplex.layouts import ROUTINGS, predict_routing, profile_steps, routing_args
@@ -99,17 +99,23 @@ def run_case(case: Case) -> dict[str, Any]:
         out["steady_passes"], out["tokens"] = list(passes), sum(sum(r.tokens) for r in full)
         out["left_out"] = [x for x in ("rollmux", "streamrl") if x in case.systems]  # equal step counts only
 
-    def tps(res: Any) -> float:  # a group run's throughput under the case's measure
+    split_rates: list[float] = []
+
+    def tps(res: Any, key: str | None = None) -> float:  # a group run's throughput under the case's measure
         if not case.steady:
             return res.throughput_tps
-        return steady_tps([res.step_end_s[x.spec.name] for x in full], [x.tokens for x in full])
+        rates = steady_rates([res.step_end_s[x.spec.name] for x in full], [x.tokens for x in full])
+        if key and split_rates:  # what each job gets against its own rate on its half (the sum can hide a loser)
+            out[f"{key}_per_pipeline_vs_split"] = [a / b for a, b in zip(rates, split_rates)]
+        return sum(rates)
 
     if "verl" in case.systems:
         b = verl(full, half or full)
         out["verl_tps"], out["verl_config"] = b.throughput_tps, b.detail["config"]
         out["verl_serial_tps"] = b.tokens / b.detail["serial_s"]
         if case.steady:  # split measured while both halves run (they end within half a pass of each other)
-            split = steady_tps(split_step_ends(half), [h.tokens for h in half])
+            split_rates = steady_rates(split_step_ends(half), [h.tokens for h in half])
+            split = sum(split_rates)
             out["verl_tps"], out["verl_config"] = max((split, "split"), (out["verl_serial_tps"], "serial"))
         else:
             # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability. Not for
@@ -154,7 +160,7 @@ def run_case(case: Case) -> dict[str, Any]:
             continue
         r = run_group(full, pol, **({} if pol == "muxserve" else route))
         key = pol.replace("-", "_")
-        out[f"{key}_tps"] = tps(r)
+        out[f"{key}_tps"] = tps(r, key)
         if longrun and pol in ("jigsaw", "muxserve"):
             # the same steps PASSES times over: the makespan per pass, the first pass's ramp included. Not the slope
             # after the first pass that RollMux gets (generous to it): a policy that lets one pipeline run ahead

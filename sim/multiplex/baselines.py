@@ -37,7 +37,7 @@ from orchestrl.compute_sched.multiplex.ops import migration_cost_s
 from orchestrl.sim.multiplex.rollout import perf_model, post_times, steps_after
 from orchestrl.sim.multiplex.runner import PipelineSteps, mem_floor_pct
 
-__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "steady_tps", "split_step_ends", "STEADY_CAP",
+__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "steady_tps", "steady_rates", "split_step_ends", "STEADY_CAP",
            "streamrl", "areal", "jigsaw_async"]
 
 
@@ -305,19 +305,27 @@ def steady_tps(step_ends: Sequence[Sequence[float]], tokens: Sequence[Sequence[i
     has stopped is not counted, since a deployment would give the other more steps. ``step_ends[p]`` are
     pipeline ``p``'s step end times (its first step starting at 0), ``tokens[p]`` its steps' tokens.
     """
+    return sum(steady_rates(step_ends, tokens))
+
+
+def steady_rates(step_ends: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]]) -> list[float]:
+    """Each pipeline's tokens/s in :func:`steady_tps`'s window (their sum is it). Against each pipeline's rate
+    under veRL split this shows what one job gains or pays, which the sum hides when a system shifts capacity
+    from one pipeline to the other."""
     until = min(e[-1] for e in step_ends)
     if not until > 0:
-        return 0.0
-    credit = 0.0
+        return [0.0 for _ in step_ends]
+    rates = []
     for ends, tok in zip(step_ends, tokens, strict=True):
-        start = 0.0
+        credit, start = 0.0, 0.0
         for end, n in zip(ends, tok, strict=True):
             if end > until:
                 credit += n * (until - start) / (end - start)
                 break
             credit += n
             start = end
-    return credit / until
+        rates.append(credit / until)
+    return rates
 
 
 def split_step_ends(half: Sequence[PipelineSteps]) -> list[list[float]]:

@@ -79,6 +79,10 @@ def test_steady_state_runs_the_shorter_pipeline_more_steps_and_veRL_split_finish
     assert res["jigsaw_tps"] > 0 and res["memory_violations"] == 0
     if res["routing"] == "split":  # JigsawRL's split layout is veRL split, run the same steps
         assert res["jigsaw_tps"] == pytest.approx(res["verl_tps"], rel=1e-6)
+        assert res["jigsaw_per_pipeline_vs_split"] == pytest.approx([1.0, 1.0], rel=1e-6)
+    assert len(res["muxserve_per_pipeline_vs_split"]) == 2  # what each job gets, beside the sum
     main(SMALL + ["--steady", "--systems", "verl"])
     out = capsys.readouterr().out
     assert "steady state: the pipelines run" in out and "upper bound" not in out
+    main(SMALL + ["--steady"])
+    assert "against its own on veRL split's half: JigsawRL-MuxServe A " in capsys.readouterr().out

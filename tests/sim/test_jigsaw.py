@@ -438,3 +438,5 @@ def test_the_steady_measure_counts_tokens_only_while_both_pipelines_run():
     assert steady_tps([[10.0, 20.0, 30.0], [20.0, 40.0, 60.0]], [[100] * 3, [100] * 3]) == pytest.approx(450 / 30)
     # a system that runs B alone for a long time after A stops gains nothing by it
     assert steady_tps([[10.0, 20.0, 30.0], [20.0, 40.0, 600.0]], [[100] * 3, [100] * 3]) == pytest.approx(450 / 30)
+    from orchestrl.sim.multiplex.baselines import steady_rates
+    assert steady_rates([[10.0, 20.0, 30.0], [20.0, 40.0, 60.0]], [[100] * 3, [100] * 3]) == pytest.approx([10.0, 5.0])
