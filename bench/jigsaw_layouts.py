@@ -40,8 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, _specs  # noqa: E402
-from orchestrl.sim.multiplex.baselines import (PASSES, repeat_each, split_step_ends, steady_passes,  # noqa: E402
-                                               steady_tps, verl)
+from orchestrl.sim.multiplex.baselines import (PASSES, repeat_each, steady_passes, steady_tps,  # noqa: E402
+                                               verl, verl_steady)
 from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, choose, predict_routing,  # noqa: E402
                                              profile_steps, routing_args)
 from orchestrl.sim.multiplex.runner import _Group, run_group, simulate_steps  # noqa: E402
@@ -81,18 +81,16 @@ def run_one(case: tuple[str, tuple, int, bool]) -> dict:
     # longest runs PASSES on its half (baselines.steady_passes); the profile draws are balanced the same way
     passes = steady_passes(half) if steady else (PASSES, PASSES)
     rep_full, rep_half = repeat_each(full, passes), repeat_each(half, passes)
-    v = verl(rep_full, rep_half)
     steps = max(x.steps for x in rep_full)
     runs = {r: run_group(rep_full, "jigsaw", **routing_args(r, rep_half, steps)) for r in ROUTINGS}
     if steady:  # tokens/s while both pipelines still run, veRL at its better configuration by the same measure
+        base, cfg, _ = verl_steady(rep_full, rep_half)
         tok = [x.tokens for x in rep_full]
-        base, cfg = max((steady_tps(split_step_ends(rep_half), tok), "split"), (v.tokens / v.detail["serial_s"], "serial"))
         vs_verl = {r: steady_tps([g.step_end_s[x.spec.name] for x in rep_full], tok) / base for r, g in runs.items()}
     else:
+        v = verl(rep_full, rep_half)
         vs_verl, cfg = {r: v.total_s / g.makespan_s for r, g in runs.items()}, v.detail["config"]
-    profile = profile_steps(full, max(DRAWS))
-    if steady:  # each draw balanced by its own halves' steps (the measured ones are not the rule's to see)
-        profile = tuple((repeat_each(p, steady_passes(h)), repeat_each(h, steady_passes(h))) for p, h in profile)
+    profile = profile_steps(full, max(DRAWS), steady=steady)
     draws = [{r: _Group(p, "jigsaw", "default", 1.0, 3, **routing_args(r, h, max(x.steps for x in p))).run().makespan_s
               for r in ROUTINGS} for p, h in profile]
     picked = predict_routing(full, profile=profile[:PROFILE_DRAWS])

@@ -44,9 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", type=int, default=8, metavar="N", help="GPUs the two pipelines share (default 8)")
     p.add_argument("--steps", type=int, default=2, metavar="N", help="RL steps per pipeline (default 2)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="trace seed (default 0)")
-    p.add_argument("--long-run", action="store_true",
-                   help="time JigsawRL and MuxServe over the steps repeated 4 times (as jigsaw-fig12; slower)")
-    p.add_argument("--steady", action="store_true",
+    how = p.add_mutually_exclusive_group()  # --steady already runs the steps many times over
+    how.add_argument("--long-run", action="store_true",
+                     help="time JigsawRL and MuxServe over the steps repeated 4 times (as jigsaw-fig12; slower)")
+    how.add_argument("--steady", action="store_true",
                    help="steady state: the shorter pipeline runs as many more steps as fit while the longer runs its "
                         "steps 4 times over, and throughput counts tokens while both still run; RollMux is left out")
     p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
@@ -123,9 +124,6 @@ def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     if args.seed < 0:
         raise ConfigError("command line", "--seed", f"{args.seed}", ">= 0")
     label = " + ".join(f"{m}/{t}" for m, t, _, _ in pls)
-    if args.steady and args.long_run:
-        raise ConfigError("command line", "--steady", "with --long-run",
-                          "one of the two (--steady already runs the steps many times over)")
     if args.steady and args.steps > 4:
         raise ConfigError("command line", "--steps", f"{args.steps} with --steady",
                           f"at most 4 (the shorter pipeline may run up to {STEADY_CAP * PASSES}x as many steps; "

@@ -21,7 +21,7 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
-                                               repeat_each, split_step_ends, steady_passes, steady_rates,
+                                               repeat_each, steady_passes, steady_rates, verl_steady,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
 from orchestrl.sim.multiplex.layouts import ROUTINGS, predict_routing, profile_steps, routing_args
@@ -83,17 +83,12 @@ def run_case(case: Case) -> dict[str, Any]:
         half = [simulate_steps(s, case.gpu, d // 2, case.steps) for s in specs]
     if d >= 4:
         quarter = [simulate_steps(s, case.gpu, d // 4, case.steps) for s in specs]
-    profile = None
-    nsteps, longrun, passes = case.steps, case.longrun, None
+    nsteps, longrun = case.steps, case.longrun
     if case.steady:
         if half is None or len(full) != 2:
             raise ConfigError("jigsaw case", "steady", f"{len(full)} pipeline(s) on {d} worker(s)",
                               "two pipelines on at least two workers (the measure balances veRL split's halves)")
         passes = steady_passes(half)
-        if any(p.startswith("jigsaw") for p in case.systems) and d % 2 == 0:
-            # the profile's draws balanced by their own halves' steps (not the measured ones: no peeking)
-            profile = tuple((repeat_each(p, steady_passes(h)), repeat_each(h, steady_passes(h)))
-                            for p, h in profile_steps(full))
         full, half = repeat_each(full, passes), repeat_each(half, passes)
         nsteps, longrun = max(r.steps for r in full), False  # already many passes: timed as they run
         out["steady_passes"], out["tokens"] = list(passes), sum(sum(r.tokens) for r in full)
@@ -114,9 +109,8 @@ def run_case(case: Case) -> dict[str, Any]:
         out["verl_tps"], out["verl_config"] = b.throughput_tps, b.detail["config"]
         out["verl_serial_tps"] = b.tokens / b.detail["serial_s"]
         if case.steady:  # split measured while both halves run (they end within half a pass of each other)
-            split_rates = steady_rates(split_step_ends(half), [h.tokens for h in half])
-            split = sum(split_rates)
-            out["verl_tps"], out["verl_config"] = max((split, "split"), (out["verl_serial_tps"], "serial"))
+            out["verl_tps"], out["verl_config"], split_rates = verl_steady(full, half)
+            out["verl_split_rates_tps"] = split_rates
         else:
             # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability. Not for
             # the steady measure (a pipeline's own chain bounds its rate, not the window's aggregate)
@@ -150,9 +144,11 @@ def run_case(case: Case) -> dict[str, Any]:
     # ablations, so they differ only in what they ablate. MuxServe routes uniformly (it multiplexes rollouts on the
     # same workers by design).
     route: dict[str, Any] = {}
+    profile = None
     if half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
-        if profile is None:
-            profile = profile_steps(full)  # simulated once; every grid below decides on the same profile
+        # simulated once (other draws of the workloads, balanced by their own halves when steady); every grid below
+        # decides on the same profile
+        profile = profile_steps(full, steady=case.steady)
         out["routing"] = predict_routing(full, profile=profile, choices=case.layouts)
         route = routing_args(out["routing"], half, nsteps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):

@@ -37,7 +37,7 @@ from orchestrl.compute_sched.multiplex.ops import migration_cost_s
 from orchestrl.sim.multiplex.rollout import perf_model, post_times, steps_after
 from orchestrl.sim.multiplex.runner import PipelineSteps, mem_floor_pct
 
-__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "steady_tps", "steady_rates", "split_step_ends", "STEADY_CAP",
+__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "steady_tps", "steady_rates", "verl_steady", "STEADY_CAP",
            "streamrl", "areal", "jigsaw_async"]
 
 
@@ -328,9 +328,15 @@ def steady_rates(step_ends: Sequence[Sequence[float]], tokens: Sequence[Sequence
     return rates
 
 
-def split_step_ends(half: Sequence[PipelineSteps]) -> list[list[float]]:
-    """Each pipeline's step end times under veRL split (its steps back to back, alone on its half)."""
-    return [list(itertools.accumulate(h.step_alone_s(k) for k in range(h.steps))) for h in half]
+def verl_steady(full: Sequence[PipelineSteps], half: Sequence[PipelineSteps]) -> tuple[float, str, list[float]]:
+    """veRL at its better configuration under the steady-state measure: (tokens/s, ``"split"`` or ``"serial"``,
+    each pipeline's tokens/s under split). Split is measured as :func:`steady_tps` measures the others (its
+    steps back to back on its half); the pipelines in turn, which never overlap, at whole-run tokens over time."""
+    v = verl(list(full), list(half))
+    ends = [list(itertools.accumulate(h.step_alone_s(k) for k in range(h.steps))) for h in half]
+    rates = steady_rates(ends, [h.tokens for h in half])
+    tps, config = max((sum(rates), "split"), (v.tokens / v.detail["serial_s"], "serial"))
+    return tps, config, rates
 
 
 def repeat_each(runs: Sequence[PipelineSteps], passes: Sequence[int]) -> list[PipelineSteps]:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from orchestrl.fabric.errors import ConfigError
+from orchestrl.sim.multiplex.baselines import repeat_each, steady_passes
 from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, _Group, run_group, simulate_steps
 
 __all__ = ["ROUTINGS", "routing_args", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
@@ -36,19 +37,25 @@ ROUTING_MARGIN = 0.015
 Profile = Sequence[tuple[Sequence[PipelineSteps], Sequence[PipelineSteps]]]
 
 
-def profile_steps(runs: Sequence[PipelineSteps], draws: int = PROFILE_DRAWS) -> Profile:
+def profile_steps(runs: Sequence[PipelineSteps], draws: int = PROFILE_DRAWS, steady: bool = False) -> Profile:
     """The profiling steps :func:`predict_routing` decides on: ``draws`` independent draws, each the pipelines'
     steps on all and on half the workers, other batches of the same workloads (each pipeline's seed offset by a
     multiple of :data:`PROFILE_SEED`, so none of the measured steps), :data:`PROFILE_STEPS` of them. Independent
-    of the grid: compute them once and pass them to every decision of a case."""
+    of the grid: compute them once and pass them to every decision of a case. ``steady``: each draw's pipelines
+    repeated as the steady-state measure repeats the measured ones (:func:`~sim.multiplex.baselines.steady_passes`),
+    balanced by that draw's own halves, not the measured steps."""
     if draws < 1:
         raise ConfigError("jigsaw run", "profile draws", f"{draws!r}", "at least 1")
     d, gpu = runs[0].replicas, runs[0].gpu
     out = []
     for i in range(draws):
         specs = [replace(r.spec, seed=r.spec.seed + (i + 1) * PROFILE_SEED) for r in runs]
-        out.append(([simulate_steps(s, gpu, d, PROFILE_STEPS) for s in specs],
-                    [simulate_steps(s, gpu, d // 2, PROFILE_STEPS) for s in specs]))
+        full = [simulate_steps(s, gpu, d, PROFILE_STEPS) for s in specs]
+        half = [simulate_steps(s, gpu, d // 2, PROFILE_STEPS) for s in specs]
+        if steady:
+            passes = steady_passes(half)
+            full, half = repeat_each(full, passes), repeat_each(half, passes)
+        out.append((full, half))
     return tuple(out)
 
 

@@ -271,16 +271,12 @@ def fit_post_model(rows, gpu: str = "H100", mfus: tuple[float, float] | None = N
     if mfus is not None:  # fixed part = mean of (time - FLOPs at the given MFU) over the rows
         mt, mr = mfus
         fit = float(mt), float(3 * np.mean(bt - a[:, 1] / mt)), float(mr), float(np.mean(br - a[:, 1] / mr))
-        if fit[1] < 0 or fit[3] < 0:
-            raise ConfigError("post model", "mfus", f"{tuple(mfus)!r} leave a negative fixed part per step "
-                              f"(train {fit[1]:.2f} s, reference {fit[3]:.2f} s): the rows' stages are shorter than "
-                              "their FLOPs at these MFUs", "higher MFUs")
-        return fit
-    xt = np.linalg.solve(a, bt)
-    xr = np.linalg.solve(a, br)
-    fit = (float(1 / xt[1]), float(3 * xt[0]), float(1 / xr[1]), float(xr[0]))
+    else:
+        xt, xr = np.linalg.solve(a, bt), np.linalg.solve(a, br)
+        fit = (float(1 / xt[1]), float(3 * xt[0]), float(1 / xr[1]), float(xr[0]))
     try:
         return _check_fit(fit)
-    except ConfigError:  # e.g. two rows whose shares imply a negative fixed part or an MFU above 1
-        raise ConfigError("post model", "rows", f"{list(rows)!r} fit to {fit!r}",
-                          "rows whose shares give an MFU in (0, 1] and fixed parts >= 0 (Table 1's GSM8K rows do)") from None
+    except ConfigError:  # given MFUs too low for the rows (negative fixed parts), or rows implying an MFU above 1
+        raise ConfigError("post model", "rows" if mfus is None else "mfus", f"{list(rows)!r} fit to {fit!r}",
+                          "higher MFUs (the rows' stages are shorter than their FLOPs at these)" if mfus is not None
+                          else "rows whose shares give an MFU in (0, 1] and fixed parts >= 0 (Table 1's GSM8K rows do)") from None

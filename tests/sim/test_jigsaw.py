@@ -431,6 +431,18 @@ def test_steady_passes_balance_the_halves_within_a_cap_and_a_layout_decides_on_u
     assert v.tokens == sum(full[0].tokens) + 3 * sum(full[1].tokens)
 
 
+def test_jigsaws_split_layout_is_veRL_split_under_the_steady_measure_too(two_steps):
+    # the fallback layout must score exactly what the baseline scores on the same repeated steps, pipeline by pipeline
+    from orchestrl.sim.multiplex.baselines import repeat_each, steady_rates, verl_steady
+    full, half = two_steps
+    rep_full, rep_half = repeat_each(full, (1, 3)), repeat_each(half, (1, 3))
+    g = runner.run_group(rep_full, "jigsaw", **layouts.routing_args("split", rep_half, 6))
+    rates = steady_rates([g.step_end_s[x.spec.name] for x in rep_full], [x.tokens for x in rep_full])
+    tps, config, split_rates = verl_steady(rep_full, rep_half)
+    assert rates == pytest.approx(split_rates, rel=1e-6)
+    assert config == "split" and tps == pytest.approx(sum(rates), rel=1e-6)
+
+
 def test_the_steady_measure_counts_tokens_only_while_both_pipelines_run():
     from orchestrl.sim.multiplex.baselines import steady_tps
     # A ends its three steps at 30 s; B is half-way through its second step then: 100 + 50 of its tokens count,
