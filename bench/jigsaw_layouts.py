@@ -13,7 +13,11 @@ run, and prints, against veRL at its better configuration on the same steps:
 * ``worse_choices`` / ``worst_pick_vs_best``: cases where the rule's layout was slower than the best, and by
   how much at worst;
 * the same for other draw counts and margins, recomputed from the same profiles (no new simulation), so the
-  constants' neighbourhood shows.
+  constants' neighbourhood shows;
+* with ``--steady``, each pipeline's tokens/s against its own on veRL split's half (a sum of two pipelines'
+  rates can hide one paying for the other's gain): per case for the rule's layout, and each layout's worse
+  job, mean over cases (``worse_job_vs_split_mean``). The rule compares the profile draws by the same
+  measure there (``layouts.profile_costs``).
 
 Case sets (``--set``): ``heldout`` (default): pairs the rule's constants were not set on: Fig. 16's other two
 heterogeneous pairs and four pairs of different Fig. 12 workloads, trace seeds 0-2; ``calibration``: what
@@ -40,11 +44,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, _specs  # noqa: E402
-from orchestrl.sim.multiplex.baselines import (PASSES, repeat_each, steady_passes, steady_tps,  # noqa: E402
+from orchestrl.sim.multiplex.baselines import (PASSES, repeat_each, steady_passes, steady_rates,  # noqa: E402
                                                verl, verl_steady)
 from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, choose, predict_routing,  # noqa: E402
-                                             profile_steps, routing_args)
-from orchestrl.sim.multiplex.runner import _Group, run_group, simulate_steps  # noqa: E402
+                                             profile_costs, profile_steps, routing_args)
+from orchestrl.sim.multiplex.runner import run_group, simulate_steps  # noqa: E402
 from orchestrl.sim.sweep import run_sweep  # noqa: E402
 
 FIG16_PAIR = (("Qwen3-0.6B", "gsm8k", 1, 1.0), ("Llama-3.1-8B", "gsm8k", 1, 1.0))
@@ -83,23 +87,27 @@ def run_one(case: tuple[str, tuple, int, bool]) -> dict:
     rep_full, rep_half = repeat_each(full, passes), repeat_each(half, passes)
     steps = max(x.steps for x in rep_full)
     runs = {r: run_group(rep_full, "jigsaw", **routing_args(r, rep_half, steps)) for r in ROUTINGS}
+    per: dict[str, list[float]] = {}
     if steady:  # tokens/s while both pipelines still run, veRL at its better configuration by the same measure
-        base, cfg, _ = verl_steady(rep_full, rep_half)
+        base, cfg, split_rates = verl_steady(rep_full, rep_half)
         tok = [x.tokens for x in rep_full]
-        vs_verl = {r: steady_tps([g.step_end_s[x.spec.name] for x in rep_full], tok) / base for r, g in runs.items()}
+        rates = {r: steady_rates([g.step_end_s[x.spec.name] for x in rep_full], tok) for r, g in runs.items()}
+        vs_verl = {r: sum(x) / base for r, x in rates.items()}
+        # each pipeline against its own rate on veRL split's half: the sum can hide one job paying for the other
+        per = {r: [a / b for a, b in zip(x, split_rates)] for r, x in rates.items()}
     else:
         v = verl(rep_full, rep_half)
         vs_verl, cfg = {r: v.total_s / g.makespan_s for r, g in runs.items()}, v.detail["config"]
     profile = profile_steps(full, max(DRAWS), steady=steady)
-    draws = [{r: _Group(p, "jigsaw", "default", 1.0, 3, **routing_args(r, h, max(x.steps for x in p))).run().makespan_s
-              for r in ROUTINGS} for p, h in profile]
-    picked = predict_routing(full, profile=profile[:PROFILE_DRAWS])
+    draws = profile_costs(profile, steady=steady)  # what the rule compares, by the measure of the run
+    picked = predict_routing(full, profile=profile[:PROFILE_DRAWS], steady=steady)
     return {"label": label, "seed": seed, "verl_config": cfg, "vs_verl": vs_verl, "draws": draws,
-            "picked": picked, "passes": list(passes)}
+            "picked": picked, "passes": list(passes), "per_pipeline_vs_split": per}
 
 
 def rule(draws: list[dict], n: int, margin: float) -> str:
-    """predict_routing's choice (layouts.choose) from precomputed makespans summed over ``n`` draws."""
+    """predict_routing's choice (layouts.choose) from precomputed costs (layouts.profile_costs) summed over ``n``
+    draws."""
     return choose({r: sum(d[r] for d in draws[:n]) for r in ROUTINGS}, margin)
 
 
@@ -146,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         flag = "" if r["vs_verl"][r["picked"]] >= r["vs_verl"][best] - 1e-9 else f"  (best {best})"
         print(f"{r['seed']:>4} {r['label']:58s} {r['verl_config']:7s} "
               + " ".join(f"{r['vs_verl'][x]:8.3f}" for x in ROUTINGS) + f"  {r['picked']}{flag}"
-              + (f"  passes {r['passes'][0]}/{r['passes'][1]}" if args.steady else ""))
+              + (f"  passes {r['passes'][0]}/{r['passes'][1]}; picked per job vs split "
+                 + "/".join(f"{x:.3f}" for x in r["per_pipeline_vs_split"][r["picked"]]) if args.steady else ""))
     rows = [summary(results, n, m) for n in DRAWS for m in MARGINS]
     print(f"\n{'draws':>5} {'margin':>6} {'picked':>7} {'best':>7} {'worse':>6} {'worst pick/best':>16}")
     for s in rows:
@@ -160,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
           f"best layout every time and {ours['split_vs_verl_mean']:.4f}x for split every time; "
           f"{ours['worse_choices']} worse choice(s) of {ours['cases']}, worst {ours['worst_pick_vs_best']:.3f}x of the "
           f"best; {time.perf_counter() - t0:.0f} s")
+    if args.steady:  # the sum can hide a loser: each layout's worse job against its own split rate, mean over cases
+        worst = {x: statistics.fmean(min(r["per_pipeline_vs_split"][x]) for r in results) for x in ROUTINGS}
+        worst["picked"] = statistics.fmean(min(r["per_pipeline_vs_split"][r["picked"]]) for r in results)
+        ours["worse_job_vs_split_mean"] = worst
+        print("each case's worse job against its own tokens/s on veRL split's half, mean over cases: "
+              + ", ".join(f"{x} {v:.3f}" for x, v in worst.items()))
     if args.json:
         print(json.dumps({"set": args.which, **ours, "sweep": rows, "cases": results}, indent=1))
     return 0

@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="time JigsawRL and MuxServe over the steps repeated 4 times (as jigsaw-fig12; slower)")
     how.add_argument("--steady", action="store_true",
                    help="steady state: the shorter pipeline runs as many more steps as fit while the longer runs its "
-                        "steps 4 times over, and throughput counts tokens while both still run; RollMux is left out")
+                        "steps 4 times over, and throughput counts tokens while both still run (RollMux's round "
+                        "robin runs one step of each job per turn, so both run the longer one's count)")
     p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
                    help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; veRL is always run)")
     p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
@@ -153,7 +154,8 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
         n = [res["steps"] * p for p in res["steady_passes"]]
         print(f"  steady state: the pipelines run {n[0]} and {n[1]} steps (as many as fit in the other's time on "
               "veRL split's halves); throughput counts tokens only while both are still running"
-              + ("; RollMux left out (it runs equal step counts)" if "rollmux" in res.get("left_out", ()) else ""),
+              + (f"; RollMux runs each job {res['rollmux_steps_run']} steps (one each per meta-iteration, its round "
+                 "robin)" if "rollmux_steps_run" in res else ""),
               file=out)
     print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s}", file=out)
     rows = [("veRL (" + res["verl_config"] + ")", base)]

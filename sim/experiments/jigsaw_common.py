@@ -47,7 +47,8 @@ class Case:
     longrun: bool = False  # time JigsawRL and MuxServe over baselines.PASSES passes of the steps (RollMux always is); else two steps
     layouts: tuple[str, ...] = ROUTINGS  # the layouts JigsawRL's profile chooses among (layouts.ROUTINGS)
     #: the steady-state measure: each pipeline runs as many passes over its steps as fit while the longest runs
-    #: baselines.PASSES (baselines.steady_passes), for every system; RollMux (equal step counts only) is left out
+    #: baselines.PASSES (baselines.steady_passes), for every system (RollMux's round robin runs one step of each job
+    #: per meta-iteration: both as many as the job with fewest, baselines.rollmux); StreamRL and AReaL are left out
     steady: bool = False
 
 
@@ -92,7 +93,7 @@ def run_case(case: Case) -> dict[str, Any]:
         full, half = repeat_each(full, passes), repeat_each(half, passes)
         nsteps, longrun = max(r.steps for r in full), False  # already many passes: timed as they run
         out["steady_passes"], out["tokens"] = list(passes), sum(sum(r.tokens) for r in full)
-        out["left_out"] = [x for x in ("rollmux", "streamrl") if x in case.systems]  # equal step counts only
+        out["left_out"] = [x for x in ("streamrl",) if x in case.systems]  # equal step counts only
 
     split_rates: list[float] = []
 
@@ -115,18 +116,27 @@ def run_case(case: Case) -> dict[str, Any]:
             # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability. Not for
             # the steady measure (a pipeline's own chain bounds its rate, not the window's aggregate)
             out["bound_tps"] = b.tokens / chain_bound_s(full)
-    if "rollmux" in case.systems and half and not case.steady:
-        # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched)
+    if "rollmux" in case.systems and half:
+        # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched); under
+        # the steady measure each pipeline's steps repeated as for the others (RollMux then runs both jobs as many
+        # iterations as the one with fewest, one each per meta-iteration: baselines.rollmux)
+        def on(n: int) -> list:
+            steps = [simulate_steps(s, case.gpu, n, case.steps) for s in specs]
+            return repeat_each(steps, out["steady_passes"]) if case.steady else steps
+
         pools = [half]
         for off in POOL_OFFSETS:
             if off and 1 <= d // 2 + off < d:
-                pools.append([simulate_steps(s, case.gpu, d // 2 + off, case.steps) for s in specs])
+                pools.append(on(d // 2 + off))
         # the steps on every smaller replica count: how fast the next rollout runs on the replicas a tail frees
         have = {p[0].replicas for p in pools}
-        fewer = {n: [simulate_steps(s, case.gpu, n, case.steps) for s in specs]
-                 for n in range(1, max(have)) if n not in have}
-        rm = rollmux(pools, d, fewer=fewer)
+        fewer = {n: on(n) for n in range(1, max(have)) if n not in have}
+        rm = rollmux(pools, d, fewer=fewer, steady=case.steady)
         out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
+        if case.steady:
+            out["rollmux_steps_run"] = min(r.steps for r in half)  # per job: the round robin's meta-iterations
+            if split_rates:
+                out["rollmux_per_pipeline_vs_split"] = [a / b for a, b in zip(rm.detail["steady_rates"], split_rates)]
         # the same search with the next rollout slowed in proportion to a tail's replicas (harsh on RollMux):
         # with the default (charged nothing, generous) it brackets RollMux; between them, the next rollout at the
         # engine model's speed on the freed replicas
@@ -149,7 +159,7 @@ def run_case(case: Case) -> dict[str, Any]:
         # simulated once (other draws of the workloads, balanced by their own halves when steady); every grid below
         # decides on the same profile
         profile = profile_steps(full, steady=case.steady)
-        out["routing"] = predict_routing(full, profile=profile, choices=case.layouts)
+        out["routing"] = predict_routing(full, profile=profile, choices=case.layouts, steady=case.steady)
         route = routing_args(out["routing"], half, nsteps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
         if pol not in case.systems:
@@ -176,7 +186,7 @@ def run_case(case: Case) -> dict[str, Any]:
             # JigsawRL fell back to the static split here (equal to veRL split): what the layout sharing workers its
             # profile picks (uniform or halves; not always the better of the two on the run) would have given,
             # decided the same way, timed the same way (so the fallback's part shows)
-            shared = predict_routing(full, profile=profile, choices=("uniform", "halves"))
+            shared = predict_routing(full, profile=profile, choices=("uniform", "halves"), steady=case.steady)
             steps, h = (nsteps * PASSES, [repeat_steps(x) for x in half]) if longrun else (nsteps, half)
             again = run_group([repeat_steps(x) for x in full] if longrun else full, "jigsaw",
                               **routing_args(shared, h, steps))
@@ -193,7 +203,8 @@ def run_case(case: Case) -> dict[str, Any]:
                                  ("x0", "default", 0.0)):
             # the routing a deployment would choose on this grid (decided on the profiling step again)
             if profile is not None:
-                route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
+                route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts,
+                                                     steady=case.steady),
                                      half, nsteps)
             r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
             out[f"jigsaw_{tag}_tps"] = tps(r)

@@ -161,23 +161,32 @@ def _tail_rates(pool: list[PipelineSteps], fewer: list[PipelineSteps]) -> np.nda
                       for r, f in zip(pool, fewer)] for k in range(steps)])
 
 
+def _rollmux_ends(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig, rates: np.ndarray | None = None,
+                  passes: int = 1) -> list[list[float]]:
+    """Each job's step (training) end times, in ``jobs``' order, of the round robin over ``draws`` repeated
+    ``passes`` times, from a cold start at 0."""
+    sched = round_robin(jobs, 1, cfg, draws=np.tile(draws, (passes, 1, 1)), record=True,
+                        tail_rate=None if rates is None else np.tile(rates, (passes, 1)))
+    ends: dict[str, list[float]] = {j.job_id: [] for j in jobs}
+    for sg in sorted(sched.segments, key=lambda x: x.iteration):
+        if sg.pool == "train":
+            ends[sg.job_id].append(sg.end_s)
+    return [ends[j.job_id] for j in jobs]
+
+
 def _rollmux_pass(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig,
                   rates: np.ndarray | None = None) -> tuple[float, float]:
     """(long-run time per pass, first pass from a cold start) of the round robin over :data:`PASSES` passes."""
     steps = draws.shape[0]
-    sched = round_robin(jobs, 1, cfg, draws=np.tile(draws, (PASSES, 1, 1)), record=True,
-                        tail_rate=None if rates is None else np.tile(rates, (PASSES, 1)))
-    ends: dict[str, list[float]] = {}
-    for sg in sorted(sched.segments, key=lambda x: x.iteration):
-        if sg.pool == "train":
-            ends.setdefault(sg.job_id, []).append(sg.end_s)
-    first = max(e[steps - 1] for e in ends.values())
-    last = max(e[-1] for e in ends.values())
+    ends = _rollmux_ends(jobs, draws, cfg, rates, PASSES)
+    first = max(e[steps - 1] for e in ends)
+    last = max(e[-1] for e in ends)
     return longrun_pass_s(first, last, PASSES), first
 
 
 def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_replicas: int | None = None,
-            config: GroupConfig | None = None, fewer: Mapping[int, list[PipelineSteps]] | None = None) -> Baseline:
+            config: GroupConfig | None = None, fewer: Mapping[int, list[PipelineSteps]] | None = None,
+            steady: bool = False) -> Baseline:
     """RollMux: a rollout pool and a training pool, the jobs' phases round-robin (this project's scheduler),
     at its best configuration for the case.
 
@@ -200,6 +209,15 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     tail is done (generous: it assumes the running rollout spreads back onto the tail's replicas). Neither
     ``proportional_s`` nor ``engine_s`` is reported below ``total_s`` (the long-run measure, first pass
     excluded, can rank a slowed search a hair faster; see the code).
+
+    ``steady``: the steady-state measure's RollMux, for pipelines whose steps were repeated to different counts
+    (:func:`steady_passes`). RollMux's round robin is a meta-iteration in which every job of the group runs one
+    rollout and one training (its §4.3; its Theorem 1 proves repeating a job within one inefficient), so both
+    jobs run as many iterations as the one with fewest steps, the shorter one at the longer one's cadence, from a
+    cold start; each configuration is scored by :func:`steady_tps` on the round robin's step ends, as the other
+    systems are, and ``total_s`` is ``tokens`` over that rate (``throughput_tps`` is the steady rate);
+    ``detail["steady_rates"]`` holds each job's tokens/s at the best configuration and ``detail["makespan_s"]``
+    its round robin's end (in place of the long-run fields).
     """
     if pools and isinstance(pools[0], PipelineSteps):
         pools = [pools]  # type: ignore[list-item]
@@ -226,27 +244,37 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
         options: list[tuple[int | None, float]] = [(None, 1.0)]
         if cfg.long_tail_migration and d > 1:
             options += [(keep, thr) for thr in TAIL_THRESHOLDS for keep in range(1, d)]
+        toks = [r.tokens[:steps] for r in pool]
+
+        def timed(jobs: list[GroupJob], draws: np.ndarray, c: GroupConfig,
+                  rates: np.ndarray | None = None) -> tuple[float, float, list[float] | None]:
+            if not steady:
+                return (*_rollmux_pass(jobs, draws, c, rates), None)
+            ends = _rollmux_ends(jobs, draws, c, rates)
+            per = steady_rates(ends, toks)
+            return (tokens / sum(per) if sum(per) > 0 else float("inf")), max(e[-1] for e in ends), per
+
         for keep, thr in options:
             jobs, draws = _rollmux_draws(pool, train_gpus, keep, thr)
             if keep is None:
-                free = prop = _rollmux_pass(jobs, draws, replace(cfg, long_tail_migration=False))
+                free = prop = timed(jobs, draws, replace(cfg, long_tail_migration=False))
                 eng = free if fewer is not None else None
             else:
-                free = _rollmux_pass(jobs, draws, replace(cfg, tail_capacity_fraction=1e-9))
-                prop = _rollmux_pass(jobs, draws, replace(cfg, tail_capacity_fraction=keep / d))
+                free = timed(jobs, draws, replace(cfg, tail_capacity_fraction=1e-9))
+                prop = timed(jobs, draws, replace(cfg, tail_capacity_fraction=keep / d))
                 eng = None
                 if fewer is not None:
                     if d - keep not in by_size:
                         raise ConfigError("RollMux baseline", "fewer", f"no steps on {d - keep} replicas",
                                           f"the steps simulated on every replica count from 1 to {d - 1}")
-                    eng = _rollmux_pass(jobs, draws, cfg, _tail_rates(pool, by_size[d - keep]))
+                    eng = timed(jobs, draws, cfg, _tail_rates(pool, by_size[d - keep]))
             if best is None or free[0] < best[0]:
-                best = (free[0], free[1], d, keep, thr)
+                best = (free[0], free[1], d, keep, thr, free[2])
             if harsh is None or prop[0] < harsh[0]:
                 harsh = (prop[0], d, keep, thr)
             if eng is not None and (engine is None or eng[0] < engine[0]):
                 engine = (eng[0], d, keep, thr)
-    long_s, first, d, keep, thr = best
+    long_s, first, d, keep, thr, per = best
     # Per configuration, slowing the next rollout cannot make RollMux faster; the long-run measure (the first pass
     # excluded) can still put a slowed search a hair below the generous one when the slowing lengthens the first
     # pass instead (Qwen3-0.6B/MATH: 59.60 s against 59.72 s, its first pass 2.7 s longer). Neither slowed
@@ -255,7 +283,8 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     if engine is not None:
         engine = (max(engine[0], long_s), *engine[1:])
     return Baseline("RollMux", long_s, tokens,
-                    {"longrun_pass_s": long_s, "first_pass_s": first, "rollout_replicas": d,
+                    {**({"longrun_pass_s": long_s, "first_pass_s": first} if per is None else
+                        {"steady_rates": per, "makespan_s": first}), "rollout_replicas": d,
                      "tail_replicas": keep or 0, "tail_threshold": thr if keep else None,
                      "config": _describe(d, total, keep, thr),
                      "proportional_s": harsh[0], "proportional_config": _describe(harsh[1], total, harsh[2], harsh[3]),

@@ -9,11 +9,11 @@ from dataclasses import replace
 from typing import Sequence
 
 from orchestrl.fabric.errors import ConfigError
-from orchestrl.sim.multiplex.baselines import repeat_each, steady_passes
+from orchestrl.sim.multiplex.baselines import repeat_each, steady_passes, steady_tps
 from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, _Group, run_group, simulate_steps
 
 __all__ = ["ROUTINGS", "routing_args", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
-           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto", "choose"]
+           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto", "choose", "profile_costs"]
 
 
 #: the seed offset of the profiling steps :func:`predict_routing` draws (batches none of the measured steps use);
@@ -77,9 +77,31 @@ def routing_args(routing: str, half: Sequence[PipelineSteps] | None, steps: int)
     return {"partition": half, "routed": [True] * steps, "own_post": routing == "split"}
 
 
+def profile_costs(profile: Profile, policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
+                  window: int = 3, choices: Sequence[str] = ROUTINGS, steady: bool = False) -> list[dict[str, float]]:
+    """Each profile draw's cost in every layout of ``choices`` (layout -> seconds), what :func:`predict_routing`
+    sums and compares: the draw's makespan, or (``steady``, for draws made by ``profile_steps(..., steady=True)``)
+    the time its tokens take at the rate the steady-state measure gives it (tokens over
+    :func:`~sim.multiplex.baselines.steady_tps`, counted only while both pipelines run), so that the layout is
+    decided by the measure it is judged by."""
+    out = []
+    for prof, halves in profile:
+        steps = max(r.steps for r in prof)  # the steady measure's pipelines run different step counts
+        costs = {}
+        for r in choices:
+            g = _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run()
+            if steady:
+                tps = steady_tps([g.step_end_s[x.spec.name] for x in prof], [x.tokens for x in prof])
+                costs[r] = sum(sum(x.tokens) for x in prof) / tps if tps > 0 else float("inf")
+            else:
+                costs[r] = g.makespan_s
+        out.append(costs)
+    return out
+
+
 def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
                     window: int = 3, profile: Profile | None = None,
-                    choices: Sequence[str] = ROUTINGS, margin: float = ROUTING_MARGIN) -> str:
+                    choices: Sequence[str] = ROUTINGS, margin: float = ROUTING_MARGIN, steady: bool = False) -> str:
     """The layout of :data:`ROUTINGS` to run the pipelines in (§4.3's skew at its extreme, and the static split
     as the fallback), decided once per run from profiling steps.
 
@@ -90,7 +112,9 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
     (:data:`ROUTING_MARGIN`, a fraction of split's makespan). Once per run, not per step: a switch between layouts mid-run costs more than either (the steps of the two overlap at the
     switch), which a one-step re-run does not see. Only two pipelines on an even number of workers can be
     split; otherwise ``"uniform"`` (a ConfigError if ``choices`` leaves it out). ``choices`` narrows the
-    layouts considered (e.g. without ``"split"``: the layout sharing workers the profile picks).
+    layouts considered (e.g. without ``"split"``: the layout sharing workers the profile picks). ``steady``: the
+    run is judged by the steady-state measure, so the draws (made with ``steady=True`` when ``profile`` is not
+    given) are compared by it (:func:`profile_costs`), not by makespan.
     """
     if not choices or any(c not in ROUTINGS for c in choices):
         raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r}", f"a subset of {', '.join(ROUTINGS)}")
@@ -103,13 +127,9 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
                               f"{runs[0].replicas if runs else 0} workers",
                               "include 'uniform': only two pipelines on an even number of workers can be halved")
         return "uniform"
-    draws = profile_steps(runs) if profile is None else profile
-    times = dict.fromkeys(choices, 0.0)
-    for prof, halves in draws:
-        steps = max(r.steps for r in prof)  # the steady measure's pipelines run different step counts
-        for r in choices:
-            times[r] += _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run().makespan_s
-    return choose(times, margin)
+    draws = profile_steps(runs, steady=steady) if profile is None else profile
+    costs = profile_costs(draws, policy, grid, scale, window, choices, steady)
+    return choose({r: sum(c[r] for c in costs) for r in choices}, margin)
 
 
 def choose(times: dict[str, float], margin: float = ROUTING_MARGIN) -> str:

@@ -71,20 +71,23 @@ def test_steady_state_runs_the_shorter_pipeline_more_steps_and_veRL_split_finish
     assert main(SMALL + ["--steady", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     gsm, math_ = res["steady_passes"]
-    assert math_ == 4 and gsm > 4 and res["left_out"] == ["rollmux"] and "rollmux_tps" not in res
+    assert math_ == 4 and gsm > 4 and res["left_out"] == []
+    assert res["rollmux_steps_run"] == 4  # RollMux's round robin: GSM8K at MATH's cadence, one step each a turn
     assert "bound_tps" not in res  # the chain bound is a makespan bound, not one on the steady measure
     alone = list(res["exclusive_step_s"].values())
     assert gsm / math_ == pytest.approx(alone[1] / alone[0], rel=0.35)  # about as many more as its steps are shorter
     assert res["jigsaw_tps"] > 0 and res["memory_violations"] == 0
     # what each job gets against its split rate, beside the sum: the two add back up to the system's throughput
-    for key in ("jigsaw", "muxserve"):
+    for key in ("jigsaw", "muxserve", "rollmux"):
         per = res[f"{key}_per_pipeline_vs_split"]
         assert sum(x * r for x, r in zip(per, res["verl_split_rates_tps"])) == pytest.approx(res[f"{key}_tps"], rel=1e-9)
     main(SMALL + ["--steady", "--systems", "verl"])
     out = capsys.readouterr().out
     assert "steady state: the pipelines run" in out and "upper bound" not in out
     main(SMALL + ["--steady"])
-    assert "against its own on veRL split's half: JigsawRL-MuxServe A " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "against its own on veRL split's half: RollMux A " in out and "; JigsawRL-MuxServe A " in out
+    assert "RollMux runs each job 4 steps" in out
 
 
 def test_steady_and_long_run_together_are_refused_by_the_parser_naming_both(capsys):

@@ -309,6 +309,32 @@ def test_rollmux_with_the_next_rollout_at_the_engines_speed_is_reported_inside_t
         rollmux(math_pools, 4, fewer={1: short})
 
 
+def test_rollmux_under_the_steady_measure_runs_each_job_once_per_meta_iteration(math_pools):
+    # RollMux's round robin runs every job of a group once per meta-iteration (its §4.3), so under the steady measure
+    # the job given more steps (the shorter one) runs at the other's cadence: the steps beyond the other's count are
+    # never reached, and the rate is steady_rates on the round robin's own step ends, best over the same search
+    from orchestrl.compute_sched.groups.config import GroupConfig
+    from orchestrl.sim.multiplex import baselines as bl
+    more = [bl.repeat_each(p, (2, 5)) for p in math_pools]  # A 4 steps, B 10
+    same = [bl.repeat_each(p, (2, 2)) for p in math_pools]
+    r = rollmux(more, 4, steady=True)
+    assert r.throughput_tps == pytest.approx(rollmux(same, 4, steady=True).throughput_tps, rel=1e-12)
+    assert r.throughput_tps == pytest.approx(sum(r.detail["steady_rates"]), rel=1e-12)
+    assert "longrun_pass_s" not in r.detail and r.detail["makespan_s"] > 0
+    free = GroupConfig(tail_capacity_fraction=1e-9)
+    rates = []
+    for pool in more:
+        d = pool[0].replicas
+        toks = [p.tokens[:4] for p in pool]
+        for keep, thr in [(None, 1.0)] + [(k, t) for t in bl.TAIL_THRESHOLDS for k in range(1, d)]:
+            jobs, draws = bl._rollmux_draws(pool, 4 - d, keep, thr)
+            ends = bl._rollmux_ends(jobs, draws, GroupConfig(long_tail_migration=False) if keep is None else free)
+            assert [len(e) for e in ends] == [4, 4]  # one step of each job per meta-iteration
+            rates.append(bl.steady_tps(ends, toks))
+    assert r.throughput_tps == pytest.approx(max(rates), rel=1e-12)  # its best configuration under this measure
+    assert r.tokens / r.detail["proportional_s"] <= r.throughput_tps  # the bracket holds here too
+
+
 def test_long_run_timing_does_not_depend_on_how_many_passes_it_takes(math_pools, monkeypatch):
     from orchestrl.fabric.errors import ConfigError
     from orchestrl.sim.multiplex import baselines as bl
@@ -441,6 +467,25 @@ def test_jigsaws_split_layout_is_veRL_split_under_the_steady_measure_too(two_ste
     tps, config, split_rates = verl_steady(rep_full, rep_half)
     assert rates == pytest.approx(split_rates, rel=1e-6)
     assert config == "split" and tps == pytest.approx(sum(rates), rel=1e-6)
+
+
+def test_under_the_steady_measure_the_layout_is_decided_by_that_measure_not_by_makespan(two_steps):
+    # a steady run is judged by tokens/s while both pipelines run, so its profile draws are compared by it: split's
+    # cost is the draw's tokens at veRL split's steady rate (not its longer half's end), and the rule picks the
+    # cheapest by that cost
+    from orchestrl.sim.multiplex.baselines import repeat_each, verl_steady
+    full, half = two_steps
+    prof = ((repeat_each(full, (1, 3)), repeat_each(half, (1, 3))),)
+    steady = layouts.profile_costs(prof, steady=True)[0]
+    tokens = sum(full[0].tokens) + 3 * sum(full[1].tokens)
+    assert steady["split"] == pytest.approx(tokens / verl_steady(*prof[0])[0], rel=1e-6)
+    made = layouts.profile_costs(prof)[0]
+    assert made["split"] == pytest.approx(max(sum(h.step_alone_s(k) for k in range(h.steps))
+                                              for h in prof[0][1]), rel=1e-6)
+    assert steady["split"] != pytest.approx(made["split"], rel=1e-3)
+    for margin in (0.0, 0.015, 0.5):
+        assert layouts.predict_routing(full, profile=prof, steady=True, margin=margin) == \
+            layouts.choose(steady, margin)
 
 
 def test_the_steady_measure_counts_tokens_only_while_both_pipelines_run():
