@@ -16,8 +16,7 @@ run, and prints, against veRL at its better configuration on the same steps:
   constants' neighbourhood shows;
 * with ``--steady``, each pipeline's tokens/s against its own on veRL split's half (a sum of two pipelines'
   rates can hide one paying for the other's gain): per case for the rule's layout, and each layout's worse
-  job, mean over cases (``worse_job_vs_split_mean``). The rule compares the profile draws by the same
-  measure there (``layouts.profile_costs``).
+  job, mean over cases (``worse_job_vs_split_mean``).
 
 Case sets (``--set``): ``heldout`` (default): pairs the rule's constants were not set on: Fig. 16's other two
 heterogeneous pairs and four pairs of different Fig. 12 workloads, trace seeds 0-2; ``calibration``: what
@@ -99,8 +98,8 @@ def run_one(case: tuple[str, tuple, int, bool]) -> dict:
         v = verl(rep_full, rep_half)
         vs_verl, cfg = {r: v.total_s / g.makespan_s for r, g in runs.items()}, v.detail["config"]
     profile = profile_steps(full, max(DRAWS), steady=steady)
-    draws = profile_costs(profile, steady=steady)  # what the rule compares, by the measure of the run
-    picked = predict_routing(full, profile=profile[:PROFILE_DRAWS], steady=steady)
+    draws = profile_costs(profile)  # what the rule compares (makespans, for steady draws too)
+    picked = predict_routing(full, profile=profile[:PROFILE_DRAWS])
     return {"label": label, "seed": seed, "verl_config": cfg, "vs_verl": vs_verl, "draws": draws,
             "picked": picked, "passes": list(passes), "per_pipeline_vs_split": per}
 

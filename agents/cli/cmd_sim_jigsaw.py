@@ -154,8 +154,9 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
         n = [res["steps"] * p for p in res["steady_passes"]]
         print(f"  steady state: the pipelines run {n[0]} and {n[1]} steps (as many as fit in the other's time on "
               "veRL split's halves); throughput counts tokens only while both are still running"
-              + (f"; RollMux runs each job {res['rollmux_steps_run']} steps (one each per meta-iteration, its round "
-                 "robin)" if "rollmux_steps_run" in res else ""),
+              + (f"; RollMux ({res['rollmux_config']}) runs {' and '.join(map(str, res['rollmux_steps_run']))} steps"
+                 + (" (in one group its round robin runs one step of each job a turn)"
+                    if len(set(res["rollmux_steps_run"])) == 1 else "") if "rollmux_steps_run" in res else ""),
               file=out)
     print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s}", file=out)
     rows = [("veRL (" + res["verl_config"] + ")", base)]

@@ -134,7 +134,7 @@ def run_case(case: Case) -> dict[str, Any]:
         rm = rollmux(pools, d, fewer=fewer, steady=case.steady)
         out["rollmux_tps"], out["rollmux_config"] = rm.throughput_tps, rm.detail["config"]
         if case.steady:
-            out["rollmux_steps_run"] = min(r.steps for r in half)  # per job: the round robin's meta-iterations
+            out["rollmux_steps_run"] = rm.detail["steps_run"]  # in step in one group, or each at its pace alone
             if split_rates:
                 out["rollmux_per_pipeline_vs_split"] = [a / b for a, b in zip(rm.detail["steady_rates"], split_rates)]
         # the same search with the next rollout slowed in proportion to a tail's replicas (harsh on RollMux):
@@ -159,7 +159,7 @@ def run_case(case: Case) -> dict[str, Any]:
         # simulated once (other draws of the workloads, balanced by their own halves when steady); every grid below
         # decides on the same profile
         profile = profile_steps(full, steady=case.steady)
-        out["routing"] = predict_routing(full, profile=profile, choices=case.layouts, steady=case.steady)
+        out["routing"] = predict_routing(full, profile=profile, choices=case.layouts)
         route = routing_args(out["routing"], half, nsteps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
         if pol not in case.systems:
@@ -186,7 +186,7 @@ def run_case(case: Case) -> dict[str, Any]:
             # JigsawRL fell back to the static split here (equal to veRL split): what the layout sharing workers its
             # profile picks (uniform or halves; not always the better of the two on the run) would have given,
             # decided the same way, timed the same way (so the fallback's part shows)
-            shared = predict_routing(full, profile=profile, choices=("uniform", "halves"), steady=case.steady)
+            shared = predict_routing(full, profile=profile, choices=("uniform", "halves"))
             steps, h = (nsteps * PASSES, [repeat_steps(x) for x in half]) if longrun else (nsteps, half)
             again = run_group([repeat_steps(x) for x in full] if longrun else full, "jigsaw",
                               **routing_args(shared, h, steps))
@@ -203,8 +203,7 @@ def run_case(case: Case) -> dict[str, Any]:
                                  ("x0", "default", 0.0)):
             # the routing a deployment would choose on this grid (decided on the profiling step again)
             if profile is not None:
-                route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts,
-                                                     steady=case.steady),
+                route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
                                      half, nsteps)
             r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
             out[f"jigsaw_{tag}_tps"] = tps(r)

@@ -54,7 +54,7 @@ def rows_of(results: list[dict]) -> list[Row]:
 
 NOTES = ("ours: tokens of both pipelines per second over the same simulated steps; veRL at its better configuration "
          "(pipelines in turn on 8 GPUs, or 4 GPUs each); RollMux at its best configuration (pool size, tail threshold, "
-         "kept replicas); over the long run: JigsawRL and MuxServe by their makespan over the steps four times over, "
+         "kept replicas, or each job in a group of its own); over the long run: JigsawRL and MuxServe by their makespan over the steps four times over, "
          "per pass, RollMux by its time per pass after the first (its ramp not charged); the grid rows over the "
          "steps from a cold start",
          "RollMux's next rollout, while a tail holds replicas, is charged nothing for them (generous); 'engine-rate "

@@ -35,7 +35,8 @@ def rows_of(results: list[dict]) -> list[Row]:
 
 
 NOTES = ("A100 has no measured grid: the modelled grid of its roofline (fitted to the paper's H100 numbers)",
-         "RollMux at its best configuration (pool size, tail threshold, kept replicas); over the long run: JigsawRL by "
+         "RollMux at its best configuration (pool size, tail threshold, kept replicas, or each job in a group of its "
+         "own); over the long run: JigsawRL by "
          "its makespan over the steps four times over, per pass, RollMux by its time per pass after the first")
 FIGURE = figure("jigsaw-fig13", "JigsawRL Figure 13: scaling on 8-64 A100s, 14B and 32B", "JigsawRL / baseline",
                 NOTES, cases, rows_of)

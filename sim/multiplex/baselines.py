@@ -6,7 +6,7 @@
 * RollMux: a rollout pool and a training pool, the two pipelines' phases interleaved round-robin
   with long-tail migration -- this project's RollMux (:func:`compute_sched.groups.intra.round_robin`)
   at its best configuration per case (pool size, tail threshold, replicas a consolidated tail keeps,
-  or no migration), timed over the long run (:data:`PASSES` passes over the steps, the first pass's
+  or no migration; or each job in a group of its own on half the GPUs), timed over the long run (:data:`PASSES` passes over the steps, the first pass's
   ramp excluded, where JigsawRL is charged its makespan over as many passes). A consolidated tail decodes at the merged batch
   (:func:`consolidated_tail_end`, the engine model JigsawRL's merges are charged by); the next job's
   rollout is charged nothing for the replicas the tail holds (generous to RollMux).
@@ -186,7 +186,7 @@ def _rollmux_pass(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig,
 
 def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_replicas: int | None = None,
             config: GroupConfig | None = None, fewer: Mapping[int, list[PipelineSteps]] | None = None,
-            steady: bool = False) -> Baseline:
+            steady: bool = False, isolated: bool = True) -> Baseline:
     """RollMux: a rollout pool and a training pool, the jobs' phases round-robin (this project's scheduler),
     at its best configuration for the case.
 
@@ -210,6 +210,10 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     ``proportional_s`` nor ``engine_s`` is reported below ``total_s`` (the long-run measure, first pass
     excluded, can rank a slowed search a hair faster; see the code).
 
+    ``isolated`` (default): also each job in a group of its own on half the replicas (:func:`_rollmux_isolated`,
+    what RollMux's inter-group scheduler provisions where co-grouping would break a member's SLO); chosen where
+    faster, its ``config`` says so and the bracket closes (a tail frees replicas for no other job).
+
     ``steady``: the steady-state measure's RollMux, for pipelines whose steps were repeated to different counts
     (:func:`steady_passes`). RollMux's round robin is a meta-iteration in which every job of the group runs one
     rollout and one training (its §4.3; its Theorem 1 proves repeating a job within one inefficient), so both
@@ -217,7 +221,8 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     cold start; each configuration is scored by :func:`steady_tps` on the round robin's step ends, as the other
     systems are, and ``total_s`` is ``tokens`` over that rate (``throughput_tps`` is the steady rate);
     ``detail["steady_rates"]`` holds each job's tokens/s at the best configuration and ``detail["makespan_s"]``
-    its round robin's end (in place of the long-run fields).
+    its round robin's end (in place of the long-run fields). ``detail["steps_run"]``: the steps each job runs
+    (per pass where timed over the long run); in groups of their own each job runs all of its steps.
     """
     if pools and isinstance(pools[0], PipelineSteps):
         pools = [pools]  # type: ignore[list-item]
@@ -274,6 +279,20 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
                 harsh = (prop[0], d, keep, thr)
             if eng is not None and (engine is None or eng[0] < engine[0]):
                 engine = (eng[0], d, keep, thr)
+    iso = _rollmux_isolated(by_size, len(pools[0]), total, cfg, steps, steady) if isolated else None
+    if iso is not None:
+        rate_s = iso[0] if not steady else (tokens / sum(iso[2]) if sum(iso[2]) > 0 else float("inf"))
+        if rate_s < best[0]:
+            return Baseline("RollMux", rate_s, tokens,
+                            {**({"longrun_pass_s": rate_s, "first_pass_s": iso[1]} if not steady else
+                                {"steady_rates": iso[2], "makespan_s": iso[1]}),
+                             "rollout_replicas": iso[3], "tail_replicas": 0, "tail_threshold": None,
+                             "steps_run": [r.steps if steady else steps for r in pools[0]],
+                             "config": "isolated groups, each job alone on its half: rollout on "
+                                       + ", ".join(f"{k} of {total // 2}" for k in iso[3]),
+                             # one job alone: a tail frees replicas for nobody, so the bracket closes
+                             "proportional_s": rate_s, "proportional_config": "the same",
+                             **({} if engine is None else {"engine_s": rate_s, "engine_config": "the same"})})
     long_s, first, d, keep, thr, per = best
     # Per configuration, slowing the next rollout cannot make RollMux faster; the long-run measure (the first pass
     # excluded) can still put a slowed search a hair below the generous one when the slowing lengthens the first
@@ -285,11 +304,46 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     return Baseline("RollMux", long_s, tokens,
                     {**({"longrun_pass_s": long_s, "first_pass_s": first} if per is None else
                         {"steady_rates": per, "makespan_s": first}), "rollout_replicas": d,
+                     "steps_run": [steps] * len(pools[0]),
                      "tail_replicas": keep or 0, "tail_threshold": thr if keep else None,
                      "config": _describe(d, total, keep, thr),
                      "proportional_s": harsh[0], "proportional_config": _describe(harsh[1], total, harsh[2], harsh[3]),
                      **({} if engine is None else
                         {"engine_s": engine[0], "engine_config": _describe(engine[1], total, engine[2], engine[3])})})
+
+
+def _rollmux_isolated(by_size: Mapping[int, list[PipelineSteps]], jobs: int, total: int, cfg: GroupConfig,
+                      steps: int, steady: bool) -> tuple[float, float, list[float], tuple[int, ...]] | None:
+    """RollMux with each job in a group of its own (what its inter-group scheduler provisions where co-grouping
+    would break a member's SLO, §4.2): each job on its half of ``total`` replicas, a rollout pool of the size that
+    serves it best (the sizes ``by_size`` holds) and a training pool of the rest, no migration (a consolidated
+    tail frees replicas for no other job). Returns (long-run time per pass of the slower job, or its steady time
+    when ``steady``; the run's end; each job's tokens/s (``steady``, else empty); the rollout pool sizes), or None
+    when ``total`` is odd or no pool size fits."""
+    half = total // 2
+    if total % 2 or jobs != 2:
+        return None
+    ends, toks, sizes = [], [], []
+    for j in range(jobs):
+        best = None
+        for k in sorted(n for n in by_size if 1 <= n < half):
+            run = by_size[k][j]
+            n = run.steps if steady else steps
+            run = replace(run, traces=run.traces[:n], post=run.post[:n], tokens=run.tokens[:n])
+            jb, dr = _rollmux_draws([run], (half - k) * run.spec.tp, None, 1.0)
+            e = _rollmux_ends(jb, dr, replace(cfg, long_tail_migration=False), passes=1 if steady else PASSES)[0]
+            cost = e[-1] / sum(run.tokens) if steady else longrun_pass_s(e[n - 1], e[-1], PASSES)
+            if best is None or cost < best[0]:
+                best = (cost, e, list(run.tokens) * (1 if steady else PASSES), k)
+        if best is None:
+            return None
+        ends.append(best[1])
+        toks.append(best[2])
+        sizes.append(best[3])
+    if steady:
+        return 0.0, max(e[-1] for e in ends), steady_rates(ends, toks), tuple(sizes)
+    per_pass = [longrun_pass_s(e[steps - 1], e[-1], PASSES) for e in ends]
+    return max(per_pass), max(e[steps - 1] for e in ends), [], tuple(sizes)
 
 
 def _describe(d: int, total: int, keep: int | None, thr: float) -> str:

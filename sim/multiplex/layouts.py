@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from orchestrl.fabric.errors import ConfigError
-from orchestrl.sim.multiplex.baselines import repeat_each, steady_passes, steady_tps
+from orchestrl.sim.multiplex.baselines import repeat_each, steady_passes
 from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, _Group, run_group, simulate_steps
 
 __all__ = ["ROUTINGS", "routing_args", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
@@ -78,30 +78,22 @@ def routing_args(routing: str, half: Sequence[PipelineSteps] | None, steps: int)
 
 
 def profile_costs(profile: Profile, policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
-                  window: int = 3, choices: Sequence[str] = ROUTINGS, steady: bool = False) -> list[dict[str, float]]:
-    """Each profile draw's cost in every layout of ``choices`` (layout -> seconds), what :func:`predict_routing`
-    sums and compares: the draw's makespan, or (``steady``, for draws made by ``profile_steps(..., steady=True)``)
-    the time its tokens take at the rate the steady-state measure gives it (tokens over
-    :func:`~sim.multiplex.baselines.steady_tps`, counted only while both pipelines run), so that the layout is
-    decided by the measure it is judged by."""
+                  window: int = 3, choices: Sequence[str] = ROUTINGS) -> list[dict[str, float]]:
+    """Each profile draw's makespan in every layout of ``choices`` (layout -> seconds), what
+    :func:`predict_routing` sums and compares. Makespan also for draws made by ``profile_steps(..., steady=True)``:
+    comparing those by the steady-state measure itself (tokens/s while both pipelines run) was tried and chose
+    worse on the 18 held-out cases (0.9913x veRL against 1.0000x, docs/jigsaw.md)."""
     out = []
     for prof, halves in profile:
         steps = max(r.steps for r in prof)  # the steady measure's pipelines run different step counts
-        costs = {}
-        for r in choices:
-            g = _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run()
-            if steady:
-                tps = steady_tps([g.step_end_s[x.spec.name] for x in prof], [x.tokens for x in prof])
-                costs[r] = sum(sum(x.tokens) for x in prof) / tps if tps > 0 else float("inf")
-            else:
-                costs[r] = g.makespan_s
-        out.append(costs)
+        out.append({r: _Group(prof, policy, grid, scale, window, **routing_args(r, halves, steps)).run().makespan_s
+                    for r in choices})
     return out
 
 
 def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
                     window: int = 3, profile: Profile | None = None,
-                    choices: Sequence[str] = ROUTINGS, margin: float = ROUTING_MARGIN, steady: bool = False) -> str:
+                    choices: Sequence[str] = ROUTINGS, margin: float = ROUTING_MARGIN) -> str:
     """The layout of :data:`ROUTINGS` to run the pipelines in (§4.3's skew at its extreme, and the static split
     as the fallback), decided once per run from profiling steps.
 
@@ -112,9 +104,7 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
     (:data:`ROUTING_MARGIN`, a fraction of split's makespan). Once per run, not per step: a switch between layouts mid-run costs more than either (the steps of the two overlap at the
     switch), which a one-step re-run does not see. Only two pipelines on an even number of workers can be
     split; otherwise ``"uniform"`` (a ConfigError if ``choices`` leaves it out). ``choices`` narrows the
-    layouts considered (e.g. without ``"split"``: the layout sharing workers the profile picks). ``steady``: the
-    run is judged by the steady-state measure, so the draws (made with ``steady=True`` when ``profile`` is not
-    given) are compared by it (:func:`profile_costs`), not by makespan.
+    layouts considered (e.g. without ``"split"``: the layout sharing workers the profile picks).
     """
     if not choices or any(c not in ROUTINGS for c in choices):
         raise ConfigError("jigsaw run", "routing choices", f"{list(choices)!r}", f"a subset of {', '.join(ROUTINGS)}")
@@ -127,8 +117,8 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
                               f"{runs[0].replicas if runs else 0} workers",
                               "include 'uniform': only two pipelines on an even number of workers can be halved")
         return "uniform"
-    draws = profile_steps(runs, steady=steady) if profile is None else profile
-    costs = profile_costs(draws, policy, grid, scale, window, choices, steady)
+    draws = profile_steps(runs) if profile is None else profile
+    costs = profile_costs(draws, policy, grid, scale, window, choices)
     return choose({r: sum(c[r] for c in costs) for r in choices}, margin)
 
 

@@ -262,7 +262,7 @@ def test_rollmux_reports_its_best_configuration(math_pools, two_steps):
     from orchestrl.compute_sched.groups.config import GroupConfig
     from orchestrl.fabric.errors import ConfigError
     from orchestrl.sim.multiplex import baselines as bl
-    best = rollmux(math_pools, 4)
+    best = rollmux(math_pools, 4, isolated=False)  # the co-execution group's search (isolated groups: below)
     free = GroupConfig(tail_capacity_fraction=1e-9)  # the next rollout is charged nothing for the tail's replicas
     tried, harsh = {}, {}
     for pool in math_pools:
@@ -284,6 +284,19 @@ def test_rollmux_reports_its_best_configuration(math_pools, two_steps):
     assert best.detail["proportional_s"] > best.total_s
     with pytest.raises(ConfigError, match="pools"):  # a rollout pool with nothing left to train on
         rollmux([two_steps[0]], 4)
+    # RollMux may also run each job in a group of its own (its inter-group scheduler's alternative): on each half,
+    # one rollout replica and one training replica, no migration. Here that is faster than sharing the pools, so
+    # RollMux at its best configuration is the isolated groups, timed the same way (long run, first pass excluded)
+    iso = rollmux(math_pools, 4)
+    alone = []
+    for j in range(2):
+        run = math_pools[1][j]  # the 1-replica steps: a rollout pool of 1 of the half's 2
+        jobs, draws = bl._rollmux_draws([run], 1, None, 1.0)
+        ends = bl._rollmux_ends(jobs, draws, GroupConfig(long_tail_migration=False), passes=bl.PASSES)[0]
+        alone.append(bl.longrun_pass_s(ends[1], ends[-1], bl.PASSES))
+    assert iso.total_s == pytest.approx(max(alone), rel=1e-12) and iso.total_s < best.total_s
+    assert iso.detail["config"].startswith("isolated groups") and iso.detail["rollout_replicas"] == (1, 1)
+    assert iso.detail["proportional_s"] == iso.total_s  # a tail frees replicas for no other job: no bracket
 
 
 def test_rollmux_with_the_next_rollout_at_the_engines_speed_is_reported_inside_the_bracket(math_pools):
@@ -295,7 +308,7 @@ def test_rollmux_with_the_next_rollout_at_the_engines_speed_is_reported_inside_t
     # than on all of them
     rates = bl._tail_rates(three, one)
     assert rates.shape == (2, 2) and np.all(rates <= 1.0) and np.all(rates > 1 / 3)
-    r = rollmux(math_pools, 4, fewer=fewer)
+    r = rollmux(math_pools, 4, fewer=fewer, isolated=False)  # the co-execution group (isolated groups have no tail)
     # between the generous default and the proportional slowdown: a slower tail never reports RollMux faster
     assert r.total_s <= r.detail["engine_s"] <= r.detail["proportional_s"]
     assert r.detail["engine_config"].startswith("rollout on ")
@@ -317,8 +330,8 @@ def test_rollmux_under_the_steady_measure_runs_each_job_once_per_meta_iteration(
     from orchestrl.sim.multiplex import baselines as bl
     more = [bl.repeat_each(p, (2, 5)) for p in math_pools]  # A 4 steps, B 10
     same = [bl.repeat_each(p, (2, 2)) for p in math_pools]
-    r = rollmux(more, 4, steady=True)
-    assert r.throughput_tps == pytest.approx(rollmux(same, 4, steady=True).throughput_tps, rel=1e-12)
+    r = rollmux(more, 4, steady=True, isolated=False)
+    assert r.throughput_tps == pytest.approx(rollmux(same, 4, steady=True, isolated=False).throughput_tps, rel=1e-12)
     assert r.throughput_tps == pytest.approx(sum(r.detail["steady_rates"]), rel=1e-12)
     assert "longrun_pass_s" not in r.detail and r.detail["makespan_s"] > 0
     free = GroupConfig(tail_capacity_fraction=1e-9)
@@ -333,6 +346,15 @@ def test_rollmux_under_the_steady_measure_runs_each_job_once_per_meta_iteration(
             rates.append(bl.steady_tps(ends, toks))
     assert r.throughput_tps == pytest.approx(max(rates), rel=1e-12)  # its best configuration under this measure
     assert r.tokens / r.detail["proportional_s"] <= r.throughput_tps  # the bracket holds here too
+    # in groups of their own the jobs are not in step: B runs its own steps at its own pace, and RollMux at its best
+    # configuration is the faster of the two arrangements
+    _, _, rates_alone, _ = bl._rollmux_isolated({n: p for p in more for n in [p[0].replicas]}, 2, 4, GroupConfig(),
+                                                4, True)
+    best = rollmux(more, 4, steady=True)
+    assert best.throughput_tps == pytest.approx(max(sum(rates_alone), r.throughput_tps), rel=1e-12)
+    assert r.detail["steps_run"] == [4, 4] and best.detail["steps_run"] == [4, 10]  # here alone is faster
+    assert bl._rollmux_isolated({n: p for p in same for n in [p[0].replicas]}, 2, 4, GroupConfig(), 4, True)[2][1] \
+        != pytest.approx(rates_alone[1], rel=1e-6)  # B's extra steps are run when it is alone
 
 
 def test_long_run_timing_does_not_depend_on_how_many_passes_it_takes(math_pools, monkeypatch):
@@ -467,25 +489,6 @@ def test_jigsaws_split_layout_is_veRL_split_under_the_steady_measure_too(two_ste
     tps, config, split_rates = verl_steady(rep_full, rep_half)
     assert rates == pytest.approx(split_rates, rel=1e-6)
     assert config == "split" and tps == pytest.approx(sum(rates), rel=1e-6)
-
-
-def test_under_the_steady_measure_the_layout_is_decided_by_that_measure_not_by_makespan(two_steps):
-    # a steady run is judged by tokens/s while both pipelines run, so its profile draws are compared by it: split's
-    # cost is the draw's tokens at veRL split's steady rate (not its longer half's end), and the rule picks the
-    # cheapest by that cost
-    from orchestrl.sim.multiplex.baselines import repeat_each, verl_steady
-    full, half = two_steps
-    prof = ((repeat_each(full, (1, 3)), repeat_each(half, (1, 3))),)
-    steady = layouts.profile_costs(prof, steady=True)[0]
-    tokens = sum(full[0].tokens) + 3 * sum(full[1].tokens)
-    assert steady["split"] == pytest.approx(tokens / verl_steady(*prof[0])[0], rel=1e-6)
-    made = layouts.profile_costs(prof)[0]
-    assert made["split"] == pytest.approx(max(sum(h.step_alone_s(k) for k in range(h.steps))
-                                              for h in prof[0][1]), rel=1e-6)
-    assert steady["split"] != pytest.approx(made["split"], rel=1e-3)
-    for margin in (0.0, 0.015, 0.5):
-        assert layouts.predict_routing(full, profile=prof, steady=True, margin=margin) == \
-            layouts.choose(steady, margin)
 
 
 def test_the_steady_measure_counts_tokens_only_while_both_pipelines_run():
