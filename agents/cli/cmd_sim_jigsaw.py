@@ -49,8 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="time JigsawRL and MuxServe over the steps repeated 4 times (as jigsaw-fig12; slower)")
     how.add_argument("--steady", action="store_true",
                    help="steady state: the shorter pipeline runs as many more steps as fit while the longer runs its "
-                        "steps 4 times over, and throughput counts tokens while both still run (RollMux's round "
-                        "robin runs one step of each job per turn, so both run the longer one's count)")
+                        "steps 4 times over, and throughput counts tokens while both still run (RollMux: the better "
+                        "of one group, where both jobs run the longer job's step count, and each job alone on its half)")
     p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
                    help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; veRL is always run)")
     p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
@@ -156,7 +156,7 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
               "veRL split's halves); throughput counts tokens only while both are still running"
               + (f"; RollMux ({res['rollmux_config']}) runs {' and '.join(map(str, res['rollmux_steps_run']))} steps"
                  + (" (in one group its round robin runs one step of each job a turn)"
-                    if len(set(res["rollmux_steps_run"])) == 1 else "") if "rollmux_steps_run" in res else ""),
+                    if not res["rollmux_config"].startswith("isolated") else "") if "rollmux_steps_run" in res else ""),
               file=out)
     print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s}", file=out)
     rows = [("veRL (" + res["verl_config"] + ")", base)]

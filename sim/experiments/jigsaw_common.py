@@ -47,8 +47,9 @@ class Case:
     longrun: bool = False  # time JigsawRL and MuxServe over baselines.PASSES passes of the steps (RollMux always is); else two steps
     layouts: tuple[str, ...] = ROUTINGS  # the layouts JigsawRL's profile chooses among (layouts.ROUTINGS)
     #: the steady-state measure: each pipeline runs as many passes over its steps as fit while the longest runs
-    #: baselines.PASSES (baselines.steady_passes), for every system (RollMux's round robin runs one step of each job
-    #: per meta-iteration: both as many as the job with fewest, baselines.rollmux); StreamRL and AReaL are left out
+    #: baselines.PASSES (baselines.steady_passes), for every system (RollMux: the better of one group, whose round
+    #: robin runs one step of each job per meta-iteration, and each job alone on its half: baselines.rollmux);
+    #: StreamRL and AReaL are left out
     steady: bool = False
 
 
@@ -118,8 +119,8 @@ def run_case(case: Case) -> dict[str, Any]:
             out["bound_tps"] = b.tokens / chain_bound_s(full)
     if "rollmux" in case.systems and half:
         # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched); under
-        # the steady measure each pipeline's steps repeated as for the others (RollMux then runs both jobs as many
-        # iterations as the one with fewest, one each per meta-iteration: baselines.rollmux)
+        # the steady measure each pipeline's steps repeated as for the others (in one group RollMux then runs both jobs
+        # as many iterations as the one with fewest, one each per meta-iteration; alone, each its own: baselines.rollmux)
         def on(n: int) -> list:
             steps = [simulate_steps(s, case.gpu, n, case.steps) for s in specs]
             return repeat_each(steps, out["steady_passes"]) if case.steady else steps

@@ -135,13 +135,17 @@ def _rollmux_draws(pool: list[PipelineSteps], train_gpus: int, keep: int | None,
     steps = min(r.steps for r in pool)
     for r in pool:
         roll, tail, train = [], [], []
+        seen: dict[int, tuple[float, float]] = {}  # repeated steps (repeat_steps) share their traces: one tail each
         for k in range(steps):
             if keep is None:
                 end = max(t.end_s for t in r.traces[k])
                 roll.append(end)
                 tail.append(end)
             else:
-                at, end = consolidated_tail_end(r, k, keep, threshold)
+                key = id(r.traces[k])
+                if key not in seen:
+                    seen[key] = consolidated_tail_end(r, k, keep, threshold)
+                at, end = seen[key]
                 roll.append(end)
                 tail.append(min(at, end))
             ref, tr = post_times(r.spec, r.tokens[k], r.gpu, train_gpus)  # the step's tokens on the training pool
@@ -211,8 +215,9 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     excluded, can rank a slowed search a hair faster; see the code).
 
     ``isolated`` (default): also each job in a group of its own on half the replicas (:func:`_rollmux_isolated`,
-    what RollMux's inter-group scheduler provisions where co-grouping would break a member's SLO); chosen where
-    faster, its ``config`` says so and the bracket closes (a tail frees replicas for no other job).
+    what RollMux's inter-group scheduler provisions where co-grouping would break a member's SLO), at the pool
+    sizes that serve the pair best; chosen where faster (its ``config`` says so). Alone a job has no tail to move,
+    so its one time is a candidate for the slowed estimates too.
 
     ``steady``: the steady-state measure's RollMux, for pipelines whose steps were repeated to different counts
     (:func:`steady_passes`). RollMux's round robin is a meta-iteration in which every job of the group runs one
@@ -230,16 +235,23 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     total = total_replicas or 2 * pools[0][0].replicas
     steps = min(r.steps for pool in pools for r in pool)
     tokens = sum(sum(r.tokens[:steps]) for r in pools[0])
-    best = harsh = engine = None
     by_size = {p[0].replicas: p for p in pools}
+    names = [r.spec.name for r in pools[0]]
+    counts = [r.steps for r in pools[0]]
+    if steady and any([r.steps for r in p] != counts for p in pools):
+        raise ConfigError("RollMux baseline", "pools", "pools whose pipelines run different step counts",
+                          f"the same steps on every pool under the steady measure ({counts})")
     if fewer is not None:
-        names = [r.spec.name for r in pools[0]]
         for n, p in fewer.items():
-            if [r.spec.name for r in p] != names or any(r.replicas != n or r.steps < steps for r in p):
+            if [r.spec.name for r in p] != names or any(r.replicas != n or r.steps < steps for r in p) or \
+                    (steady and [r.steps for r in p] != counts):
                 raise ConfigError("RollMux baseline", "fewer", f"the steps given for {n} replicas",
                                   f"the pools' pipelines ({', '.join(names)}), in that order, each simulated on {n} "
-                                  f"replicas for at least {steps} steps")
+                                  f"replicas for " + (f"{counts} steps, as the pools" if steady
+                                                      else f"at least {steps} steps"))
         by_size = {**{n: list(p) for n, p in fewer.items()}, **by_size}
+    # (time, first pass or end, per-job steady rates, config text, rollout replicas, tail replicas, tail threshold)
+    best = harsh = engine = None
     for pool in pools:
         d, tp = pool[0].replicas, pool[0].spec.tp
         if not 1 <= d < total:
@@ -250,50 +262,43 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
         if cfg.long_tail_migration and d > 1:
             options += [(keep, thr) for thr in TAIL_THRESHOLDS for keep in range(1, d)]
         toks = [r.tokens[:steps] for r in pool]
-
-        def timed(jobs: list[GroupJob], draws: np.ndarray, c: GroupConfig,
-                  rates: np.ndarray | None = None) -> tuple[float, float, list[float] | None]:
-            if not steady:
-                return (*_rollmux_pass(jobs, draws, c, rates), None)
-            ends = _rollmux_ends(jobs, draws, c, rates)
-            per = steady_rates(ends, toks)
-            return (tokens / sum(per) if sum(per) > 0 else float("inf")), max(e[-1] for e in ends), per
-
         for keep, thr in options:
             jobs, draws = _rollmux_draws(pool, train_gpus, keep, thr)
             if keep is None:
-                free = prop = timed(jobs, draws, replace(cfg, long_tail_migration=False))
+                free = prop = _rollmux_timed(jobs, draws, replace(cfg, long_tail_migration=False), steady, toks, tokens)
                 eng = free if fewer is not None else None
             else:
-                free = timed(jobs, draws, replace(cfg, tail_capacity_fraction=1e-9))
-                prop = timed(jobs, draws, replace(cfg, tail_capacity_fraction=keep / d))
+                free = _rollmux_timed(jobs, draws, replace(cfg, tail_capacity_fraction=1e-9), steady, toks, tokens)
+                prop = _rollmux_timed(jobs, draws, replace(cfg, tail_capacity_fraction=keep / d), steady, toks, tokens)
                 eng = None
                 if fewer is not None:
                     if d - keep not in by_size:
                         raise ConfigError("RollMux baseline", "fewer", f"no steps on {d - keep} replicas",
                                           f"the steps simulated on every replica count from 1 to {d - 1}")
-                    eng = timed(jobs, draws, cfg, _tail_rates(pool, by_size[d - keep]))
+                    eng = _rollmux_timed(jobs, draws, cfg, steady, toks, tokens, _tail_rates(pool, by_size[d - keep]))
+            cfg_of = (_describe(d, total, keep, thr), d, keep or 0, thr if keep else None)
             if best is None or free[0] < best[0]:
-                best = (free[0], free[1], d, keep, thr, free[2])
+                best = (*free, *cfg_of)
             if harsh is None or prop[0] < harsh[0]:
-                harsh = (prop[0], d, keep, thr)
+                harsh = (*prop, *cfg_of)
             if eng is not None and (engine is None or eng[0] < engine[0]):
-                engine = (eng[0], d, keep, thr)
-    iso = _rollmux_isolated(by_size, len(pools[0]), total, cfg, steps, steady) if isolated else None
+                engine = (*eng, *cfg_of)
+    grouped_steps = [steps] * len(names)
+    steps_run = grouped_steps
+    iso = _rollmux_isolated(by_size, total, cfg, steps, steady, tokens) if isolated else None
     if iso is not None:
-        rate_s = iso[0] if not steady else (tokens / sum(iso[2]) if sum(iso[2]) > 0 else float("inf"))
-        if rate_s < best[0]:
-            return Baseline("RollMux", rate_s, tokens,
-                            {**({"longrun_pass_s": rate_s, "first_pass_s": iso[1]} if not steady else
-                                {"steady_rates": iso[2], "makespan_s": iso[1]}),
-                             "rollout_replicas": iso[3], "tail_replicas": 0, "tail_threshold": None,
-                             "steps_run": [r.steps if steady else steps for r in pools[0]],
-                             "config": "isolated groups, each job alone on its half: rollout on "
-                                       + ", ".join(f"{k} of {total // 2}" for k in iso[3]),
-                             # one job alone: a tail frees replicas for nobody, so the bracket closes
-                             "proportional_s": rate_s, "proportional_config": "the same",
-                             **({} if engine is None else {"engine_s": rate_s, "engine_config": "the same"})})
-    long_s, first, d, keep, thr, per = best
+        # each job alone has no tail to move (it would free replicas for no other job): its one time is a candidate
+        # for every estimate, the slowed ones included
+        sizes = iso[3]
+        alone = (*iso[:3], "isolated groups, each job alone on its half: rollout on "
+                 + ", ".join(f"{k} of {total // 2}" for k in sizes), sizes, 0, None)
+        if alone[0] < best[0]:
+            best, steps_run = alone, counts if steady else grouped_steps
+        if alone[0] < harsh[0]:
+            harsh = alone
+        if engine is not None and alone[0] < engine[0]:
+            engine = alone
+    long_s, first, per = best[:3]
     # Per configuration, slowing the next rollout cannot make RollMux faster; the long-run measure (the first pass
     # excluded) can still put a slowed search a hair below the generous one when the slowing lengthens the first
     # pass instead (Qwen3-0.6B/MATH: 59.60 s against 59.72 s, its first pass 2.7 s longer). Neither slowed
@@ -302,48 +307,68 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     if engine is not None:
         engine = (max(engine[0], long_s), *engine[1:])
     return Baseline("RollMux", long_s, tokens,
-                    {**({"longrun_pass_s": long_s, "first_pass_s": first} if per is None else
-                        {"steady_rates": per, "makespan_s": first}), "rollout_replicas": d,
-                     "steps_run": [steps] * len(pools[0]),
-                     "tail_replicas": keep or 0, "tail_threshold": thr if keep else None,
-                     "config": _describe(d, total, keep, thr),
-                     "proportional_s": harsh[0], "proportional_config": _describe(harsh[1], total, harsh[2], harsh[3]),
-                     **({} if engine is None else
-                        {"engine_s": engine[0], "engine_config": _describe(engine[1], total, engine[2], engine[3])})})
+                    {**({"longrun_pass_s": long_s, "first_pass_s": first} if not steady else
+                        {"steady_rates": per, "makespan_s": first}),
+                     "config": best[3], "rollout_replicas": best[4], "tail_replicas": best[5],
+                     "tail_threshold": best[6], "steps_run": steps_run,
+                     "proportional_s": harsh[0], "proportional_config": harsh[3],
+                     **({} if engine is None else {"engine_s": engine[0], "engine_config": engine[3]})})
 
 
-def _rollmux_isolated(by_size: Mapping[int, list[PipelineSteps]], jobs: int, total: int, cfg: GroupConfig,
-                      steps: int, steady: bool) -> tuple[float, float, list[float], tuple[int, ...]] | None:
-    """RollMux with each job in a group of its own (what its inter-group scheduler provisions where co-grouping
-    would break a member's SLO, §4.2): each job on its half of ``total`` replicas, a rollout pool of the size that
-    serves it best (the sizes ``by_size`` holds) and a training pool of the rest, no migration (a consolidated
-    tail frees replicas for no other job). Returns (long-run time per pass of the slower job, or its steady time
-    when ``steady``; the run's end; each job's tokens/s (``steady``, else empty); the rollout pool sizes), or None
-    when ``total`` is odd or no pool size fits."""
+def _per_token_s(tokens: int, rates: Sequence[float]) -> float:
+    """``tokens`` over summed steady rates: the steady measure as a time (lower is better, like a pass's)."""
+    return tokens / sum(rates) if sum(rates) > 0 else float("inf")
+
+
+def _rollmux_timed(jobs: list[GroupJob], draws: np.ndarray, cfg: GroupConfig, steady: bool,
+                   toks: Sequence[Sequence[int]], tokens: int,
+                   rates: np.ndarray | None = None) -> tuple[float, float, list[float] | None]:
+    """One configuration's (time, first pass or end, steady rates): the long-run time per pass
+    (:func:`_rollmux_pass`), or (``steady``) ``tokens`` over the rates :func:`steady_rates` gives the round
+    robin's step ends from a cold start."""
+    if not steady:
+        return (*_rollmux_pass(jobs, draws, cfg, rates), None)
+    ends = _rollmux_ends(jobs, draws, cfg, rates)
+    per = steady_rates(ends, toks)
+    return _per_token_s(tokens, per), max(e[-1] for e in ends), per
+
+
+def _rollmux_isolated(by_size: Mapping[int, list[PipelineSteps]], total: int, cfg: GroupConfig, steps: int,
+                      steady: bool, tokens: int) -> tuple[float, float, list[float] | None, tuple[int, ...]] | None:
+    """RollMux with each of two jobs in a group of its own (what its inter-group scheduler provisions where
+    co-grouping would break a member's SLO, §4.2): each job on its half of ``total`` replicas, a rollout pool of
+    ``k`` replicas (the sizes ``by_size`` holds below the half) and a training pool of the rest, no migration (a
+    consolidated tail would free replicas for no other job). The two pool sizes are chosen together by the
+    measure the co-execution group is scored by, in the same units (:func:`_rollmux_timed`): the long-run time per
+    pass of both jobs' ends, or ``tokens`` over the summed steady rates. Returns (that time, the first pass's end
+    or the run's end, the steady rates or None, the pool sizes), or None for an odd ``total``, other than two jobs,
+    or no pool size below the half."""
     half = total // 2
-    if total % 2 or jobs != 2:
+    sizes = sorted(n for n in by_size if 1 <= n < half)
+    if total % 2 or not sizes or len(by_size[sizes[0]]) != 2:
         return None
-    ends, toks, sizes = [], [], []
-    for j in range(jobs):
-        best = None
-        for k in sorted(n for n in by_size if 1 <= n < half):
-            run = by_size[k][j]
+    runs: dict[tuple[int, int], tuple[list[float], list[int]]] = {}
+    for k in sizes:
+        for j, run in enumerate(by_size[k]):
             n = run.steps if steady else steps
             run = replace(run, traces=run.traces[:n], post=run.post[:n], tokens=run.tokens[:n])
             jb, dr = _rollmux_draws([run], (half - k) * run.spec.tp, None, 1.0)
             e = _rollmux_ends(jb, dr, replace(cfg, long_tail_migration=False), passes=1 if steady else PASSES)[0]
-            cost = e[-1] / sum(run.tokens) if steady else longrun_pass_s(e[n - 1], e[-1], PASSES)
-            if best is None or cost < best[0]:
-                best = (cost, e, list(run.tokens) * (1 if steady else PASSES), k)
-        if best is None:
-            return None
-        ends.append(best[1])
-        toks.append(best[2])
-        sizes.append(best[3])
-    if steady:
-        return 0.0, max(e[-1] for e in ends), steady_rates(ends, toks), tuple(sizes)
-    per_pass = [longrun_pass_s(e[steps - 1], e[-1], PASSES) for e in ends]
-    return max(per_pass), max(e[steps - 1] for e in ends), [], tuple(sizes)
+            runs[j, k] = e, list(run.tokens)
+    best, key = None, None
+    for ka, kb in itertools.product(sizes, sizes):
+        (ea, ta), (eb, tb) = runs[0, ka], runs[1, kb]
+        if steady:
+            per: list[float] | None = steady_rates([ea, eb], [ta, tb])
+            got, tie = (_per_token_s(tokens, per), max(ea[-1], eb[-1]), per, (ka, kb)), 0.0
+        else:
+            first = max(ea[steps - 1], eb[steps - 1])
+            got = (longrun_pass_s(first, max(ea[-1], eb[-1]), PASSES), first, None, (ka, kb))
+            # the slower job sets the pair's time; among equal ones, each job on the pool that serves it best
+            tie = sum(longrun_pass_s(e[steps - 1], e[-1], PASSES) for e in (ea, eb))
+        if key is None or (got[0], tie) < key:
+            best, key = got, (got[0], tie)
+    return best
 
 
 def _describe(d: int, total: int, keep: int | None, thr: float) -> str:

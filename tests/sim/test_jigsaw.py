@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 
 import numpy as np
@@ -260,6 +261,7 @@ def math_pools():
 
 def test_rollmux_reports_its_best_configuration(math_pools, two_steps):
     from orchestrl.compute_sched.groups.config import GroupConfig
+    from orchestrl.sim.multiplex.rollout import post_times
     from orchestrl.fabric.errors import ConfigError
     from orchestrl.sim.multiplex import baselines as bl
     best = rollmux(math_pools, 4, isolated=False)  # the co-execution group's search (isolated groups: below)
@@ -284,19 +286,21 @@ def test_rollmux_reports_its_best_configuration(math_pools, two_steps):
     assert best.detail["proportional_s"] > best.total_s
     with pytest.raises(ConfigError, match="pools"):  # a rollout pool with nothing left to train on
         rollmux([two_steps[0]], 4)
-    # RollMux may also run each job in a group of its own (its inter-group scheduler's alternative): on each half,
-    # one rollout replica and one training replica, no migration. Here that is faster than sharing the pools, so
-    # RollMux at its best configuration is the isolated groups, timed the same way (long run, first pass excluded)
-    iso = rollmux(math_pools, 4)
-    alone = []
-    for j in range(2):
-        run = math_pools[1][j]  # the 1-replica steps: a rollout pool of 1 of the half's 2
-        jobs, draws = bl._rollmux_draws([run], 1, None, 1.0)
-        ends = bl._rollmux_ends(jobs, draws, GroupConfig(long_tail_migration=False), passes=bl.PASSES)[0]
-        alone.append(bl.longrun_pass_s(ends[1], ends[-1], bl.PASSES))
-    assert iso.total_s == pytest.approx(max(alone), rel=1e-12) and iso.total_s < best.total_s
-    assert iso.detail["config"].startswith("isolated groups") and iso.detail["rollout_replicas"] == (1, 1)
-    assert iso.detail["proportional_s"] == iso.total_s  # a tail frees replicas for no other job: no bracket
+    # RollMux may also run each job in a group of its own (its inter-group scheduler's alternative): on its half of
+    # the GPUs a rollout pool and a training pool, no migration. Alone, a job's iteration is its rollout on the pool
+    # then its reference and training on the rest, nothing shared, so a pass takes the sum of its steps' two phases
+    # on the pool size that serves it best; on 6 replicas (3 a half) that is 1 or 2 rollout replicas per job
+    def alone_pass_s(j: int, k: int) -> float:
+        run = {p[0].replicas: p for p in math_pools}[k][j]
+        return sum(max(t.end_s for t in run.traces[s]) + sum(post_times(run.spec, run.tokens[s], run.gpu, 3 - k))
+                   for s in range(2))
+
+    iso = rollmux(math_pools, 6)
+    sizes = [min((1, 2), key=lambda k: alone_pass_s(j, k)) for j in range(2)]
+    assert iso.detail["config"].startswith("isolated groups") and iso.detail["rollout_replicas"] == tuple(sizes)
+    assert iso.total_s == pytest.approx(max(alone_pass_s(j, k) for j, k in enumerate(sizes)), rel=1e-9)
+    assert iso.total_s < rollmux(math_pools, 6, isolated=False).total_s  # here faster than one group
+    assert rollmux(math_pools, 4).total_s < best.total_s  # on 4 replicas too (1 + 1 per job)
 
 
 def test_rollmux_with_the_next_rollout_at_the_engines_speed_is_reported_inside_the_bracket(math_pools):
@@ -345,16 +349,19 @@ def test_rollmux_under_the_steady_measure_runs_each_job_once_per_meta_iteration(
             assert [len(e) for e in ends] == [4, 4]  # one step of each job per meta-iteration
             rates.append(bl.steady_tps(ends, toks))
     assert r.throughput_tps == pytest.approx(max(rates), rel=1e-12)  # its best configuration under this measure
-    assert r.tokens / r.detail["proportional_s"] <= r.throughput_tps  # the bracket holds here too
-    # in groups of their own the jobs are not in step: B runs its own steps at its own pace, and RollMux at its best
+    # in groups of their own the jobs are not in step: each runs all its steps at its own pace, one after another on
+    # its half (2 replicas: rollout on 1, reference and training on the other), and RollMux at its best
     # configuration is the faster of the two arrangements
-    _, _, rates_alone, _ = bl._rollmux_isolated({n: p for p in more for n in [p[0].replicas]}, 2, 4, GroupConfig(),
-                                                4, True)
+    from orchestrl.sim.multiplex.rollout import post_times
+    one = {p[0].replicas: p for p in more}[1]
+    ends = [list(itertools.accumulate(max(t.end_s for t in run.traces[s]) + sum(post_times(run.spec, run.tokens[s],
+                                                                                       run.gpu, 1))
+                                      for s in range(run.steps))) for run in one]
+    alone = sum(bl.steady_rates(ends, [run.tokens for run in one]))
     best = rollmux(more, 4, steady=True)
-    assert best.throughput_tps == pytest.approx(max(sum(rates_alone), r.throughput_tps), rel=1e-12)
+    assert best.throughput_tps == pytest.approx(max(alone, r.throughput_tps), rel=1e-9)
     assert r.detail["steps_run"] == [4, 4] and best.detail["steps_run"] == [4, 10]  # here alone is faster
-    assert bl._rollmux_isolated({n: p for p in same for n in [p[0].replicas]}, 2, 4, GroupConfig(), 4, True)[2][1] \
-        != pytest.approx(rates_alone[1], rel=1e-6)  # B's extra steps are run when it is alone
+    assert rollmux(same, 4, steady=True).throughput_tps != pytest.approx(best.throughput_tps, rel=1e-6)
 
 
 def test_long_run_timing_does_not_depend_on_how_many_passes_it_takes(math_pools, monkeypatch):
