@@ -362,6 +362,11 @@ def test_rollmux_under_the_steady_measure_runs_each_job_once_per_meta_iteration(
     assert best.throughput_tps == pytest.approx(max(alone, r.throughput_tps), rel=1e-9)
     assert r.detail["steps_run"] == [4, 4] and best.detail["steps_run"] == [4, 10]  # here alone is faster
     assert rollmux(same, 4, steady=True).throughput_tps != pytest.approx(best.throughput_tps, rel=1e-6)
+    from orchestrl.fabric.errors import ConfigError
+    with pytest.raises(ConfigError, match="pools"):  # pools repeated differently would be scored on other steps
+        rollmux([more[0], same[1]], 4, steady=True)
+    with pytest.raises(ConfigError, match="fewer"):
+        rollmux(more[:1], 4, fewer={1: same[1]}, steady=True)
 
 
 def test_long_run_timing_does_not_depend_on_how_many_passes_it_takes(math_pools, monkeypatch):
