@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, _specs  # noqa: E402
 from orchestrl.sim.multiplex.baselines import (PASSES, repeat_each, steady_passes, steady_rates,  # noqa: E402
-                                               verl, verl_steady)
+                                               verl, verl_steady, vs_split)
 from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, choose, predict_routing,  # noqa: E402
                                              profile_costs, profile_steps, routing_args)
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps  # noqa: E402
@@ -93,7 +93,7 @@ def run_one(case: tuple[str, tuple, int, bool]) -> dict:
         rates = {r: steady_rates([g.step_end_s[x.spec.name] for x in rep_full], tok) for r, g in runs.items()}
         vs_verl = {r: sum(x) / base for r, x in rates.items()}
         # each pipeline against its own rate on veRL split's half: the sum can hide one job paying for the other
-        per = {r: [a / b for a, b in zip(x, split_rates)] for r, x in rates.items()}
+        per = {r: vs_split(x, split_rates) for r, x in rates.items()}
     else:
         v = verl(rep_full, rep_half)
         vs_verl, cfg = {r: v.total_s / g.makespan_s for r, g in runs.items()}, v.detail["config"]

@@ -21,7 +21,7 @@ from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.experiments.common import Row
 from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
-                                               repeat_each, steady_passes, steady_rates, verl_steady,
+                                               repeat_each, steady_passes, steady_rates, verl_steady, vs_split,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
 from orchestrl.sim.multiplex.layouts import ROUTINGS, predict_routing, profile_steps, routing_args
@@ -103,7 +103,7 @@ def run_case(case: Case) -> dict[str, Any]:
             return res.throughput_tps
         rates = steady_rates([res.step_end_s[x.spec.name] for x in full], [x.tokens for x in full])
         if key and split_rates:  # what each job gets against its own rate on its half (the sum can hide a loser)
-            out[f"{key}_per_pipeline_vs_split"] = [a / b for a, b in zip(rates, split_rates)]
+            out[f"{key}_per_pipeline_vs_split"] = vs_split(rates, split_rates)
         return sum(rates)
 
     if "verl" in case.systems:
@@ -137,7 +137,7 @@ def run_case(case: Case) -> dict[str, Any]:
         if case.steady:
             out["rollmux_steps_run"] = rm.detail["steps_run"]  # in step in one group, or each at its pace alone
             if split_rates:
-                out["rollmux_per_pipeline_vs_split"] = [a / b for a, b in zip(rm.detail["steady_rates"], split_rates)]
+                out["rollmux_per_pipeline_vs_split"] = vs_split(rm.detail["steady_rates"], split_rates)
         # the same search with the next rollout slowed in proportion to a tail's replicas (harsh on RollMux):
         # with the default (charged nothing, generous) it brackets RollMux; between them, the next rollout at the
         # engine model's speed on the freed replicas

@@ -37,7 +37,7 @@ from orchestrl.compute_sched.multiplex.ops import migration_cost_s
 from orchestrl.sim.multiplex.rollout import perf_model, post_times, steps_after
 from orchestrl.sim.multiplex.runner import PipelineSteps, mem_floor_pct
 
-__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "steady_tps", "steady_rates", "verl_steady", "STEADY_CAP",
+__all__ = ["Baseline", "verl", "rollmux", "consolidated_tail_end", "tail_point", "longrun_pass_s", "repeat_steps", "steady_passes", "repeat_each", "steady_tps", "steady_rates", "verl_steady", "vs_split", "STEADY_CAP",
            "streamrl", "areal", "jigsaw_async"]
 
 
@@ -228,6 +228,7 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
     ``detail["steady_rates"]`` holds each job's tokens/s at the best configuration and ``detail["makespan_s"]``
     its round robin's end (in place of the long-run fields). ``detail["steps_run"]``: the steps each job runs
     (per pass where timed over the long run); in groups of their own each job runs all of its steps.
+    ``detail["rollout_replicas"]``: the rollout pool's size, or in groups of their own a tuple, one per job.
     """
     if pools and isinstance(pools[0], PipelineSteps):
         pools = [pools]  # type: ignore[list-item]
@@ -283,8 +284,7 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
                 harsh = (*prop, *cfg_of)
             if eng is not None and (engine is None or eng[0] < engine[0]):
                 engine = (*eng, *cfg_of)
-    grouped_steps = [steps] * len(names)
-    steps_run = grouped_steps
+    steps_run = [steps] * len(names)  # in one group, per pass: every job in step
     iso = _rollmux_isolated(by_size, total, cfg, steps, steady, tokens) if isolated else None
     if iso is not None:
         # each job alone has no tail to move (it would free replicas for no other job): its one time is a candidate
@@ -293,7 +293,9 @@ def rollmux(pools: Sequence[list[PipelineSteps]] | list[PipelineSteps], total_re
         alone = (*iso[:3], "isolated groups, each job alone on its half: rollout on "
                  + ", ".join(f"{k} of {total // 2}" for k in sizes), sizes, 0, None)
         if alone[0] < best[0]:
-            best, steps_run = alone, counts if steady else grouped_steps
+            best = alone
+            if steady:  # alone, each job runs all of its own steps
+                steps_run = counts
         if alone[0] < harsh[0]:
             harsh = alone
         if engine is not None and alone[0] < engine[0]:
@@ -434,6 +436,12 @@ def steady_rates(step_ends: Sequence[Sequence[float]], tokens: Sequence[Sequence
             start = end
         rates.append(credit / until)
     return rates
+
+
+def vs_split(rates: Sequence[float], split_rates: Sequence[float]) -> list[float]:
+    """Each pipeline's steady tokens/s (:func:`steady_rates`) against its own under veRL split (the third value
+    :func:`verl_steady` returns): what one job gains or pays, which a summed throughput can hide."""
+    return [a / b for a, b in zip(rates, split_rates, strict=True)]
 
 
 def verl_steady(full: Sequence[PipelineSteps], half: Sequence[PipelineSteps]) -> tuple[float, str, list[float]]:

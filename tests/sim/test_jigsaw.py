@@ -58,9 +58,10 @@ def test_figure_command_prints_paper_beside_ours(tmp_path):
     rows = {r["label"]: r for r in doc["rows"]}
     assert rows["jigsaw/verl"]["paper"] == 1.7
     assert rows["jigsaw/verl"]["ours"] == pytest.approx(rows["mfu/jigsaw"]["ours"] / rows["mfu/verl"]["ours"])
-    # veRL's MFU is at its better configuration, the baseline of every ratio: never below the pipelines in turn (the
-    # paper's veRL, printed beside it with the paper's 1.7x)
-    assert rows["mfu/verl"]["ours"] >= rows["mfu/verl-serial"]["ours"] > 0
+    # veRL's MFU is at its better configuration, the baseline of every ratio: here that is each pipeline on 2 of the 4
+    # GPUs, whose MFU is well above the pipelines in turn (the paper's veRL, printed beside it with the paper's 1.7x);
+    # with serial's MFU under the "veRL" label (as before 2026-11-29) the two rows would be equal
+    assert rows["mfu/verl"]["ours"] > 1.2 * rows["mfu/verl-serial"]["ours"] > 0
     assert rows["jigsaw/verl-serial"]["paper"] == 1.7
     assert (tmp_path / "jigsaw-fig19.csv").exists()
 
