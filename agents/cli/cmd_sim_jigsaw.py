@@ -51,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="steady state: the shorter pipeline runs as many more steps as fit while the longer runs its "
                         "steps 4 times over, and throughput counts tokens while both still run (RollMux: the better "
                         "of one group, where both jobs run the longer job's step count, and each job alone on its half)")
+    p.add_argument("--tp", default="auto", metavar="auto|N[,N...]",
+                   help="rollout TP degrees every system is run at, each reported at its best (veRL, RollMux, MuxServe "
+                        "at their fastest, JigsawRL at the degree and layout its profile picks); auto (default): the "
+                        "pipelines' tp, 2x and 4x it within one 8-GPU node, where each pipeline keeps an even share "
+                        "of whole workers (1,2,4 for tp=1 on 8 GPUs); a single N runs that degree only")
     p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
                    help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; veRL is always run)")
     p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
@@ -96,7 +101,7 @@ def parse_pipeline(text: str, which: str = "pipeline") -> tuple[str, str, int, f
 
 def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     from orchestrl.compute_sched.hardware import bundled_gpus
-    from orchestrl.sim.experiments.jigsaw_common import Case, run_case
+    from orchestrl.sim.experiments.jigsaw_common import Case, run_case, tp_candidates, tp_search
     from orchestrl.sim.multiplex.baselines import PASSES, STEADY_CAP
     from orchestrl.sim.multiplex.layouts import ROUTING_MARGIN
 
@@ -129,8 +134,19 @@ def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
         raise ConfigError("command line", "--steps", f"{args.steps} with --steady",
                           f"at most 4 (the shorter pipeline may run up to {STEADY_CAP * PASSES}x as many steps; "
                           "2 x 64 steps take about 2 minutes)")
+    if args.tp.strip().lower() == "auto":
+        tps = tp_search(tp, args.gpus)
+    else:
+        try:
+            tps = tuple(int(x) for x in args.tp.split(","))
+        except ValueError:
+            raise ConfigError("command line", "--tp", f"{args.tp!r}", "auto, or comma-separated integers, e.g. 1,2,4") from None
     case = Case("cli", label, gpu, args.gpus, pls, args.steps, systems, seed=args.seed, longrun=args.long_run,
-                steady=args.steady)
+                steady=args.steady, tps=tps)
+    try:  # refuses degrees that are not >= 1 or leave a pipeline part of a worker, before simulating
+        tp_candidates(case)
+    except ConfigError as e:
+        raise ConfigError("command line", "--tp", f"{args.tp!r} for {args.gpus} GPUs", e.allowed or "") from None
     print(f"simulating {label} on {args.gpus} {gpu}, {args.steps} step(s), seed {args.seed} ...", file=sys.stderr,
           flush=True)
     t0 = time.perf_counter()
@@ -158,11 +174,16 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
                  + (" (in one group its round robin runs one step of each job a turn)"
                     if not res["rollmux_config"].startswith("isolated") else "") if "rollmux_steps_run" in res else ""),
               file=out)
-    print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s}", file=out)
-    rows = [("veRL (" + res["verl_config"] + ")", base)]
-    rows += [(_NAMES[s], res[f"{s}_tps"]) for s in systems[1:] if f"{s}_tps" in res]
-    for name, tps in rows:
-        print(f"  {name:20s} {tps:10.0f} {tps / base:8.3f}", file=out)
+    tp = res.get("tp", {})
+    print(f"  {'system':20s} {'tokens/s':>10s} {'vs veRL':>8s} {'TP':>3s}", file=out)
+    rows = [("veRL (" + res["verl_config"] + ")", base, tp.get("verl"))]
+    rows += [(_NAMES[s], res[f"{s}_tps"], tp.get(s)) for s in systems[1:] if f"{s}_tps" in res]
+    for name, tps, deg in rows:
+        print(f"  {name:20s} {tps:10.0f} {tps / base:8.3f} {deg if deg else tp['candidates'][0]:>3}", file=out)
+    if len(tp.get("candidates", ())) > 1:
+        print(f"  rollout TP searched: {', '.join(map(str, tp['candidates']))} (JigsawRL's by its profile, the others' "
+              "at their fastest on this run)" + (f"; veRL at tp={pls[0][2]}: {res['verl_own_tp_tps'] / base:.3f}x"
+                                                 if res.get("verl_own_tp_tps") else ""), file=out)
     per = [(s, res[f"{s}_per_pipeline_vs_split"]) for s in systems[1:] if f"{s}_per_pipeline_vs_split" in res]
     if per:  # the sum above can hide one job paying for the other's gain
         names = list(res["exclusive_step_s"])
@@ -190,5 +211,6 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
                            "what the short one loses does not show in it (--steady runs it as many steps as fit instead)")
                 print(f"  note: {name}'s steps are much shorter than the other's and run {lat / alone[name]:.2f}x as long "
                       f"as alone; {why} (docs/jigsaw.md, \"Your own pair\")", file=out)
-    bound = f"upper bound for any schedule: {res['bound_tps'] / base:.3f}x veRL; " if "bound_tps" in res else ""
+    bound = (f"upper bound for any schedule{' at one of the TP degrees' if len(tp.get('candidates', ())) > 1 else ''}: "
+             f"{res['bound_tps'] / base:.3f}x veRL; ") if "bound_tps" in res else ""
     print(f"  {bound}memory violations: {res['memory_violations']}", file=out)

@@ -24,11 +24,12 @@ from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigs
                                                repeat_each, steady_passes, steady_rates, verl_steady, vs_split,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import chain_bound_s
-from orchestrl.sim.multiplex.layouts import ROUTINGS, predict_routing, profile_steps, routing_args
+from orchestrl.sim.multiplex.layouts import (ROUTING_MARGIN, ROUTINGS, choose, predict_routing, profile_costs,
+                                             profile_steps, routing_args)
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps
 from orchestrl.sim.multiplex.workload import PipelineSpec
 
-__all__ = ["Case", "FIG12", "run_case", "figure"]
+__all__ = ["Case", "FIG12", "tp_search", "run_case", "tp_candidates", "figure"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,24 @@ class Case:
     #: robin runs one step of each job per meta-iteration, and each job alone on its half: baselines.rollmux);
     #: StreamRL and AReaL are left out
     steady: bool = False
+    #: rollout TP degrees (GPUs per DP worker, the same for both pipelines) every system is also run at, each system
+    #: then reported at its best: veRL, RollMux, MuxServe, StreamRL and AReaL at whichever ran fastest (known only
+    #: after the run: generous to them), JigsawRL at the degree and layout its profile picks (decided before the run,
+    #: :func:`run_case`). ``()``: the pipelines' own TP only. A degree must leave each pipeline an even share of
+    #: whole workers (``gpus`` a multiple of twice it); larger degrees shorten a long tail's decode (its weights are
+    #: read from more GPUs' HBM at once), which veRL's rollout TP setting already buys a user
+    tps: tuple[int, ...] = ()
+
+
+def tp_search(tp: int, gpus: int) -> tuple[int, ...]:
+    """The rollout TP degrees the figures and ``orchestrl sim jigsaw`` search by default for pipelines of TP ``tp``
+    on ``gpus`` GPUs: ``tp``, ``2 tp`` and ``4 tp``, within one 8-GPU node, where each pipeline keeps an even
+    share of whole workers (Fig. 12's: 1, 2, 4).
+
+    >>> tp_search(1, 8), tp_search(4, 8), tp_search(1, 4)
+    ((1, 2, 4), (4,), (1, 2))
+    """
+    return tuple(t for t in (tp, 2 * tp, 4 * tp) if t <= 8 and gpus % (2 * t) == 0) or (tp,)
 
 
 #: Fig. 12's settings (8 H100, two pipelines of one model and task, different weights).
@@ -67,8 +86,118 @@ def _specs(case: Case) -> list[PipelineSpec]:
     return out
 
 
+def tp_candidates(case: Case) -> tuple[int, ...]:
+    """The rollout TP degrees :func:`run_case` runs ``case`` at: ``case.tps`` (sorted, without repeats), or the
+    pipelines' own TP when it is empty. A ConfigError names a degree that is not an integer >= 1 or that does not
+    give each pipeline an even number of whole workers."""
+    own = case.pipelines[0][2] if case.pipelines else 1
+    if not case.tps:
+        return (own,)
+    bad = [t for t in case.tps if isinstance(t, bool) or not isinstance(t, int) or t < 1]
+    if bad:
+        raise ConfigError(f"jigsaw case {case.label!r}", "tps", f"{list(case.tps)!r}", "integers >= 1, e.g. (1, 2, 4)")
+    uneven = [t for t in case.tps if case.gpus % (2 * t)]
+    if uneven:
+        raise ConfigError(f"jigsaw case {case.label!r}", "tps", f"{uneven} on {case.gpus} GPUs",
+                          f"degrees t with {case.gpus} a multiple of 2t (each pipeline then has half the workers "
+                          "for veRL split), e.g. " + ", ".join(str(t) for t in (1, 2, 4, 8) if not case.gpus % (2 * t)))
+    return tuple(sorted(set(case.tps)))
+
+
 def run_case(case: Case) -> dict[str, Any]:
-    """Run every system of ``case`` on the same simulated steps; return throughputs, latencies and audits."""
+    """Run every system of ``case`` on the same simulated steps; return throughputs, latencies and audits.
+
+    With more than one rollout TP degree (``case.tps``) the case runs at each (the same samples every time) and
+    every system is reported at its best degree (:func:`_best_tp`): ``out["tp"]`` says which, and
+    ``out["tp_runs"]`` keeps each degree's headline throughputs."""
+    cands = tp_candidates(case)
+    at = {t: _run_at(replace(case, pipelines=tuple((m, k, t, sc) for m, k, _, sc in case.pipelines), tps=()))
+          for t in cands}
+    if len(cands) == 1:
+        out = at[cands[0]]
+        out["tp"] = {"candidates": list(cands)}
+        return out
+    return _best_tp(case, at)
+
+
+_RUN_KEYS = ("verl_tps", "verl_serial_tps", "rollmux_tps", "rollmux_engine_tps", "rollmux_proportional_tps",
+             "muxserve_tps", "jigsaw_tps", "jigsaw_shared_tps", "streamrl_tps", "areal_tps", "bound_tps")
+
+
+def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One result from the runs at each TP degree (``at``: degree -> :func:`_run_at`'s result), each system at its
+    best. JigsawRL: the degree whose profiled layout is shortest (the profile's makespans, the static split's
+    shortened by the routing margin, compared across degrees as across layouts), so nothing measured decides it;
+    without a profile, the pipelines' own degree. The baselines: the degree at which each ran fastest. The bound:
+    the largest over the degrees (no schedule at one of them can beat it; a schedule changing TP mid-step is not
+    covered). Per-pipeline steady ratios are re-taken against veRL split's rates at veRL's degree."""
+    cands = sorted(at)
+    adjusted = {t: min(v * (1.0 - ROUTING_MARGIN if r == "split" else 1.0) for r, v in at[t]["routing_costs"].items())
+                for t in cands if at[t].get("routing_costs")}
+    tj = min(adjusted, key=lambda t: (adjusted[t], t)) if len(adjusted) == len(cands) else cands[0]
+    out = dict(at[tj])
+
+    def best(key: str) -> int | None:
+        have = [t for t in cands if at[t].get(key) is not None]
+        return max(have, key=lambda t: (at[t][key], -t)) if have else None
+
+    chosen = {"candidates": cands, "jigsaw": tj}
+    tv = best("verl_tps")
+    if tv is not None:
+        for k in ("verl_tps", "verl_config", "verl_split_rates_tps", "verl_mfu", "rollout_share_verl"):
+            if k in at[tv]:
+                out[k] = at[tv][k]
+        chosen["verl"] = tv
+        ts = best("verl_serial_tps")
+        if ts is not None:
+            out["verl_serial_tps"], out["verl_serial_mfu"] = at[ts]["verl_serial_tps"], at[ts].get("verl_serial_mfu")
+            chosen["verl_serial"] = ts
+        own = case.pipelines[0][2]
+        out["verl_own_tp_tps"] = at[own]["verl_tps"] if own in at else None  # veRL at the pipelines' own degree
+        # each pipeline alone on all the GPUs at its fastest degree (what a latency increase is against)
+        out["exclusive_step_s"] = {n: min(at[t]["exclusive_step_s"][n] for t in cands) for n in out["exclusive_step_s"]}
+    tb = best("bound_tps")
+    if tb is not None:
+        out["bound_tps"] = at[tb]["bound_tps"]
+    for sysname, keys in (("rollmux", ("rollmux_tps", "rollmux_config", "rollmux_steps_run", "rollmux_per_pipeline_vs_split")),
+                          ("rollmux_engine", ("rollmux_engine_tps", "rollmux_engine_config")),
+                          ("rollmux_proportional", ("rollmux_proportional_tps",)),
+                          ("muxserve", ("muxserve_tps", "muxserve_twostep_tps", "muxserve_latency_s", "muxserve_mfu",
+                                        "muxserve_merges", "muxserve_per_pipeline_vs_split")),
+                          ("streamrl", ("streamrl_tps",)), ("areal", ("areal_tps",))):
+        t = best(f"{sysname}_tps")
+        if t is None:
+            continue
+        chosen[sysname] = t
+        for k in keys:
+            if k in at[t]:
+                out[k] = at[t][k]
+            else:
+                out.pop(k, None)
+    # JigsawRL confined to the layouts sharing workers: the degree whose profiled sharing layout is shortest
+    shared = {t: min(v for r, v in at[t]["routing_costs"].items() if r != "split")
+              for t in cands if any(r != "split" for r in at[t].get("routing_costs", {}))}
+    if shared and "jigsaw_tps" in out:
+        t = min(shared, key=lambda t: (shared[t], t))
+        r = at[t]
+        out["jigsaw_shared_tps"] = r["jigsaw_shared_tps"] if r.get("routing") == "split" else r["jigsaw_tps"]
+        out["shared_routing"] = r.get("shared_routing") if r.get("routing") == "split" else r.get("routing")
+        chosen["jigsaw_shared"] = t
+    if out.get("verl_split_rates_tps"):  # steady: every per-pipeline ratio against veRL split at veRL's degree
+        base = out["verl_split_rates_tps"]
+        for key in [k for k in out if k.endswith("_per_pipeline_vs_split")]:
+            t = chosen.get(key[: -len("_per_pipeline_vs_split")], tj)
+            own = at[t].get("verl_split_rates_tps") or base
+            out[key] = [x * o / b for x, o, b in zip(out[key], own, base, strict=True)]
+    out["tp"] = chosen
+    out["tp_runs"] = {t: {k: at[t][k] for k in _RUN_KEYS + ("routing",) if at[t].get(k) is not None} for t in cands}
+    out["memory_violations"] = sum(at[t]["memory_violations"] for t in cands)
+    out["wall_s"] = sum(at[t]["wall_s"] for t in cands)
+    return out
+
+
+def _run_at(case: Case) -> dict[str, Any]:
+    """:func:`run_case` at the pipelines' own TP degree."""
     wall = time.perf_counter()
     if case.steady and case.longrun:
         raise ConfigError("jigsaw case", "steady", "with longrun", "one of the two (steady already runs many passes)")
@@ -160,7 +289,10 @@ def run_case(case: Case) -> dict[str, Any]:
         # simulated once (other draws of the workloads, balanced by their own halves when steady); every grid below
         # decides on the same profile
         profile = profile_steps(full, steady=case.steady)
-        out["routing"] = predict_routing(full, profile=profile, choices=case.layouts)
+        # predict_routing's rule on the profile's summed makespans, kept so that the TP degrees can be compared too
+        costs = profile_costs(profile, choices=case.layouts)
+        out["routing_costs"] = {r: sum(c[r] for c in costs) for r in case.layouts}
+        out["routing"] = choose(out["routing_costs"])
         route = routing_args(out["routing"], half, nsteps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):
         if pol not in case.systems:
@@ -187,7 +319,8 @@ def run_case(case: Case) -> dict[str, Any]:
             # JigsawRL fell back to the static split here (equal to veRL split): what the layout sharing workers its
             # profile picks (uniform or halves; not always the better of the two on the run) would have given,
             # decided the same way, timed the same way (so the fallback's part shows)
-            shared = predict_routing(full, profile=profile, choices=("uniform", "halves"))
+            sharing = {r: v for r, v in out["routing_costs"].items() if r != "split"}
+            shared = choose(sharing) if sharing else predict_routing(full, profile=profile, choices=("uniform", "halves"))
             steps, h = (nsteps * PASSES, [repeat_steps(x) for x in half]) if longrun else (nsteps, half)
             again = run_group([repeat_steps(x) for x in full] if longrun else full, "jigsaw",
                               **routing_args(shared, h, steps))

@@ -13,14 +13,15 @@ from __future__ import annotations
 import sys
 
 from orchestrl.sim.experiments.common import Row
-from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, figure, mean_row, quick, ratio
+from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, figure, mean_row, quick, ratio, tp_search
 
 PAPER = {"mean/verl": 1.56, "max/verl": 1.95, "mean/rollmux": 1.27, "mean/muxserve": 1.23}
 
 
 def cases(is_quick: bool = False) -> list[Case]:
     full = [Case("fig12", f"{m}/{t}", "H100", 8, ((m, t, tp, sc), (m, t, tp, sc)), 2,
-                 ("verl", "rollmux", "muxserve", "jigsaw"), sensitivity=True, longrun=True) for m, t, tp, sc in FIG12]
+                 ("verl", "rollmux", "muxserve", "jigsaw"), sensitivity=True, longrun=True, tps=tp_search(tp, 8))
+            for m, t, tp, sc in FIG12]
     return quick([full[2], full[3], full[4]], 3) if is_quick else full
 
 
@@ -52,7 +53,8 @@ def rows_of(results: list[dict]) -> list[Row]:
     return rows
 
 
-NOTES = ("ours: tokens of both pipelines per second over the same simulated steps; veRL at its better configuration "
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+         "ours: tokens of both pipelines per second over the same simulated steps; veRL at its better configuration "
          "(pipelines in turn on 8 GPUs, or 4 GPUs each); RollMux at its best configuration (pool size, tail threshold, "
          "kept replicas, or each job in a group of its own); over the long run: JigsawRL and MuxServe by their makespan over the steps four times over, "
          "per pass, RollMux by its time per pass after the first (its ramp not charged); the grid rows over the "

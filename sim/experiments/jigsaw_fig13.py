@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from orchestrl.sim.experiments.common import Row
-from orchestrl.sim.experiments.jigsaw_common import Case, figure, mean_row, quick, ratio
+from orchestrl.sim.experiments.jigsaw_common import Case, figure, mean_row, quick, ratio, tp_search
 
 PAPER = {"mean/verl": 1.47, "max/verl": 1.75, "mean/rollmux": 1.31}
 MODELS = (("Qwen2.5-14B", 2), ("Qwen3-32B", 4))
@@ -19,7 +19,7 @@ MODELS = (("Qwen2.5-14B", 2), ("Qwen3-32B", 4))
 
 def cases(is_quick: bool = False) -> list[Case]:
     out = [Case("fig13", f"{m}/{g}gpu", "A100", g, ((m, "math", tp, 1.0), (m, "math", tp, 1.0)), 2,
-                ("verl", "rollmux", "jigsaw"), longrun=True) for m, tp in MODELS for g in (8, 16, 32, 64)]
+                ("verl", "rollmux", "jigsaw"), longrun=True, tps=tp_search(tp, g)) for m, tp in MODELS for g in (8, 16, 32, 64)]
     return quick([out[0], out[4]], 2) if is_quick else out
 
 
@@ -34,7 +34,8 @@ def rows_of(results: list[dict]) -> list[Row]:
     return rows
 
 
-NOTES = ("A100 has no measured grid: the modelled grid of its roofline (fitted to the paper's H100 numbers)",
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+         "A100 has no measured grid: the modelled grid of its roofline (fitted to the paper's H100 numbers)",
          "RollMux at its best configuration (pool size, tail threshold, kept replicas, or each job in a group of its "
          "own); over the long run: JigsawRL by "
          "its makespan over the steps four times over, per pass, RollMux by its time per pass after the first")

@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 
 from orchestrl.sim.experiments.common import Row
-from orchestrl.sim.experiments.jigsaw_common import Case, figure, quick, ratio
+from orchestrl.sim.experiments.jigsaw_common import Case, figure, quick, ratio, tp_search
 
 PAIRS = (("Qwen3-0.6B", "Llama-3.1-8B"), ("Qwen3-4B", "Llama-3.1-8B"), ("Qwen3-0.6B", "Qwen3-4B"))
 
 
 def cases(is_quick: bool = False) -> list[Case]:
-    full = [Case("fig16", f"{a}+{b}", "H100", 8, ((a, "gsm8k", 1, 1.0), (b, "gsm8k", 1, 1.0)), 2, ("verl", "jigsaw"))
-            for a, b in PAIRS]
+    full = [Case("fig16", f"{a}+{b}", "H100", 8, ((a, "gsm8k", 1, 1.0), (b, "gsm8k", 1, 1.0)), 2, ("verl", "jigsaw"),
+                 tps=tp_search(1, 8)) for a, b in PAIRS]
     return quick(full, 1) if is_quick else full
 
 
@@ -34,7 +34,8 @@ def rows_of(results: list[dict]) -> list[Row]:
     return rows
 
 
-NOTES = ("slowdown: a pipeline's mean step time under JigsawRL over its step alone on the 8 GPUs",)
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+         "slowdown: a pipeline's mean step time under JigsawRL over its step alone on the 8 GPUs",)
 FIGURE = figure("jigsaw-fig16", "JigsawRL Figure 16: heterogeneous models", "ratio", NOTES, cases, rows_of)
 sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main
 

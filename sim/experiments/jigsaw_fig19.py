@@ -11,14 +11,14 @@ from __future__ import annotations
 import sys
 
 from orchestrl.sim.experiments.common import Row
-from orchestrl.sim.experiments.jigsaw_common import Case, figure
+from orchestrl.sim.experiments.jigsaw_common import Case, figure, tp_search
 
 PAPER = {"jigsaw/verl": 1.7, "jigsaw/muxserve": 1.5}
 
 
 def cases(is_quick: bool = False) -> list[Case]:
     return [Case("fig19", "Qwen3-4B/gsm8k/4gpu", "H100", 4, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2,
-                 1 if is_quick else 3, ("verl", "muxserve", "jigsaw"))]
+                 1 if is_quick else 3, ("verl", "muxserve", "jigsaw"), tps=tp_search(1, 4))]
 
 
 def rows_of(results: list[dict]) -> list[Row]:
@@ -30,7 +30,8 @@ def rows_of(results: list[dict]) -> list[Row]:
             Row("jigsaw/muxserve", PAPER["jigsaw/muxserve"], r["jigsaw_mfu"] / r["muxserve_mfu"])]
 
 
-NOTES = ("veRL: its better configuration (the pipelines in turn on the 4 GPUs, or 2 GPUs each), as every JigsawRL "
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+         "veRL: its better configuration (the pipelines in turn on the 4 GPUs, or 2 GPUs each), as every JigsawRL "
          "ratio here; verl-serial: the pipelines in turn, the paper's veRL (its 1.7x is against that)",)
 FIGURE = figure("jigsaw-fig19", "JigsawRL Figure 19: average MFU", "MFU ratio", NOTES, cases, rows_of)
 sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main

@@ -20,7 +20,9 @@ def test_a_pair_prints_every_system_against_verl_and_the_layout_chosen(capsys):
     for name in ("veRL (", "RollMux", "JigsawRL-MuxServe", "JigsawRL layout:", "memory violations: 0"):
         assert name in out, out
     verl = next(line for line in out.splitlines() if line.strip().startswith("veRL ("))
-    assert verl.split()[-1] == "1.000"  # the baseline row is the ratio's denominator
+    assert verl.split()[-2] == "1.000"  # the baseline row is the ratio's denominator
+    # every system at its own rollout TP degree: on 4 GPUs each pipeline's half is 2, so 1 and 2 are searched
+    assert "rollout TP searched: 1, 2" in out and verl.split()[-1] in ("1", "2"), out
     assert out.count("its step alone on all the GPUs") == 2  # each pipeline's latency against its step alone
 
 
@@ -52,6 +54,9 @@ def test_a_pipeline_with_options_parses():
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "B300"], "bundled GPU"),
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--gpu", "compute_sched/specs/gpus/h100.yaml"], "bundled GPU"),
     (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--steady", "--steps", "20"], "--steps"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--tp", "3"], "--tp"),  # 8 GPUs are not two halves of TP-3 workers
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--tp", "1,0"], "--tp"),
+    (["Qwen3-4B/aime", "Qwen3-0.6B/gsm8k", "--tp", "two"], "--tp"),
 ])
 def test_bad_input_is_refused_naming_what_is_wrong_before_simulating(argv, field, capsys):
     assert main(["sim", "jigsaw", *argv]) == 2
