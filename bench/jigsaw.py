@@ -19,6 +19,9 @@ What it measures (issue 33's targets):
 * ``vs_exhaustive_worst``: min over small instances (2 x 2-3 sub-stages) of optimum / the scheduler's
   (which, at that size, also searches a window over every sub-stage); ``lookahead_vs_exhaustive_worst``
   the same for the plain W = 3 plan;
+* every system at each rollout TP degree 1, 2, 4 (``run_case``'s ``Case.tps``): veRL, RollMux and MuxServe at
+  their fastest, JigsawRL at the degree and layout its profile picks; ``tp`` says which per setting and
+  ``verl_own_tp_vs_best_mean`` what veRL at TP 1 runs against veRL at its best degree;
 * ``speedup_vs_verl_mean``: JigsawRL over veRL (its better configuration) on the Fig. 12 settings in
   RLSim with the default grid, over the long run (JigsawRL's makespan over the two steps repeated
   four times, per pass; RollMux's time per pass after its first, a ramp it is not charged;
@@ -251,7 +254,7 @@ def main(argv=None) -> int:
     print(f"  layouts chosen: {', '.join(f'{k} {v}' for k, v in sim['layouts'].items())}; confined to the sharing "
           f"layout profiling picks: {sim['shared_layouts_vs_verl_mean']:.3f} / veRL", flush=True)
     print(f"  bound: no schedule of these steps beats veRL by more than {sim['bound_vs_verl_mean']:.3f}x on the mean "
-          f"({sim['bound_vs_verl_min']:.3f}x on the tightest setting; over schedules at one of the rollout TP degrees "
+          f"({sim['bound_vs_verl_min']:.3f}x on the tightest setting; over schedules running each pipeline at one of the rollout TP degrees "
           f"searched; sim/multiplex/bounds.py)", flush=True)
     print(f"  rollout TP searched for every system (1, 2, 4): veRL at the pipelines' own TP 1 runs "
           f"{sim['verl_own_tp_vs_best_mean']:.3f}x of veRL at its best degree on the mean", flush=True)

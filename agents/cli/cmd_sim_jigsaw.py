@@ -5,7 +5,10 @@ pipelines' steps simulated once on the engine model, then veRL (its better confi
 GPUs, or side by side on half each), RollMux at its best configuration, JigsawRL-MuxServe and JigsawRL (the
 layout its profile chooses, look-ahead, merging, balancing) on those same steps. Prints each system's
 throughput and its ratio to veRL, the layout chosen, and each pipeline's step time against its step alone on
-all the GPUs (what sharing costs one job). docs/jigsaw.md gives the model and its limits.
+all the GPUs (what sharing costs one job). Every system also runs at each rollout TP degree of ``--tp`` (default:
+the pipelines' tp, 2x and 4x it within a node) and is reported at its best, with the degree it ran at: a larger
+degree shortens a long tail's decode, which veRL's rollout TP setting buys a user too. docs/jigsaw.md gives the
+model and its limits.
 
 Throughput counts both pipelines' tokens until both have done ``--steps`` steps. For two pipelines of
 different step lengths use ``--steady``: the shorter one runs as many more steps as fit, and throughput
@@ -135,7 +138,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
                           f"at most 4 (the shorter pipeline may run up to {STEADY_CAP * PASSES}x as many steps; "
                           "2 x 64 steps take about 2 minutes)")
     if args.tp.strip().lower() == "auto":
-        tps = tp_search(tp, args.gpus)
+        tps = tp_search(tp, args.gpus)  # () where no larger degree fits: the pipelines' own
     else:
         try:
             tps = tuple(int(x) for x in args.tp.split(","))
@@ -146,7 +149,7 @@ def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
     try:  # refuses degrees that are not >= 1 or leave a pipeline part of a worker, before simulating
         tp_candidates(case)
     except ConfigError as e:
-        raise ConfigError("command line", "--tp", f"{args.tp!r} for {args.gpus} GPUs", e.allowed or "") from None
+        raise ConfigError("command line", "--tp", f"{args.tp!r} for {args.gpus} GPUs ({e.problem})", e.allowed) from None
     print(f"simulating {label} on {args.gpus} {gpu}, {args.steps} step(s), seed {args.seed} ...", file=sys.stderr,
           flush=True)
     t0 = time.perf_counter()
@@ -211,6 +214,6 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
                            "what the short one loses does not show in it (--steady runs it as many steps as fit instead)")
                 print(f"  note: {name}'s steps are much shorter than the other's and run {lat / alone[name]:.2f}x as long "
                       f"as alone; {why} (docs/jigsaw.md, \"Your own pair\")", file=out)
-    bound = (f"upper bound for any schedule{' at one of the TP degrees' if len(tp.get('candidates', ())) > 1 else ''}: "
+    bound = (f"upper bound for any schedule{' running each pipeline at one of the TP degrees searched' if len(tp.get('candidates', ())) > 1 else ''}: "
              f"{res['bound_tps'] / base:.3f}x veRL; ") if "bound_tps" in res else ""
     print(f"  {bound}memory violations: {res['memory_violations']}", file=out)

@@ -23,7 +23,7 @@ from orchestrl.sim.experiments.rowsplot import FigureCli, SweepFigure
 from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigsaw_async, repeat_steps, rollmux,
                                                repeat_each, steady_passes, steady_rates, verl_steady, vs_split,
                                                streamrl, verl)
-from orchestrl.sim.multiplex.bounds import chain_bound_s
+from orchestrl.sim.multiplex.bounds import pipeline_chain_s
 from orchestrl.sim.multiplex.layouts import (ROUTING_MARGIN, ROUTINGS, choose, predict_routing, profile_costs,
                                              profile_steps, routing_args)
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps
@@ -64,12 +64,13 @@ class Case:
 def tp_search(tp: int, gpus: int) -> tuple[int, ...]:
     """The rollout TP degrees the figures and ``orchestrl sim jigsaw`` search by default for pipelines of TP ``tp``
     on ``gpus`` GPUs: ``tp``, ``2 tp`` and ``4 tp``, within one 8-GPU node, where each pipeline keeps an even
-    share of whole workers (Fig. 12's: 1, 2, 4).
+    share of whole workers (Fig. 12's: 1, 2, 4); ``()`` where none does (then :func:`run_case` runs the pipelines'
+    own degree only).
 
-    >>> tp_search(1, 8), tp_search(4, 8), tp_search(1, 4)
-    ((1, 2, 4), (4,), (1, 2))
+    >>> tp_search(1, 8), tp_search(4, 8), tp_search(1, 4), tp_search(8, 8)
+    ((1, 2, 4), (4,), (1, 2), ())
     """
-    return tuple(t for t in (tp, 2 * tp, 4 * tp) if t <= 8 and gpus % (2 * t) == 0) or (tp,)
+    return tuple(t for t in (tp, 2 * tp, 4 * tp) if t <= 8 and gpus % (2 * t) == 0)
 
 
 #: Fig. 12's settings (8 H100, two pipelines of one model and task, different weights).
@@ -95,12 +96,12 @@ def tp_candidates(case: Case) -> tuple[int, ...]:
         return (own,)
     bad = [t for t in case.tps if isinstance(t, bool) or not isinstance(t, int) or t < 1]
     if bad:
-        raise ConfigError(f"jigsaw case {case.label!r}", "tps", f"{list(case.tps)!r}", "integers >= 1, e.g. (1, 2, 4)")
+        raise ConfigError(f"jigsaw case {case.label!r}", "tps", f"{bad!r} in {list(case.tps)!r}", "integers >= 1, e.g. 1, 2, 4")
     uneven = [t for t in case.tps if case.gpus % (2 * t)]
     if uneven:
         raise ConfigError(f"jigsaw case {case.label!r}", "tps", f"{uneven} on {case.gpus} GPUs",
                           f"degrees t with {case.gpus} a multiple of 2t (each pipeline then has half the workers "
-                          "for veRL split), e.g. " + ", ".join(str(t) for t in (1, 2, 4, 8) if not case.gpus % (2 * t)))
+                          "for veRL split), here " + ", ".join(str(t) for t in (1, 2, 4, 8) if not case.gpus % (2 * t)))
     return tuple(sorted(set(case.tps)))
 
 
@@ -128,13 +129,18 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
     """One result from the runs at each TP degree (``at``: degree -> :func:`_run_at`'s result), each system at its
     best. JigsawRL: the degree whose profiled layout is shortest (the profile's makespans, the static split's
     shortened by the routing margin, compared across degrees as across layouts), so nothing measured decides it;
-    without a profile, the pipelines' own degree. The baselines: the degree at which each ran fastest. The bound:
-    the largest over the degrees (no schedule at one of them can beat it; a schedule changing TP mid-step is not
-    covered). Per-pipeline steady ratios are re-taken against veRL split's rates at veRL's degree."""
+    without a profile, the pipelines' own degree. The steady measure's profiles repeat each draw by each degree's
+    own pass counts, so degrees are compared by seconds per profiled token (the same rule where the work is equal).
+    The baselines: the degree at which each ran fastest. The bound: each pipeline's chain at its best degree, the
+    longest of them (no schedule that runs each pipeline at one of the degrees can beat it; one that changes TP
+    mid-step is not covered). Per-pipeline steady ratios are re-taken against veRL split's rates at veRL's degree."""
     cands = sorted(at)
+    own = case.pipelines[0][2]
+    # seconds per profiled token: within a degree the layouts run the same profile (so this is the makespan rule),
+    # across degrees the steady measure repeats each profile draw by that degree's own pass counts
     adjusted = {t: min(v * (1.0 - ROUTING_MARGIN if r == "split" else 1.0) for r, v in at[t]["routing_costs"].items())
-                for t in cands if at[t].get("routing_costs")}
-    tj = min(adjusted, key=lambda t: (adjusted[t], t)) if len(adjusted) == len(cands) else cands[0]
+                / at[t].get("routing_tokens", 1) for t in cands if at[t].get("routing_costs")}
+    tj = min(adjusted, key=lambda t: (adjusted[t], t)) if len(adjusted) == len(cands) else (own if own in at else cands[0])
     out = dict(at[tj])
 
     def best(key: str) -> int | None:
@@ -152,13 +158,14 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
         if ts is not None:
             out["verl_serial_tps"], out["verl_serial_mfu"] = at[ts]["verl_serial_tps"], at[ts].get("verl_serial_mfu")
             chosen["verl_serial"] = ts
-        own = case.pipelines[0][2]
         out["verl_own_tp_tps"] = at[own]["verl_tps"] if own in at else None  # veRL at the pipelines' own degree
         # each pipeline alone on all the GPUs at its fastest degree (what a latency increase is against)
         out["exclusive_step_s"] = {n: min(at[t]["exclusive_step_s"][n] for t in cands) for n in out["exclusive_step_s"]}
-    tb = best("bound_tps")
-    if tb is not None:
-        out["bound_tps"] = at[tb]["bound_tps"]
+    if all(at[t].get("chain_s") for t in cands):
+        # each pipeline's chain at its own best degree, the longest of them: a schedule may run the two at different
+        # degrees (each on its own workers), so the max over pipelines of the min over degrees, not the reverse
+        names = list(at[cands[0]]["chain_s"])
+        out["bound_tps"] = out["tokens"] / max(min(at[t]["chain_s"][n] for t in cands) for n in names)
     for sysname, keys in (("rollmux", ("rollmux_tps", "rollmux_config", "rollmux_steps_run", "rollmux_per_pipeline_vs_split")),
                           ("rollmux_engine", ("rollmux_engine_tps", "rollmux_engine_config")),
                           ("rollmux_proportional", ("rollmux_proportional_tps",)),
@@ -175,7 +182,7 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
             else:
                 out.pop(k, None)
     # JigsawRL confined to the layouts sharing workers: the degree whose profiled sharing layout is shortest
-    shared = {t: min(v for r, v in at[t]["routing_costs"].items() if r != "split")
+    shared = {t: min(v for r, v in at[t]["routing_costs"].items() if r != "split") / at[t].get("routing_tokens", 1)
               for t in cands if any(r != "split" for r in at[t].get("routing_costs", {}))}
     if shared and "jigsaw_tps" in out:
         t = min(shared, key=lambda t: (shared[t], t))
@@ -245,7 +252,8 @@ def _run_at(case: Case) -> dict[str, Any]:
         else:
             # what no schedule of these steps can beat (sim/multiplex/bounds.py): the target's reachability. Not for
             # the steady measure (a pipeline's own chain bounds its rate, not the window's aggregate)
-            out["bound_tps"] = b.tokens / chain_bound_s(full)
+            out["chain_s"] = {r.spec.name: pipeline_chain_s(r) for r in full}
+            out["bound_tps"] = b.tokens / max(out["chain_s"].values())
     if "rollmux" in case.systems and half:
         # RollMux's pools: half the replicas, and one more or one fewer (its best configuration is searched); under
         # the steady measure each pipeline's steps repeated as for the others (in one group RollMux then runs both jobs
@@ -292,6 +300,7 @@ def _run_at(case: Case) -> dict[str, Any]:
         # predict_routing's rule on the profile's summed makespans, kept so that the TP degrees can be compared too
         costs = profile_costs(profile, choices=case.layouts)
         out["routing_costs"] = {r: sum(c[r] for c in costs) for r in case.layouts}
+        out["routing_tokens"] = sum(sum(r.tokens) for prof, _ in profile for r in prof)
         out["routing"] = choose(out["routing_costs"])
         route = routing_args(out["routing"], half, nsteps)
     for pol in ("muxserve", "jigsaw", "jigsaw-greedy", "jigsaw-nomerge"):

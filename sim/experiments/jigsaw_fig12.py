@@ -53,7 +53,7 @@ def rows_of(results: list[dict]) -> list[Row]:
     return rows
 
 
-NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): each baseline at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
          "ours: tokens of both pipelines per second over the same simulated steps; veRL at its better configuration "
          "(pipelines in turn on 8 GPUs, or 4 GPUs each); RollMux at its best configuration (pool size, tail threshold, "
          "kept replicas, or each job in a group of its own); over the long run: JigsawRL and MuxServe by their makespan over the steps four times over, "

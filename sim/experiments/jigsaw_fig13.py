@@ -34,7 +34,7 @@ def rows_of(results: list[dict]) -> list[Row]:
     return rows
 
 
-NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): each baseline at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
          "A100 has no measured grid: the modelled grid of its roofline (fitted to the paper's H100 numbers)",
          "RollMux at its best configuration (pool size, tail threshold, kept replicas, or each job in a group of its "
          "own); over the long run: JigsawRL by "

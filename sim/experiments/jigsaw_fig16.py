@@ -34,7 +34,7 @@ def rows_of(results: list[dict]) -> list[Row]:
     return rows
 
 
-NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): each baseline at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
          "slowdown: a pipeline's mean step time under JigsawRL over its step alone on the 8 GPUs",)
 FIGURE = figure("jigsaw-fig16", "JigsawRL Figure 16: heterogeneous models", "ratio", NOTES, cases, rows_of)
 sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main

@@ -30,7 +30,7 @@ def rows_of(results: list[dict]) -> list[Row]:
             Row("jigsaw/muxserve", PAPER["jigsaw/muxserve"], r["jigsaw_mfu"] / r["muxserve_mfu"])]
 
 
-NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): veRL, RollMux and MuxServe at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
+NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp within a node): each baseline at whichever ran fastest, JigsawRL at the degree and layout its profile picks",
          "veRL: its better configuration (the pipelines in turn on the 4 GPUs, or 2 GPUs each), as every JigsawRL "
          "ratio here; verl-serial: the pipelines in turn, the paper's veRL (its 1.7x is against that)",)
 FIGURE = figure("jigsaw-fig19", "JigsawRL Figure 19: average MFU", "MFU ratio", NOTES, cases, rows_of)

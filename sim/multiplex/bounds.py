@@ -30,7 +30,7 @@ from orchestrl.sim.multiplex.rollout import perf_model
 from orchestrl.sim.multiplex.runner import PipelineSteps
 from orchestrl.sim.multiplex.workload import TASKS, draw_samples
 
-__all__ = ["critical_sample_s", "chain_bound_s"]
+__all__ = ["critical_sample_s", "pipeline_chain_s", "chain_bound_s"]
 
 
 def critical_sample_s(run: PipelineSteps, step: int) -> float:
@@ -49,10 +49,12 @@ def critical_sample_s(run: PipelineSteps, step: int) -> float:
     return worst
 
 
+def pipeline_chain_s(run: PipelineSteps) -> float:
+    """A lower bound on the time any schedule needs for ``run``'s synchronous steps at its TP degree: each step's
+    slowest sample decoded alone, then its reference and training spread perfectly over the workers."""
+    return sum(critical_sample_s(run, k) + statistics.fmean(a + b for a, b in run.post[k]) for k in range(run.steps))
+
+
 def chain_bound_s(runs: Sequence[PipelineSteps]) -> float:
     """A lower bound on the makespan of any schedule of ``runs`` (synchronous steps) on their DP workers."""
-    per = []
-    for r in runs:
-        per.append(sum(critical_sample_s(r, k) + statistics.fmean(a + b for a, b in r.post[k])
-                       for k in range(r.steps)))
-    return max(per)
+    return max(pipeline_chain_s(r) for r in runs)

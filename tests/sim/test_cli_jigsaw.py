@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -21,8 +22,16 @@ def test_a_pair_prints_every_system_against_verl_and_the_layout_chosen(capsys):
         assert name in out, out
     verl = next(line for line in out.splitlines() if line.strip().startswith("veRL ("))
     assert verl.split()[-2] == "1.000"  # the baseline row is the ratio's denominator
-    # every system at its own rollout TP degree: on 4 GPUs each pipeline's half is 2, so 1 and 2 are searched
-    assert "rollout TP searched: 1, 2" in out and verl.split()[-1] in ("1", "2"), out
+    # every system at its own rollout TP degree: on 4 GPUs each pipeline's half is 2, so 1 and 2 are searched, and
+    # the degree printed is the one the run (same input, --json) reports for that system
+    assert "rollout TP searched: 1, 2" in out, out
+    assert main(SMALL + ["--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    names = {"RollMux": "rollmux", "JigsawRL-MuxServe": "muxserve", "JigsawRL": "jigsaw"}
+    table = [m.groups() for m in re.finditer(r"^\s+(\S+(?: \(\w+\))?)\s+\d+\s+\d\.\d{3}\s+(\d+)$", out, re.M)]
+    assert len(table) == 4, out
+    for name, deg in table:
+        assert int(deg) == res["tp"]["verl" if name.startswith("veRL") else names[name]], (name, deg, res["tp"])
     assert out.count("its step alone on all the GPUs") == 2  # each pipeline's latency against its step alone
 
 

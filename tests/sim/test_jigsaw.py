@@ -439,6 +439,9 @@ def test_every_baseline_is_reported_at_its_fastest_rollout_tp_and_the_bound_cove
         assert out["tp"][sysname] == max(runs, key=lambda t: runs[t][f"{sysname}_tps"])
     assert out["verl_own_tp_tps"] == runs[1]["verl_tps"]
     assert out["jigsaw_tps"] == runs[out["tp"]["jigsaw"]]["jigsaw_tps"]
+    # the same case run at TP 2 alone (the single-degree path): veRL there is the veRL reported above
+    alone = run_case(Case("fig12", "t", "H100", 4, pair, steps=1, systems=("verl",), tps=(2,)))
+    assert alone["tp"] == {"candidates": [2]} and out["verl_tps"] == pytest.approx(alone["verl_tps"], rel=1e-9)
     # no system at any degree beats the bound (each degree's own bound is a bound for schedules at that degree)
     assert all(out["bound_tps"] >= r[k] for r in runs.values() for k in ("verl_tps", "rollmux_tps", "muxserve_tps",
                                                                          "jigsaw_tps"))
@@ -461,6 +464,28 @@ def test_jigsaws_rollout_tp_is_decided_on_its_profile_with_the_split_margin_not_
     near = 100.0 * (1 - ROUTING_MARGIN) + 0.1
     out = _best_tp(case, {1: run({"split": 100.0}, 9.0, "split"), 2: run({"uniform": near}, 5.0, "uniform")})
     assert out["tp"]["jigsaw"] == 1 and out["routing"] == "split"
+    # the steady measure repeats each degree's profile by its own pass counts: degrees compare per profiled token
+    a, b = run({"split": 100.0}, 9.0, "split"), run({"split": 150.0}, 5.0, "split")
+    a["routing_tokens"], b["routing_tokens"] = 1000, 2000
+    assert _best_tp(case, {1: a, 2: b})["tp"]["jigsaw"] == 2
+    # no profile (e.g. one pipeline): the pipelines' own degree, not the smallest searched
+    two = Case("fig12", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 2, 1.0),) * 2, tps=(1, 2))
+    nop = {t: {k: v for k, v in run({}, float(t), "uniform").items() if k != "routing_costs"} for t in (1, 2)}
+    assert _best_tp(two, nop)["tp"]["jigsaw"] == 2
+
+
+def test_steady_per_pipeline_ratios_are_against_verl_split_at_verls_own_degree():
+    from orchestrl.sim.experiments.jigsaw_common import Case, _best_tp
+    case = Case("cli", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2, tps=(1, 2), steady=True)
+
+    def run(split_rates, jig_ratio, costs):
+        return {"routing_costs": costs, "routing": "split", "verl_tps": sum(split_rates), "verl_config": "split",
+                "verl_split_rates_tps": split_rates, "jigsaw_tps": 1.0, "jigsaw_per_pipeline_vs_split": jig_ratio,
+                "exclusive_step_s": {"A": 1.0, "B": 1.0}, "memory_violations": 0, "wall_s": 0.0}
+    # JigsawRL runs at TP 1 (its profile), where it matches TP 1's split; veRL's split is twice as fast at TP 2
+    out = _best_tp(case, {1: run([10.0, 30.0], [1.0, 1.0], {"split": 1.0}), 2: run([20.0, 60.0], [1.0, 1.0], {"split": 2.0})})
+    assert out["tp"]["jigsaw"] == 1 and out["tp"]["verl"] == 2
+    assert out["jigsaw_per_pipeline_vs_split"] == pytest.approx([0.5, 0.5])
 
 
 def test_bad_tp_degrees_are_refused_naming_the_field():
@@ -471,7 +496,9 @@ def test_bad_tp_degrees_are_refused_naming_the_field():
             run_case(Case("fig12", "t", "H100", 8, pair, tps=tps))
         assert e.value.field == "tps"
     assert tp_candidates(Case("fig12", "t", "H100", 8, pair)) == (1,)  # none given: the pipelines' own
-    assert tp_search(1, 8) == (1, 2, 4) and tp_search(2, 8) == (2, 4) and tp_search(8, 8) == (8,)
+    assert tp_search(1, 8) == (1, 2, 4) and tp_search(2, 8) == (2, 4) and tp_search(8, 8) == ()
+    eight = (("Qwen3-0.6B", "gsm8k", 8, 1.0),) * 2
+    assert tp_candidates(Case("fig12", "t", "H100", 16, eight, tps=tp_search(8, 8))) == (8,)  # none: its own
 
 
 # --- the post model's calibration to Table 1 ------------------------------------------------------------------------
