@@ -25,8 +25,11 @@ def test_the_documented_example_runs_and_every_engine_gets_the_right_bits(tmp_pa
     script.write_text(block.group(1))
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "GLOO_SOCKET_IFNAME": "lo"}
-    out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=420)
+    try:  # under pytest's 300 s, so a hang shows the ranks' output, not a pytest stack
+        out = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=270)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"the example ran past 270 s:\n{e.stdout}\n{e.stderr}")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.splitlines()[-1] == "ok"
     assert len(re.findall(r"step \d: 19 parameters verified=True", out.stdout)) == 2, out.stdout
