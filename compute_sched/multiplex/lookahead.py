@@ -222,7 +222,22 @@ class Scheduler:
         return sorted(out)
 
     def _pair_levels(self, st: WorkerState) -> list[tuple[float, float]]:
-        """Memory splits of two running heads: all of the budget between them, each at or above its floor."""
+        """Memory splits of two running heads: all of the budget between them, each at or above its floor.
+
+        An idle head (a tool wait, a barrier's marker) holds only what its sticky group already holds (else
+        nothing), and the other head gets the levels it would get alone: splitting the budget with a wait used to
+        size a rollout's KV pool at 20% when the planner paired its first task with the other pipeline's marker
+        (a prefill, which memory hardly slows, tied across splits), and the pool then stayed small for the whole
+        rollout (2.05 s lost in one Llama-3.1-8B step of the `split` layout, which shares nothing)."""
+        kinds = [st.head(c).kind for c in range(2)]
+        if IDLE in kinds:
+            holds = [st.held[c] if st.head(c).sticky is not None and st.held[c] > 0 else 0.0 for c in range(2)]
+            if kinds[0] == kinds[1]:
+                return [tuple(holds)]  # type: ignore[list-item]
+            i = kinds.index(IDLE)
+            o = 1 - i
+            return [tuple(lvl if c == o else holds[i] for c in range(2))  # type: ignore[misc]
+                    for lvl in self._level_choices(st, o, MEMORY_BUDGET_PCT - holds[i])]
         out = []
         for l0 in self.levels:
             l1 = MEMORY_BUDGET_PCT - l0
