@@ -7,7 +7,6 @@ import io
 import itertools
 import json
 
-import numpy as np
 import pytest
 
 from orchestrl.agents.cli import main
@@ -88,7 +87,6 @@ def test_a_delayed_pipeline_starts_no_earlier_than_its_start_time_and_a_bad_star
     assert shifted.step_end_s[b][0] >= delay + big[1].step_alone_s(0) - 1e-6
     assert shifted.step_end_s[big[0].spec.name][0] <= plain.step_end_s[big[0].spec.name][0] + 1e-6  # A runs alone
     assert shifted.memory_violations == 0
-    from orchestrl.fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="start_s"):
         runner.run_group(big, "jigsaw", start_s=[0.0])
 
@@ -118,13 +116,6 @@ def test_a_rollouts_memory_floor_follows_the_contexts_its_replica_submits():
             floors.setdefault(task, []).append(floor)
     assert max(floors["gsm8k"]) <= 40.0 and max(floors["aime"]) > max(floors["gsm8k"])
 
-
-@pytest.fixture(scope="module")
-def two_steps():
-    """Two small Qwen3-4B GSM8K pipelines, two steps, on 4 H100 workers and on 2 (the halves' steps)."""
-    specs = [PipelineSpec(n, "Qwen3-4B", "gsm8k", tp=1, prompts=8, seed=i + 1) for i, n in enumerate("AB")]
-    return ([runner.simulate_steps(s, "H100", 4, 2) for s in specs],
-            [runner.simulate_steps(s, "H100", 2, 2) for s in specs])
 
 
 def test_routing_by_halves_keeps_each_rollout_on_its_half_and_spreads_training_everywhere(two_steps):
@@ -156,7 +147,6 @@ def test_routing_is_decided_once_on_a_profiling_step_and_bad_routing_input_is_re
     fixed = runner.run_group(full, "jigsaw", partition=half, routed=[True, True], own_post=True)
     assert auto.makespan_s == pytest.approx(fixed.makespan_s)  # one decision for every step
     assert layouts.predict_routing(full[:1]) == "uniform"  # one pipeline: nothing to split
-    from orchestrl.fabric.errors import ConfigError
     with pytest.raises(ConfigError, match="partition"):
         runner.run_group(full, "jigsaw", partition=full)  # not the halves' steps
     for bad in ([True], "yes", [1, 0]):  # too short, not 'auto', not true/false
@@ -191,7 +181,6 @@ def test_a_layout_sharing_workers_must_beat_the_split_by_the_margin_to_be_chosen
     assert layouts.predict_routing(full, **pick) != "split"  # the default margin is below this gain
     assert layouts.predict_routing(full, margin=gain + 0.01, **pick) == "split"  # a gain under the margin is not taken
     assert layouts.predict_routing(full, margin=0.9, choices=("uniform", "halves"), **pick) != "split"  # no split to keep
-    from orchestrl.fabric.errors import ConfigError
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ConfigError, match="routing margin"):
             layouts.predict_routing(full, margin=bad, **pick)
@@ -230,7 +219,6 @@ def test_the_split_layout_is_veRL_split_so_JigsawRL_can_always_fall_back_to_it(t
 def test_the_split_layout_runs_each_multi_turn_pipeline_step_by_step_as_alone_over_repeated_passes():
     # each worker also carries the other pipeline's zero-work markers; pairing a rollout's first sub-stage with one
     # used to size its KV pool at 20% for the whole rollout (a step 2.05 s late here, Llama-3.1-8B seed 2 at TP 4)
-    import itertools
     from orchestrl.sim.experiments.jigsaw_common import Case, _specs
     from orchestrl.sim.multiplex.baselines import repeat_each
     from orchestrl.sim.multiplex.layouts import routing_args
@@ -261,264 +249,6 @@ def test_balancing_under_routing_moves_training_between_workers_but_never_loses_
     assert moved  # a worker still carrying the other pipeline's rollout got a smaller share somewhere
 
 
-def test_rollmux_is_timed_over_the_long_run_so_the_order_of_the_steps_does_not_change_it(two_steps):
-    # The round robin staggers the two jobs, so a run's first pass is a ramp; the baseline is the time a
-    # long run spends per pass. Timing it by one step's increment (doubled) gave 29.6 s or 42.8 s for the
-    # same two steps depending on which came first.
-    from orchestrl.sim.multiplex.rollout import post_times
-    _, half = two_steps
-    rev = [runner.PipelineSteps(r.spec, r.gpu, r.replicas, r.traces[::-1], r.post[::-1], r.tokens[::-1]) for r in half]
-    a, b = rollmux(half), rollmux(rev)
-    assert a.total_s == pytest.approx(b.total_s, rel=2e-3)
-    # the training pool (2 of the 4 GPUs) runs one job at a time: a pass holds every step's training of both
-    train = sum(sum(post_times(r.spec, r.tokens[k], r.gpu, 2)) for r in half for k in range(2))
-    assert a.total_s >= train - 1e-9
-    assert a.detail["first_pass_s"] >= a.total_s - 1e-9
-
-
-@pytest.fixture(scope="module")
-def math_pools():
-    """Two small Qwen3-0.6B MATH pipelines, two steps, with rollout pools of 2, 1 and 3 of 4 replicas."""
-    specs = [PipelineSpec(n, "Qwen3-0.6B", "math", tp=1, prompts=16, seed=i + 1) for i, n in enumerate("AB")]
-    return [[runner.simulate_steps(s, "H100", r, 2) for s in specs] for r in (2, 1, 3)]
-
-
-def test_rollmux_reports_its_best_configuration(math_pools, two_steps):
-    from orchestrl.compute_sched.groups.config import GroupConfig
-    from orchestrl.sim.multiplex.rollout import post_times
-    from orchestrl.fabric.errors import ConfigError
-    from orchestrl.sim.multiplex import baselines as bl
-    best = rollmux(math_pools, 4, isolated=False)  # the co-execution group's search (isolated groups: below)
-    free = GroupConfig(tail_capacity_fraction=1e-9)  # the next rollout is charged nothing for the tail's replicas
-    tried, harsh = {}, {}
-    for pool in math_pools:
-        d = pool[0].replicas
-        tried[(d, None, None)] = harsh[(d, None, None)] = bl._rollmux_pass(
-            *bl._rollmux_draws(pool, 4 - d, None, 1.0), GroupConfig(long_tail_migration=False))[0]
-        for thr in bl.TAIL_THRESHOLDS:
-            for keep in range(1, d):
-                jobs, draws = bl._rollmux_draws(pool, 4 - d, keep, thr)
-                tried[(d, keep, thr)] = bl._rollmux_pass(jobs, draws, free)[0]
-                harsh[(d, keep, thr)] = bl._rollmux_pass(jobs, draws, GroupConfig(tail_capacity_fraction=keep / d))[0]
-    assert best.total_s == pytest.approx(min(tried.values()))  # the fastest of every setting searched
-    # here the best is not the default (half the replicas, tail at 80%): the pool and the threshold are searched
-    assert best.detail["rollout_replicas"] == 3 and best.detail["tail_threshold"] != 0.8
-    assert best.total_s < tried[(2, 1, 0.8)] - 0.1
-    # the bracket: slowing the next rollout by the replicas a tail holds makes RollMux slower where a tail holds any
-    assert harsh[(3, 2, 0.9)] > tried[(3, 2, 0.9)] + 0.1
-    assert best.detail["proportional_s"] == pytest.approx(min(harsh.values()))
-    assert best.detail["proportional_s"] > best.total_s
-    with pytest.raises(ConfigError, match="pools"):  # a rollout pool with nothing left to train on
-        rollmux([two_steps[0]], 4)
-    # RollMux may also run each job in a group of its own (its inter-group scheduler's alternative): on its half of
-    # the GPUs a rollout pool and a training pool, no migration. Alone, a job's iteration is its rollout on the pool
-    # then its reference and training on the rest, nothing shared, so a pass takes the sum of its steps' two phases
-    # on the pool size that serves it best; on 6 replicas (3 a half) that is 1 or 2 rollout replicas per job
-    def alone_pass_s(j: int, k: int) -> float:
-        run = {p[0].replicas: p for p in math_pools}[k][j]
-        return sum(max(t.end_s for t in run.traces[s]) + sum(post_times(run.spec, run.tokens[s], run.gpu, 3 - k))
-                   for s in range(2))
-
-    iso = rollmux(math_pools, 6)
-    sizes = [min((1, 2), key=lambda k: alone_pass_s(j, k)) for j in range(2)]
-    assert iso.detail["config"].startswith("isolated groups") and iso.detail["rollout_replicas"] == tuple(sizes)
-    assert iso.total_s == pytest.approx(max(alone_pass_s(j, k) for j, k in enumerate(sizes)), rel=1e-9)
-    assert iso.total_s < rollmux(math_pools, 6, isolated=False).total_s  # here faster than one group
-    assert rollmux(math_pools, 4).total_s < best.total_s  # on 4 replicas too (1 + 1 per job)
-
-
-def test_rollmux_with_the_next_rollout_at_the_engines_speed_is_reported_inside_the_bracket(math_pools):
-    from orchestrl.fabric.errors import ConfigError
-    from orchestrl.sim.multiplex import baselines as bl
-    half, one, three = math_pools
-    fewer = {1: one, 2: half}
-    # a long-tailed step on fewer replicas loses less than their share: faster than in proportion, never faster
-    # than on all of them
-    rates = bl._tail_rates(three, one)
-    assert rates.shape == (2, 2) and np.all(rates <= 1.0) and np.all(rates > 1 / 3)
-    r = rollmux(math_pools, 4, fewer=fewer, isolated=False)  # the co-execution group (isolated groups have no tail)
-    # between the generous default and the proportional slowdown: a slower tail never reports RollMux faster
-    assert r.total_s <= r.detail["engine_s"] <= r.detail["proportional_s"]
-    assert r.detail["engine_config"].startswith("rollout on ")
-    assert "engine_s" not in rollmux(math_pools, 4).detail  # only when the smaller pools' steps are given
-    with pytest.raises(ConfigError, match="fewer"):  # the 2-replica pool's tail on 1 frees 1: its steps are needed
-        rollmux([half, three], 4, fewer={})
-    with pytest.raises(ConfigError, match="in that order"):  # the pipelines swapped: each would get the other's rates
-        rollmux(math_pools, 4, fewer={1: one[::-1]})
-    short = [runner.simulate_steps(p.spec, "H100", 1, 1) for p in one]
-    with pytest.raises(ConfigError, match="at least 2 steps"):  # fewer steps than the pools: refused, no IndexError
-        rollmux(math_pools, 4, fewer={1: short})
-
-
-def test_rollmux_under_the_steady_measure_runs_each_job_once_per_meta_iteration(math_pools):
-    # RollMux's round robin runs every job of a group once per meta-iteration (its §4.3), so under the steady measure
-    # the job given more steps (the shorter one) runs at the other's cadence: the steps beyond the other's count are
-    # never reached, and the rate is steady_rates on the round robin's own step ends, best over the same search
-    from orchestrl.compute_sched.groups.config import GroupConfig
-    from orchestrl.sim.multiplex import baselines as bl
-    more = [bl.repeat_each(p, (2, 5)) for p in math_pools]  # A 4 steps, B 10
-    same = [bl.repeat_each(p, (2, 2)) for p in math_pools]
-    r = rollmux(more, 4, steady=True, isolated=False)
-    assert r.throughput_tps == pytest.approx(rollmux(same, 4, steady=True, isolated=False).throughput_tps, rel=1e-12)
-    assert r.throughput_tps == pytest.approx(sum(r.detail["steady_rates"]), rel=1e-12)
-    assert "longrun_pass_s" not in r.detail and r.detail["makespan_s"] > 0
-    free = GroupConfig(tail_capacity_fraction=1e-9)
-    rates = []
-    for pool in more:
-        d = pool[0].replicas
-        toks = [p.tokens[:4] for p in pool]
-        for keep, thr in [(None, 1.0)] + [(k, t) for t in bl.TAIL_THRESHOLDS for k in range(1, d)]:
-            jobs, draws = bl._rollmux_draws(pool, 4 - d, keep, thr)
-            ends = bl._rollmux_ends(jobs, draws, GroupConfig(long_tail_migration=False) if keep is None else free)
-            assert [len(e) for e in ends] == [4, 4]  # one step of each job per meta-iteration
-            rates.append(bl.steady_tps(ends, toks))
-    assert r.throughput_tps == pytest.approx(max(rates), rel=1e-12)  # its best configuration under this measure
-    # in groups of their own the jobs are not in step: each runs all its steps at its own pace, one after another on
-    # its half (2 replicas: rollout on 1, reference and training on the other), and RollMux at its best
-    # configuration is the faster of the two arrangements
-    from orchestrl.sim.multiplex.rollout import post_times
-    one = {p[0].replicas: p for p in more}[1]
-    ends = [list(itertools.accumulate(max(t.end_s for t in run.traces[s]) + sum(post_times(run.spec, run.tokens[s],
-                                                                                       run.gpu, 1))
-                                      for s in range(run.steps))) for run in one]
-    alone = sum(bl.steady_rates(ends, [run.tokens for run in one]))
-    best = rollmux(more, 4, steady=True)
-    assert best.throughput_tps == pytest.approx(max(alone, r.throughput_tps), rel=1e-9)
-    assert r.detail["steps_run"] == [4, 4] and best.detail["steps_run"] == [4, 10]  # here alone is faster
-    assert rollmux(same, 4, steady=True).throughput_tps != pytest.approx(best.throughput_tps, rel=1e-6)
-    from orchestrl.fabric.errors import ConfigError
-    with pytest.raises(ConfigError, match="pools"):  # pools repeated differently would be scored on other steps
-        rollmux([more[0], same[1]], 4, steady=True)
-    with pytest.raises(ConfigError, match="fewer"):
-        rollmux(more[:1], 4, fewer={1: same[1]}, steady=True)
-
-
-def test_long_run_timing_does_not_depend_on_how_many_passes_it_takes(math_pools, monkeypatch):
-    from orchestrl.fabric.errors import ConfigError
-    from orchestrl.sim.multiplex import baselines as bl
-    times = []
-    for passes in (4, 8, 16):  # the ramp is not charged: within 1% (the round robin still drifts by 0.4%)
-        monkeypatch.setattr(bl, "PASSES", passes)
-        times.append(rollmux(math_pools, 4).total_s)
-    assert times[0] == pytest.approx(times[1], rel=1e-2) and times[1] == pytest.approx(times[2], rel=1e-2)
-    assert bl.longrun_pass_s(10.0, 40.0, 4) == pytest.approx(10.0)
-    with pytest.raises(ConfigError, match="passes"):
-        bl.longrun_pass_s(10.0, 40.0, 1)
-    r = bl.repeat_steps(math_pools[0][0], 3)
-    assert r.steps == 6 and r.post[2:4] == r.post[:2] and r.tokens[4:] == r.tokens[:2] and r.traces[2] is r.traces[0]
-
-
-def test_a_consolidated_tail_decodes_at_the_merged_batch_on_whole_replicas():
-    from orchestrl.fabric.errors import ConfigError
-    from orchestrl.sim.multiplex.baselines import consolidated_tail_end, tail_point
-    r = runner.simulate_steps(PipelineSpec("A", "Qwen3-0.6B", "math", tp=1, prompts=32, seed=1), "H100", 4, 1)
-    end = max(t.end_s for t in r.traces[0])
-    ends = [consolidated_tail_end(r, 0, keep)[1] for keep in range(1, 5)]
-    assert all(e >= end - 1e-9 for e in ends)  # a moved response never ends before it would have where it was
-    assert ends[0] > end + 0.5  # 20% of 128 responses onto one replica of four: a larger batch, contexts rebuilt
-    assert ends[0] >= ends[1] >= ends[3]  # more replicas kept, a smaller batch each
-    assert tail_point(r, 0, 0.5) < tail_point(r, 0, 0.8) < end
-    for keep in (0, 5):
-        with pytest.raises(ConfigError, match="keep"):
-            consolidated_tail_end(r, 0, keep)
-    with pytest.raises(ConfigError, match="tail_threshold"):
-        tail_point(r, 0, 0.0)
-
-
-def test_a_case_reports_the_layout_the_fallback_and_rollmuxs_three_estimates():
-    # what bench/jigsaw.py and jigsaw-fig12 read from run_case: the layout chosen, JigsawRL without the split
-    # fallback where it fell back, and RollMux generous >= engine rate >= proportional (throughputs)
-    from orchestrl.sim.experiments.jigsaw_common import Case, run_case
-    pair = (("Qwen3-0.6B", "gsm8k", 1, 1.0),) * 2
-    out = run_case(Case("fig12", "t", "H100", 4, pair, steps=1, systems=("verl", "rollmux", "jigsaw")))
-    assert out["routing"] == "split" and out["verl_config"] == "split"
-    assert out["jigsaw_tps"] == pytest.approx(out["verl_tps"], rel=1e-6)  # the fallback is veRL split exactly
-    assert out["shared_routing"] in ("uniform", "halves") and out["jigsaw_shared_tps"] < out["jigsaw_tps"]
-    assert out["rollmux_tps"] >= out["rollmux_engine_tps"] >= out["rollmux_proportional_tps"] > 0
-    assert out["rollmux_engine_config"].startswith("rollout on ") and out["memory_violations"] == 0
-    shared = run_case(Case("fig12", "t", "H100", 4, pair, steps=1, systems=("verl", "jigsaw"),
-                           layouts=("uniform", "halves")))
-    assert shared["routing"] == out["shared_routing"] and "jigsaw_shared_tps" not in shared
-    assert shared["jigsaw_tps"] == pytest.approx(out["jigsaw_shared_tps"], rel=1e-6)
-
-
-def test_every_baseline_is_reported_at_its_fastest_rollout_tp_and_the_bound_covers_every_degree():
-    # Qwen3-4B's long GSM8K tail decodes faster at TP 2 (its weights read from two GPUs' HBM): veRL at TP 1 only
-    # would be a weaker baseline than a user tuning veRL's rollout TP would run
-    from orchestrl.sim.experiments.jigsaw_common import Case, run_case
-    pair = (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2
-    out = run_case(Case("fig12", "t", "H100", 4, pair, steps=1, systems=("verl", "rollmux", "muxserve", "jigsaw"),
-                        tps=(2, 1, 2)))
-    runs = out["tp_runs"]
-    assert out["tp"]["candidates"] == [1, 2] and set(runs) == {1, 2}
-    assert runs[2]["verl_tps"] > 1.05 * runs[1]["verl_tps"]  # the degree matters on this pair
-    for sysname in ("verl", "rollmux", "muxserve"):
-        assert out[f"{sysname}_tps"] == max(r[f"{sysname}_tps"] for r in runs.values())
-        assert out["tp"][sysname] == max(runs, key=lambda t: runs[t][f"{sysname}_tps"])
-    assert out["verl_own_tp_tps"] == runs[1]["verl_tps"]
-    assert out["jigsaw_tps"] == runs[out["tp"]["jigsaw"]]["jigsaw_tps"]
-    # the same case run at TP 2 alone (the single-degree path): veRL there is the veRL reported above
-    alone = run_case(Case("fig12", "t", "H100", 4, pair, steps=1, systems=("verl",), tps=(2,)))
-    assert alone["tp"] == {"candidates": [2]} and out["verl_tps"] == pytest.approx(alone["verl_tps"], rel=1e-9)
-    # no system at any degree beats the bound (each degree's own bound is a bound for schedules at that degree)
-    assert all(out["bound_tps"] >= r[k] for r in runs.values() for k in ("verl_tps", "rollmux_tps", "muxserve_tps",
-                                                                         "jigsaw_tps"))
-    assert out["memory_violations"] == 0
-
-
-def test_jigsaws_rollout_tp_is_decided_on_its_profile_with_the_split_margin_not_on_the_measured_run():
-    from orchestrl.sim.experiments.jigsaw_common import Case, _best_tp
-    from orchestrl.sim.multiplex.layouts import ROUTING_MARGIN
-    case = Case("fig12", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2, tps=(1, 2))
-
-    def run(costs, jig, routing):
-        return {"routing_costs": costs, "routing": routing, "jigsaw_tps": jig, "verl_tps": 1.0, "verl_config": "split",
-                "exclusive_step_s": {"A": 1.0}, "memory_violations": 0, "wall_s": 0.0}
-    # the run at TP 1 measured faster, but the profile predicted TP 2's uniform layout shorter: TP 2 is run
-    out = _best_tp(case, {1: run({"split": 100.0, "uniform": 104.0}, 9.0, "split"),
-                          2: run({"split": 100.0, "uniform": 97.0}, 5.0, "uniform")})
-    assert out["tp"]["jigsaw"] == 2 and out["jigsaw_tps"] == 5.0 and out["routing"] == "uniform"
-    # a sharing layout at another degree must beat a split by the routing margin too
-    near = 100.0 * (1 - ROUTING_MARGIN) + 0.1
-    out = _best_tp(case, {1: run({"split": 100.0}, 9.0, "split"), 2: run({"uniform": near}, 5.0, "uniform")})
-    assert out["tp"]["jigsaw"] == 1 and out["routing"] == "split"
-    # the steady measure repeats each degree's profile by its own pass counts: degrees compare per profiled token
-    a, b = run({"split": 100.0}, 9.0, "split"), run({"split": 150.0}, 5.0, "split")
-    a["routing_tokens"], b["routing_tokens"] = 1000, 2000
-    assert _best_tp(case, {1: a, 2: b})["tp"]["jigsaw"] == 2
-    # no profile (e.g. one pipeline): the pipelines' own degree, not the smallest searched
-    two = Case("fig12", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 2, 1.0),) * 2, tps=(1, 2))
-    nop = {t: {k: v for k, v in run({}, float(t), "uniform").items() if k != "routing_costs"} for t in (1, 2)}
-    assert _best_tp(two, nop)["tp"]["jigsaw"] == 2
-
-
-def test_steady_per_pipeline_ratios_are_against_verl_split_at_verls_own_degree():
-    from orchestrl.sim.experiments.jigsaw_common import Case, _best_tp
-    case = Case("cli", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2, tps=(1, 2), steady=True)
-
-    def run(split_rates, jig_ratio, costs):
-        return {"routing_costs": costs, "routing": "split", "verl_tps": sum(split_rates), "verl_config": "split",
-                "verl_split_rates_tps": split_rates, "jigsaw_tps": 1.0, "jigsaw_per_pipeline_vs_split": jig_ratio,
-                "exclusive_step_s": {"A": 1.0, "B": 1.0}, "memory_violations": 0, "wall_s": 0.0}
-    # JigsawRL runs at TP 1 (its profile), where it matches TP 1's split; veRL's split is twice as fast at TP 2
-    out = _best_tp(case, {1: run([10.0, 30.0], [1.0, 1.0], {"split": 1.0}), 2: run([20.0, 60.0], [1.0, 1.0], {"split": 2.0})})
-    assert out["tp"]["jigsaw"] == 1 and out["tp"]["verl"] == 2
-    assert out["jigsaw_per_pipeline_vs_split"] == pytest.approx([0.5, 0.5])
-
-
-def test_bad_tp_degrees_are_refused_naming_the_field():
-    from orchestrl.sim.experiments.jigsaw_common import Case, run_case, tp_candidates, tp_search
-    pair = (("Qwen3-0.6B", "gsm8k", 1, 1.0),) * 2
-    for tps, what in (((0,), "integers >= 1"), ((1.5,), "integers >= 1"), ((3,), "multiple of 2t")):
-        with pytest.raises(ConfigError, match=what) as e:
-            run_case(Case("fig12", "t", "H100", 8, pair, tps=tps))
-        assert e.value.field == "tps"
-    assert tp_candidates(Case("fig12", "t", "H100", 8, pair)) == (1,)  # none given: the pipelines' own
-    assert tp_search(1, 8) == (1, 2, 4) and tp_search(2, 8) == (2, 4) and tp_search(8, 8) == ()
-    eight = (("Qwen3-0.6B", "gsm8k", 8, 1.0),) * 2
-    assert tp_candidates(Case("fig12", "t", "H100", 16, eight, tps=tp_search(8, 8))) == (8,)  # none: its own
-
-
 # --- the post model's calibration to Table 1 ------------------------------------------------------------------------
 
 _FIT_ROWS = (("Qwen3-0.6B", "gsm8k", 4), ("Qwen3-4B", "gsm8k", 4))
@@ -537,7 +267,6 @@ def test_the_post_models_constants_are_its_fit_to_table_1_and_reproduce_the_fit_
 
 
 def test_a_refit_with_given_mfus_fits_only_the_fixed_parts_and_bad_mfus_are_refused():
-    from orchestrl.fabric.errors import ConfigError
     from orchestrl.sim.multiplex.rollout import fit_post_model
     exact = fit_post_model(_FIT_ROWS)
     assert fit_post_model(_FIT_ROWS, mfus=(exact[0], exact[2])) == pytest.approx(exact, rel=1e-6)  # same MFUs
@@ -549,7 +278,6 @@ def test_a_refit_with_given_mfus_fits_only_the_fixed_parts_and_bad_mfus_are_refu
 
 
 def test_a_post_model_what_if_applies_inside_the_with_only_and_its_steps_keep_their_fixed_parts():
-    from orchestrl.fabric.errors import ConfigError
     from orchestrl.sim.multiplex import rollout
     spec = PipelineSpec("a", "Qwen3-0.6B", "gsm8k", prompts=8, group=2)
     before = runner.simulate_steps(spec, "H100", 2, 1)
@@ -568,8 +296,7 @@ def test_a_post_model_what_if_applies_inside_the_with_only_and_its_steps_keep_th
 
 def test_steady_passes_balance_the_halves_within_a_cap_and_a_layout_decides_on_unequal_step_counts(two_steps):
     from dataclasses import replace
-    from orchestrl.fabric.errors import ConfigError
-    from orchestrl.sim.multiplex.baselines import PASSES, STEADY_CAP, repeat_each, steady_passes, verl
+    from orchestrl.sim.multiplex.baselines import PASSES, repeat_each, steady_passes, verl
     full, half = two_steps
     # pipeline A's steps made 3x as long (its post work): B runs about 3x the passes, A the base number
     slow = [replace(half[0], post=[[(3 * r + 3 * t + 2 * max(x.end_s for x in half[0].traces[k]), 0.0)
