@@ -106,7 +106,7 @@ def run_one(case: tuple) -> dict:
     profile = profile_steps(full, max(DRAWS), steady=steady)
     draws = profile_costs(profile)  # what the rule compares (makespans, for steady draws too)
     picked = predict_routing(full, profile=profile[:PROFILE_DRAWS])
-    return {"label": label, "seed": seed, "tp": specs[0].tp, "verl_config": cfg, "vs_verl": vs_verl, "draws": draws,
+    return {"label": label, "pair": pair, "seed": seed, "tp": specs[0].tp, "verl_config": cfg, "vs_verl": vs_verl, "draws": draws,
             "picked": picked, "passes": list(passes), "per_pipeline_vs_split": per}
 
 
@@ -126,8 +126,7 @@ def across_degrees(by_tp: dict[int, dict]) -> dict:
         costs = {x: sum(d[x] for d in r["draws"][:PROFILE_DRAWS]) for x in ROUTINGS}
         at[t] = {"routing_costs": costs, "routing": choose(costs), "exclusive_step_s": {}, "memory_violations": 0,
                  "wall_s": 0.0}
-    pair = tuple((m, k, min(by_tp), sc) for m, k, _, sc in HELDOUT_PAIRS[0])  # a stand-in: every degree has a profile
-    tj = _best_tp(Case("layouts", first["label"], "H100", 8, pair, tps=tuple(by_tp)), at)["tp"]["jigsaw"]
+    tj = _best_tp(Case("layouts", first["label"], "H100", 8, tuple(first["pair"]), tps=tuple(by_tp)), at)["tp"]["jigsaw"]
     return {"label": first["label"], "seed": first["seed"], "verl_config": f"{by_tp[tv]['verl_config']}@{tv}",
             "vs_verl": vs, "draws": draws, "picked": f"{at[tj]['routing']}@{tj}",
             "passes": first["passes"], "per_pipeline_vs_split": {}}

@@ -24,7 +24,7 @@ from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigs
                                                repeat_each, steady_passes, steady_rates, verl_steady, vs_split,
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import pipeline_chain_s
-from orchestrl.sim.multiplex.layouts import (ROUTING_MARGIN, ROUTINGS, choose, predict_routing, profile_costs,
+from orchestrl.sim.multiplex.layouts import (ROUTINGS, choose, margin_adjusted, predict_routing, profile_costs,
                                              profile_steps, routing_args)
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps
 from orchestrl.sim.multiplex.workload import PipelineSpec
@@ -138,8 +138,8 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
     own = case.pipelines[0][2]
     # seconds per profiled token: within a degree the layouts run the same profile (so this is the makespan rule),
     # across degrees the steady measure repeats each profile draw by that degree's own pass counts
-    adjusted = {t: min(v * (1.0 - ROUTING_MARGIN if r == "split" else 1.0) for r, v in at[t]["routing_costs"].items())
-                / at[t].get("routing_tokens", 1) for t in cands if at[t].get("routing_costs")}
+    adjusted = {t: min(margin_adjusted(at[t]["routing_costs"]).values()) / at[t].get("routing_tokens", 1)
+                for t in cands if at[t].get("routing_costs")}
     tj = min(adjusted, key=lambda t: (adjusted[t], t)) if len(adjusted) == len(cands) else (own if own in at else cands[0])
     out = dict(at[tj])
 
@@ -194,8 +194,8 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
         base = out["verl_split_rates_tps"]
         for key in [k for k in out if k.endswith("_per_pipeline_vs_split")]:
             t = chosen.get(key[: -len("_per_pipeline_vs_split")], tj)
-            own = at[t].get("verl_split_rates_tps") or base
-            out[key] = [x * o / b for x, o, b in zip(out[key], own, base, strict=True)]
+            split_t = at[t].get("verl_split_rates_tps") or base  # what the ratio at degree t was against
+            out[key] = [x * o / b for x, o, b in zip(out[key], split_t, base, strict=True)]
     out["tp"] = chosen
     out["tp_runs"] = {t: {k: at[t][k] for k in _RUN_KEYS + ("routing",) if at[t].get(k) is not None} for t in cands}
     out["memory_violations"] = sum(at[t]["memory_violations"] for t in cands)

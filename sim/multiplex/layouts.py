@@ -13,7 +13,7 @@ from orchestrl.sim.multiplex.baselines import repeat_each, steady_passes
 from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, _Group, run_group, simulate_steps
 
 __all__ = ["ROUTINGS", "routing_args", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
-           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto", "choose", "profile_costs"]
+           "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto", "choose", "margin_adjusted", "profile_costs"]
 
 
 #: the seed offset of the profiling steps :func:`predict_routing` draws (batches none of the measured steps use);
@@ -122,12 +122,16 @@ def predict_routing(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid:
     return choose({r: sum(c[r] for c in costs) for r in choices}, margin)
 
 
+def margin_adjusted(times: dict[str, float], margin: float = ROUTING_MARGIN) -> dict[str, float]:
+    """``times`` (layout -> profiled makespan) with ``"split"``'s shortened by ``margin``: what :func:`choose`
+    compares (a sharing layout must beat the static split by the margin)."""
+    return {r: v * (1.0 - margin) if r == "split" else v for r, v in times.items()}
+
+
 def choose(times: dict[str, float], margin: float = ROUTING_MARGIN) -> str:
     """The layout of ``times`` (layout -> profiled makespan) with the shortest time, ``"split"``'s shortened by
     ``margin`` (what a sharing layout must beat); ties go to the earlier layout of :data:`ROUTINGS`."""
-    t = dict(times)
-    if "split" in t:
-        t["split"] *= 1.0 - margin
+    t = margin_adjusted(times, margin)
     return min((r for r in ROUTINGS if r in t), key=lambda r: t[r])
 
 
