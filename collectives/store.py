@@ -47,7 +47,10 @@ def tcp_store(host: str, port: int, *, is_master: bool, timeout_s: float, world_
               wait_for_workers: bool = False) -> dist.TCPStore:
     """A TCPStore client of ``host:port``; with ``is_master``, also its server (rank 0).
 
-    Raises ``OSError`` naming ``host:port`` when rank 0 cannot listen there (the port is taken, most often).
+    With ``is_master`` and ``port=0`` the server listens on a port the kernel picks, which the returned
+    store reports as ``.port``: the way to avoid a race for a port picked ahead of time (publish the
+    port to the other ranks, e.g. through the launcher). Raises ``OSError`` naming ``host:port`` when
+    rank 0 cannot listen there (the port is taken, most often).
     """
     timeout = timedelta(seconds=timeout_s)
     if not is_master or not _ipv4(host):
@@ -57,6 +60,7 @@ def tcp_store(host: str, port: int, *, is_master: bool, timeout_s: float, world_
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("", port))  # every interface, as TCPStore's own listener
         sock.listen(BACKLOG)
+        port = sock.getsockname()[1]  # the kernel's pick when port was 0
     except OSError as exc:
         sock.close()
         raise OSError(exc.errno, f"rank 0 cannot host the coordination store on port {port}: {exc.strerror}; "

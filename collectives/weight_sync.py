@@ -159,7 +159,9 @@ class WeightSync:
         """Connect rank ``rank`` to the job's store at ``host:port`` and return its ``WeightSync``.
 
         Schedule rank 0 hosts the store and passes the schedule it planned; every other rank passes
-        None and receives that schedule from the store, so the job plans once. A rank that passes its
+        None and receives that schedule from the store, so the job plans once. Rank 0 may pass
+        ``port=0`` to listen on a port the kernel picks (no race for a port chosen ahead of time) and
+        hand :attr:`store_port` to the other ranks. A rank that passes its
         own schedule is checked against the others by digest when a round starts. A process that
         replaces a dead rank connects the same way with ``rejoin=True`` and joins the round the job
         is in; the other ranks keep their ``WeightSync`` and only rebuild their connections to it.
@@ -208,6 +210,14 @@ class WeightSync:
         """Return the schedule rank 0 published at ``host:port`` (e.g. to learn one's schedule rank)."""
         store = dist.TCPStore(host, port, None, False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
         return _fetch(dist.PrefixStore(f"{group_name}/ctl/", store), "this process", f"{host}:{port}", timeout_s)
+
+    @property
+    def store_port(self) -> int:
+        """The port of the job's coordination store: on rank 0, the one the kernel picked for ``port=0``."""
+        store = self.transport.store
+        while isinstance(store, dist.PrefixStore):
+            store = store.underlying_store
+        return store.port
 
     # -- public API ----------------------------------------------------------------------------
     def send(self, named_params: Iterable[tuple[str, torch.Tensor]] | Mapping[str, torch.Tensor], *,

@@ -53,3 +53,13 @@ def test_a_taken_port_is_named_with_the_fix():
             tcp_store("127.0.0.1", port, is_master=True, timeout_s=5)
     finally:
         holder.close()
+
+
+def test_rank_0_may_let_the_kernel_pick_the_port_and_clients_reach_it_there():
+    server = tcp_store("127.0.0.1", 0, is_master=True, timeout_s=10)
+    assert server.port != 0
+    assert _listeners(server.port) == {"tcp": 1, "tcp6": 0}
+    client = dist.TCPStore("127.0.0.1", server.port, None, False, timeout=timedelta(seconds=10),
+                           wait_for_workers=False)
+    client.set("k", "v")
+    assert server.get("k") == b"v"
