@@ -122,7 +122,8 @@ def run_case(case: Case) -> dict[str, Any]:
 
 
 _RUN_KEYS = ("verl_tps", "verl_serial_tps", "rollmux_tps", "rollmux_engine_tps", "rollmux_proportional_tps",
-             "muxserve_tps", "jigsaw_tps", "jigsaw_shared_tps", "streamrl_tps", "areal_tps", "bound_tps")
+             "muxserve_tps", "jigsaw_tps", "jigsaw_shared_tps", "streamrl_tps", "areal_tps", "jigsaw_async_tps",
+             "bound_tps")
 
 
 def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -159,8 +160,8 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
             out["verl_serial_tps"], out["verl_serial_mfu"] = at[ts]["verl_serial_tps"], at[ts].get("verl_serial_mfu")
             chosen["verl_serial"] = ts
         out["verl_own_tp_tps"] = at[own]["verl_tps"] if own in at else None  # veRL at the pipelines' own degree
-        # each pipeline alone on all the GPUs at its fastest degree (what a latency increase is against)
-        out["exclusive_step_s"] = {n: min(at[t]["exclusive_step_s"][n] for t in cands) for n in out["exclusive_step_s"]}
+    # each pipeline alone on all the GPUs at its fastest degree (what a latency increase is against)
+    out["exclusive_step_s"] = {n: min(at[t]["exclusive_step_s"][n] for t in cands) for n in out["exclusive_step_s"]}
     if all(at[t].get("chain_s") for t in cands):
         # each pipeline's chain at its own best degree, the longest of them: a schedule may run the two at different
         # degrees (each on its own workers), so the max over pipelines of the min over degrees, not the reverse
@@ -181,6 +182,12 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 out[k] = at[t][k]
             else:
                 out.pop(k, None)
+    # JigsawRL-async (Fig. 15): the degree whose plan on the profiling steps takes fewest seconds per token
+    prof = {t: at[t]["jigsaw_async_profile_s_per_token"] for t in cands if "jigsaw_async_profile_s_per_token" in at[t]}
+    if prof:
+        t = min(prof, key=lambda t: (prof[t], t))
+        out["jigsaw_async_tps"] = at[t]["jigsaw_async_tps"]
+        chosen["jigsaw_async"] = t
     # JigsawRL confined to the layouts sharing workers: the degree whose profiled sharing layout is shortest
     shared = {t: min(v for r, v in at[t]["routing_costs"].items() if r != "split") / at[t].get("routing_tokens", 1)
               for t in cands if any(r != "split" for r in at[t].get("routing_costs", {}))}
@@ -285,6 +292,10 @@ def _run_at(case: Case) -> dict[str, Any]:
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps
         out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
+        # what JigsawRL-async's rollout TP is chosen on (_best_tp): its plan's seconds per token on profiling steps
+        # (other draws of the same workloads, layouts.profile_steps), as JigsawRL's layout and degree are
+        runs = [jigsaw_async(h) for _, h in profile_steps(full)]
+        out["jigsaw_async_profile_s_per_token"] = sum(b.total_s for b in runs) / sum(b.tokens for b in runs)
     violations = 0
     # the layout (layouts.ROUTINGS): decided once per case on profiling steps (layouts.predict_routing, other draws
     # of the same workloads; their runs are not counted in any makespan): every pipeline on every worker, each

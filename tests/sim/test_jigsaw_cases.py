@@ -76,6 +76,28 @@ def test_jigsaws_rollout_tp_is_decided_on_its_profile_with_the_split_margin_not_
     assert _best_tp(two, nop)["tp"]["jigsaw"] == 2
 
 
+def test_fig15_baselines_run_at_their_fastest_tp_and_jigsaw_async_where_its_profile_says():
+    # Fig. 15 (asynchronous): StreamRL and AReaL at their fastest degree in hindsight; JigsawRL-async at the degree
+    # its plan on profiling steps (other draws) prefers, not the one measured fastest; no veRL in the case, and
+    # each pipeline's step alone is still taken at its fastest degree (Fig. 14's denominator)
+    from orchestrl.sim.experiments.jigsaw_common import Case, _best_tp, run_case
+    case = Case("fig15", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2, systems=("streamrl",), tps=(1, 2))
+
+    def run(s, a, j, prof, alone):
+        return {"streamrl_tps": s, "areal_tps": a, "jigsaw_async_tps": j, "jigsaw_async_profile_s_per_token": prof,
+                "exclusive_step_s": {"A": alone, "B": alone + 1}, "memory_violations": 0, "wall_s": 0.0}
+    out = _best_tp(case, {1: run(10.0, 30.0, 11.0, 0.6, 20.0), 2: run(12.0, 25.0, 9.0, 0.5, 15.0)})
+    assert (out["streamrl_tps"], out["tp"]["streamrl"]) == (12.0, 2) and (out["areal_tps"], out["tp"]["areal"]) == (30.0, 1)
+    assert (out["jigsaw_async_tps"], out["tp"]["jigsaw_async"]) == (9.0, 2)  # its profile preferred TP 2
+    assert out["exclusive_step_s"] == {"A": 15.0, "B": 16.0}
+    real = run_case(Case("fig15", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2, steps=1,
+                         systems=("streamrl",), tps=(1, 2, 4)))
+    runs = real["tp_runs"]
+    assert set(runs[1]) >= {"streamrl_tps", "areal_tps", "jigsaw_async_tps"} and "streamrl_tps" not in runs[4]
+    assert real["streamrl_tps"] == max(runs[t]["streamrl_tps"] for t in (1, 2))  # a quarter holds TP 1 or 2 only
+    assert real["jigsaw_async_tps"] == runs[real["tp"]["jigsaw_async"]]["jigsaw_async_tps"]
+
+
 def test_steady_per_pipeline_ratios_are_against_verl_split_at_verls_own_degree():
     from orchestrl.sim.experiments.jigsaw_common import Case, _best_tp
     case = Case("cli", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2, tps=(1, 2), steady=True)
