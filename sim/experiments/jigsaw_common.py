@@ -132,6 +132,7 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
     shortened by the routing margin, compared across degrees as across layouts), so nothing measured decides it;
     without a profile, the pipelines' own degree. The steady measure's profiles repeat each draw by each degree's
     own pass counts, so degrees are compared by seconds per profiled token (the same rule where the work is equal).
+    JigsawRL-async (Fig. 15): the degree whose plan on the profiling steps takes fewest seconds per token.
     The baselines: the degree at which each ran fastest. The bound: each pipeline's chain at its best degree, the
     longest of them (no schedule that runs each pipeline at one of the degrees can beat it; one that changes TP
     mid-step is not covered). Per-pipeline steady ratios are re-taken against veRL split's rates at veRL's degree."""
