@@ -121,6 +121,27 @@ def run_case(case: Case) -> dict[str, Any]:
     return _best_tp(case, at)
 
 
+#: the grids every JigsawRL headline is also run on with ``Case.sensitivity`` (tag, grid, scale of each slowdown's
+#: excess): the default grid's excess off by -25% and +25%, the other grid (modelled where the default is measured;
+#: on GPUs without a measured grid the two coincide) and the what-if in which sharing a GPU costs nothing
+SENSITIVITY = (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0),
+               ("x0", "default", 0.0))
+
+
+def grid_rows(results: Sequence[dict], label: str, headline, paper: float | None = None) -> list[Row]:
+    """How one headline moves with the slowdown grid: one row per :data:`SENSITIVITY` tag, ``headline(results, tag)``
+    (which reads the keys ``run_case`` writes under that tag, e.g. ``jigsaw_x0.75_tps``); a tag whose keys are missing
+    (a case run without ``sensitivity``) gives no row. The headline on the default grid is the figure's own row."""
+    rows = []
+    for tag, _, _ in SENSITIVITY:
+        try:
+            value = headline(results, tag)
+        except KeyError:
+            continue
+        rows.append(Row(f"{label} grid {tag}", paper, value))
+    return rows
+
+
 _RUN_KEYS = ("verl_tps", "verl_serial_tps", "rollmux_tps", "rollmux_engine_tps", "rollmux_proportional_tps",
              "muxserve_tps", "jigsaw_tps", "jigsaw_shared_tps", "streamrl_tps", "areal_tps", "jigsaw_async_tps",
              "bound_tps")
@@ -187,7 +208,8 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
     prof = {t: at[t]["jigsaw_async_profile_s_per_token"] for t in cands if "jigsaw_async_profile_s_per_token" in at[t]}
     if prof:
         t = min(prof, key=lambda t: (prof[t], t))
-        out["jigsaw_async_tps"] = at[t]["jigsaw_async_tps"]
+        for k in [k for k in at[t] if k.startswith("jigsaw_async_") and k.endswith("_tps")]:
+            out[k] = at[t][k]  # its headline and its sensitivity runs, at the degree chosen
         chosen["jigsaw_async"] = t
     # JigsawRL confined to the layouts sharing workers: the degree whose profiled sharing layout is shortest
     shared = {t: min(v for r, v in at[t]["routing_costs"].items() if r != "split") / at[t].get("routing_tokens", 1)
@@ -357,15 +379,24 @@ def _run_at(case: Case) -> dict[str, Any]:
         for key, rate in (("verl_mfu", out["verl_tps"]), ("verl_serial_mfu", out["verl_serial_tps"])):
             out[key] = flops / (out["tokens"] / rate * case.gpus * _peak(case.gpu))
     if case.sensitivity:
-        for tag, grid, scale in (("x0.75", "default", 0.75), ("x1.25", "default", 1.25), ("modelled", "modelled", 1.0),
-                                 ("x0", "default", 0.0)):
-            # the routing a deployment would choose on this grid (decided on the profiling step again)
+        # every JigsawRL headline of the case again on each grid: the grid's excess off by -25% / +25%, the other grid,
+        # and the what-if in which sharing costs nothing; at the same rollout TP degree, over the case's steps from a
+        # cold start (two steps), the layout re-decided on that grid's profile
+        for tag, grid, scale in SENSITIVITY:
             if profile is not None:
                 route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
                                      half, nsteps)
-            r = run_group(full, "jigsaw", grid=grid, scale=scale, **route)
-            out[f"jigsaw_{tag}_tps"] = tps(r)
-            violations += r.memory_violations
+            for pol in ("jigsaw", "jigsaw-nomerge"):
+                if pol not in case.systems:
+                    continue
+                r = run_group(full, pol, grid=grid, scale=scale, **route)
+                key = f"{pol.replace('-', '_')}_{tag}"
+                out[f"{key}_tps"] = tps(r)
+                out[f"{key}_latency_s"] = {n: r.latency_s(n) for n in r.step_end_s}
+                out[f"{key}_mfu"] = r.flops / (r.makespan_s * case.gpus * _peak(case.gpu)) if r.makespan_s else 0.0
+                violations += r.memory_violations
+            if "jigsaw_async_tps" in out:
+                out[f"jigsaw_async_{tag}_tps"] = jigsaw_async(half, grid=grid, scale=scale).throughput_tps
     out["memory_violations"] = violations
     out["wall_s"] = time.perf_counter() - wall
     return out

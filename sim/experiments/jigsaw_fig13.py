@@ -9,9 +9,10 @@ Run ``python -m orchestrl.sim.experiments.jigsaw_fig13 [--quick] [--json] [--wor
 from __future__ import annotations
 
 import sys
+from statistics import fmean
 
 from orchestrl.sim.experiments.common import Row
-from orchestrl.sim.experiments.jigsaw_common import Case, figure, mean_row, quick, ratio, tp_search
+from orchestrl.sim.experiments.jigsaw_common import Case, figure, grid_rows, mean_row, quick, ratio, tp_search
 
 PAPER = {"mean/verl": 1.47, "max/verl": 1.75, "mean/rollmux": 1.31}
 MODELS = (("Qwen2.5-14B", 2), ("Qwen3-32B", 4))
@@ -19,7 +20,7 @@ MODELS = (("Qwen2.5-14B", 2), ("Qwen3-32B", 4))
 
 def cases(is_quick: bool = False) -> list[Case]:
     out = [Case("fig13", f"{m}/{g}gpu", "A100", g, ((m, "math", tp, 1.0), (m, "math", tp, 1.0)), 2,
-                ("verl", "rollmux", "jigsaw"), longrun=True, tps=tp_search(tp, g)) for m, tp in MODELS for g in (8, 16, 32, 64)]
+                ("verl", "rollmux", "jigsaw"), longrun=True, tps=tp_search(tp, g), sensitivity=True) for m, tp in MODELS for g in (8, 16, 32, 64)]
     return quick([out[0], out[4]], 2) if is_quick else out
 
 
@@ -30,6 +31,8 @@ def rows_of(results: list[dict]) -> list[Row]:
     rows.append(Row("max/verl", PAPER["max/verl"], max(ratio(r, "jigsaw", "verl") for r in results)))
     rows.append(mean_row("mean/verl-serial", PAPER["mean/verl"], [ratio(r, "jigsaw", "verl_serial") for r in results]))
     rows.append(mean_row("mean/rollmux", PAPER["mean/rollmux"], [ratio(r, "jigsaw", "rollmux") for r in results]))
+    for base in ("verl", "rollmux"):
+        rows += grid_rows(results, f"mean/{base}", lambda rs, t, b=base: fmean(ratio(r, f"jigsaw_{t}", b) for r in rs))
     rows.append(Row("memory_violations", 0.0, float(sum(r["memory_violations"] for r in results))))
     return rows
 
@@ -38,7 +41,9 @@ NOTES = ("every system at its own rollout TP degree, searched (tp, 2 tp, 4 tp wi
          "A100 has no measured grid: the modelled grid of its roofline (fitted to the paper's H100 numbers)",
          "RollMux at its best configuration (pool size, tail threshold, kept replicas, or each job in a group of its "
          "own); over the long run: JigsawRL by "
-         "its makespan over the steps four times over, per pass, RollMux by its time per pass after the first")
+         "its makespan over the steps four times over, per pass, RollMux by its time per pass after the first",
+         "grid rows: JigsawRL over the steps from a cold start with every slowdown's excess x0.75 / x1.25, on the other "
+         "grid (here the same modelled one) and with sharing free (x0)")
 FIGURE = figure("jigsaw-fig13", "JigsawRL Figure 13: scaling on 8-64 A100s, 14B and 32B", "JigsawRL / baseline",
                 NOTES, cases, rows_of)
 sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main

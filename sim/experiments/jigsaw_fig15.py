@@ -11,9 +11,10 @@ Run ``python -m orchestrl.sim.experiments.jigsaw_fig15 [--quick] [--json] [--wor
 from __future__ import annotations
 
 import sys
+from statistics import fmean as mean
 
 from orchestrl.sim.experiments.common import Row
-from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, figure, mean_row, quick, ratio, tp_search
+from orchestrl.sim.experiments.jigsaw_common import FIG12, Case, figure, grid_rows, mean_row, quick, ratio, tp_search
 
 PAPER = {"mean/streamrl": 1.25, "max/streamrl": 1.54, "mean/areal": 1.21, "max/areal": 1.41}
 
@@ -22,7 +23,7 @@ def cases(is_quick: bool = False) -> list[Case]:
     # every system at its best rollout TP: StreamRL and AReaL at the degree where each ran fastest (hindsight),
     # JigsawRL-async at the one its plan on profiling steps prefers; a quarter of 8 GPUs holds TP 1 or 2 only
     full = [Case("fig15", f"{m}/{t}", "H100", 8, ((m, t, tp, sc), (m, t, tp, sc)), 2, ("streamrl",),
-                 tps=tp_search(tp, 8)) for m, t, tp, sc in FIG12]
+                 tps=tp_search(tp, 8), sensitivity=True) for m, t, tp, sc in FIG12]
     return quick([full[2], full[3]], 2) if is_quick else full
 
 
@@ -37,11 +38,15 @@ def rows_of(results: list[dict]) -> list[Row]:
         vals = [ratio(r, "jigsaw_async", b) for r in results]
         rows.append(mean_row(f"mean/{b}", PAPER[f"mean/{b}"], vals))
         rows.append(Row(f"max/{b}", PAPER[f"max/{b}"], max(vals)))
+        rows += grid_rows(results, f"mean/{b}", lambda rs, t, b=b: mean(ratio(r, f"jigsaw_async_{t}", b) for r in rs),
+                          PAPER[f"mean/{b}"])
     return rows
 
 
 NOTES = ("JigsawRL-async plans the critical replica of each half with the fortified look-ahead (no merging)",
-         "rollout TP searched (1, 2): StreamRL and AReaL at their fastest, JigsawRL-async at its profile's pick")
+         "rollout TP searched (1, 2): StreamRL and AReaL at their fastest, JigsawRL-async at its profile's pick",
+         "grid rows: JigsawRL-async with every slowdown's excess x0.75 / x1.25, on the modelled grid and with sharing "
+         "free (x0); StreamRL and AReaL share no GPU, so the grid does not move them")
 FIGURE = figure("jigsaw-fig15", "JigsawRL Figure 15: asynchronous RL", "JigsawRL / baseline", NOTES, cases, rows_of)
 sweep, run, main = FIGURE.sweep, FIGURE.run, FIGURE.main
 

@@ -98,6 +98,28 @@ def test_fig15_baselines_run_at_their_fastest_tp_and_jigsaw_async_where_its_prof
     assert real["jigsaw_async_tps"] == runs[real["tp"]["jigsaw_async"]]["jigsaw_async_tps"]
 
 
+def test_every_figure_headline_is_rerun_on_each_grid_at_the_degree_it_ran_at():
+    # the issue asks how each headline moves if the slowdown grid is off by +-25%: run_case reruns JigsawRL (here
+    # JigsawRL-async, Fig. 15) on every SENSITIVITY grid at the degree its headline was taken at, and grid_rows turns
+    # that into one row per grid; a case run without sensitivity gives no such rows
+    from orchestrl.sim.experiments.jigsaw_common import SENSITIVITY, Case, _specs, grid_rows, ratio, run_case
+    from orchestrl.sim.multiplex.baselines import jigsaw_async
+    from orchestrl.sim.multiplex.runner import simulate_steps
+    pair = (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2
+    out = run_case(Case("fig15", "t", "H100", 8, pair, steps=1, systems=("streamrl",), tps=(1, 2), sensitivity=True))
+    t = out["tp"]["jigsaw_async"]
+    half = [simulate_steps(s, "H100", 8 // t // 2, 1) for s in _specs(Case("fig15", "t", "H100", 8,
+                                                                            tuple((m, k, t, sc) for m, k, _, sc in pair)))]
+    for tag, grid, scale in SENSITIVITY:
+        assert out[f"jigsaw_async_{tag}_tps"] == pytest.approx(jigsaw_async(half, grid=grid, scale=scale).throughput_tps)
+    assert out["jigsaw_async_x1.25_tps"] != out["jigsaw_async_x0.75_tps"]  # the grid moves this headline
+    rows = grid_rows([out], "mean/streamrl", lambda rs, tag: ratio(rs[0], f"jigsaw_async_{tag}", "streamrl"), 1.25)
+    assert [r.label for r in rows] == [f"mean/streamrl grid {tag}" for tag, _, _ in SENSITIVITY]
+    assert rows[0].ours == pytest.approx(out["jigsaw_async_x0.75_tps"] / out["streamrl_tps"]) and rows[0].paper == 1.25
+    plain = run_case(Case("fig15", "t", "H100", 8, pair, steps=1, systems=("streamrl",), tps=(1,)))
+    assert grid_rows([plain], "mean/streamrl", lambda rs, tag: ratio(rs[0], f"jigsaw_async_{tag}", "streamrl")) == []
+
+
 def test_steady_per_pipeline_ratios_are_against_verl_split_at_verls_own_degree():
     from orchestrl.sim.experiments.jigsaw_common import Case, _best_tp
     case = Case("cli", "t", "H100", 8, (("Qwen3-4B", "gsm8k", 1, 1.0),) * 2, tps=(1, 2), steady=True)
