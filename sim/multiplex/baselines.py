@@ -495,7 +495,7 @@ def jigsaw_async(half: list[PipelineSteps], grid: str = "default", scale: float 
     planned by the look-ahead scheduler (:meth:`Scheduler.schedule`: never worse than greedy).
     """
     a, b = half
-    sch = Scheduler(model_for(a.gpu, a.spec.model, grid, scale))
+    sch = Scheduler(model_for(a.gpu, a.spec.model, grid, scale, tp=a.spec.tp))
     halves = []
     for roll, post in ((a, b), (b, a)):
         rchain, pchain = [], []

@@ -163,7 +163,9 @@ class _Group:
         self.names = [r.spec.name for r in runs]
         self.d = runs[0].replicas
         gpu = runs[0].gpu
-        self.model = model_for(gpu, runs[0].spec.model, grid, scale)
+        # the grid of the pipelines' own TP degree: a modelled grid's memory axis is the KV pool or micro-batch left
+        # beside each GPU's share of the weights (a measured grid has one memory axis for every degree)
+        self.model = model_for(gpu, runs[0].spec.model, grid, scale, tp=runs[0].spec.tp)
         self.sch = Scheduler(self.model, window=1 if policy == "jigsaw-greedy" else window)
         self.merge = policy in ("jigsaw", "jigsaw-greedy")
         self.balance = policy != "muxserve"

@@ -340,3 +340,20 @@ def test_the_steady_measure_counts_tokens_only_while_both_pipelines_run():
     assert steady_tps([[10.0, 20.0, 30.0], [20.0, 40.0, 600.0]], [[100] * 3, [100] * 3]) == pytest.approx(450 / 30)
     from orchestrl.sim.multiplex.baselines import steady_rates
     assert steady_rates([[10.0, 20.0, 30.0], [20.0, 40.0, 60.0]], [[100] * 3, [100] * 3]) == pytest.approx([10.0, 5.0])
+
+
+def test_the_slowdown_grid_is_the_one_of_the_pipelines_tp_degree():
+    # A100 has no measured grid: its modelled grid's memory axis is the KV pool (or micro-batch) left beside each GPU's
+    # share of the weights. Built for TP 1, a Qwen2.5-14B replica's 29 GB of weights left no KV pool at the low memory
+    # levels, so a rollout whose pool was sized there decoded at the grid's 1000x cap (Fig. 13's halves layout at TP 4
+    # once ran 41,000 s for a 300 s pass). At the pipelines' own degree (TP 2), sharing every worker runs near veRL split
+    from orchestrl.sim.multiplex.baselines import jigsaw_async
+    specs = [PipelineSpec(f"{n}:Qwen2.5-14B/math", "Qwen2.5-14B", "math", tp=2, seed=i + 1) for i, n in enumerate("AB")]
+    full = [runner.simulate_steps(s, "A100", 4, 1) for s in specs]
+    half = [runner.simulate_steps(s, "A100", 2, 1) for s in specs]
+    split = verl(full, half)
+    assert split.detail["config"] == "split"
+    shared = runner.run_group(full, "jigsaw", **layouts.routing_args("uniform", half, 1))
+    assert shared.makespan_s < 1.15 * split.total_s and shared.memory_violations == 0  # TP 1's grid: 1.46x
+    assert runner._Group(full, "jigsaw", "default", 1.0, 3).model.grid.meta["tp"] == 2
+    assert jigsaw_async(half).total_s < 0.85 * split.total_s  # JigsawRL-async builds its grid the same way (TP 1's: 0.97x)
