@@ -165,7 +165,7 @@ class Scheduler:
     True
     """
 
-    def __init__(self, model: SlowdownModel, window: int = 3, splits: Sequence[float] = SM_SPLITS,
+    def __init__(self, model: SlowdownModel | Sequence[SlowdownModel], window: int = 3, splits: Sequence[float] = SM_SPLITS,
                  levels: Sequence[float] = MEM_LEVELS_PCT, beam: int | None = 4, small_tasks: int = 6,
                  progress_weight: float = PROGRESS_WEIGHT) -> None:
         if isinstance(progress_weight, bool) or not isinstance(progress_weight, numbers.Real) \
@@ -183,7 +183,13 @@ class Scheduler:
                              for x in levels):
             raise ConfigError("lookahead", "levels", f"{list(levels)!r}",
                               "memory levels in percent of the budget, each in [1, 100], e.g. (20, 40, 60, 80), not 0.2")
-        self.model, self.window, self.beam = model, window, beam
+        # one model for every chain, or one per chain (chain c's slowdowns from models[c]: pipelines of different
+        # models, whose modelled grids differ in their memory axis and compute share)
+        self.models = tuple(model) if isinstance(model, (tuple, list)) else None
+        if self.models is not None and not self.models:
+            raise ConfigError("lookahead", "model", "an empty sequence", "a SlowdownModel, or one per chain")
+        self.model = self.models[0] if self.models else model
+        self.window, self.beam = window, beam
         self.progress_weight = float(progress_weight)
         self.small_tasks = small_tasks  # instances up to this many sub-stages are planned with a full window
         self.splits, self.levels = tuple(splits), tuple(float(x) for x in levels)
@@ -278,9 +284,18 @@ class Scheduler:
         if all(a.run) and len(kinds) == 2:
             k0, k1 = kinds
             if k0 == IDLE or k1 == IDLE:  # an idle head leaves the GPU to the other
-                return (self.model.s(k0, IDLE, 1.0, a.mem[0]), self.model.s(k1, IDLE, 1.0, a.mem[1]))
-            return (self.model.s(k0, k1, a.sm0, a.mem[0]), self.model.s(k1, k0, 1.0 - a.sm0, a.mem[1]))
-        return tuple(self.model.s(k, None, 1.0, a.mem[c]) if k is not None else 1.0 for c, k in enumerate(kinds))
+                return (self._m(0).s(k0, IDLE, 1.0, a.mem[0]), self._m(1).s(k1, IDLE, 1.0, a.mem[1]))
+            return (self._m(0).s(k0, k1, a.sm0, a.mem[0]), self._m(1).s(k1, k0, 1.0 - a.sm0, a.mem[1]))
+        return tuple(self._m(c).s(k, None, 1.0, a.mem[c]) if k is not None else 1.0 for c, k in enumerate(kinds))
+
+    def _m(self, c: int) -> SlowdownModel:
+        """Chain ``c``'s slowdown model."""
+        if self.models is None:
+            return self.model
+        if c >= len(self.models):
+            raise ConfigError("lookahead", "model", f"{len(self.models)} model(s) for chain {c}",
+                              "one SlowdownModel per chain of the worker state")
+        return self.models[c]
 
     def apply(self, st: WorkerState, a: Action, until: float | None = None) -> tuple[WorkerState, Step]:
         """Run ``a`` until its first running head ends (or a waiting head becomes ready, or ``until``)."""

@@ -495,9 +495,10 @@ def jigsaw_async(half: list[PipelineSteps], grid: str = "default", scale: float 
     planned by the look-ahead scheduler (:meth:`Scheduler.schedule`: never worse than greedy).
     """
     a, b = half
-    sch = Scheduler(model_for(a.gpu, a.spec.model, grid, scale, tp=a.spec.tp))
+    models = {r.spec.name: model_for(r.gpu, r.spec.model, grid, scale, tp=r.spec.tp) for r in (a, b)}
     halves = []
     for roll, post in ((a, b), (b, a)):
+        sch = Scheduler((models[roll.spec.name], models[post.spec.name]))  # the chains' own models
         rchain, pchain = [], []
         for k in range(min(roll.steps, post.steps)):
             crit = max(range(roll.replicas), key=lambda w: roll.traces[k][w].end_s)

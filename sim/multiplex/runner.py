@@ -165,8 +165,10 @@ class _Group:
         gpu = runs[0].gpu
         # the grid of the pipelines' own TP degree: a modelled grid's memory axis is the KV pool or micro-batch left
         # beside each GPU's share of the weights (a measured grid has one memory axis for every degree)
-        self.model = model_for(gpu, runs[0].spec.model, grid, scale, tp=runs[0].spec.tp)
-        self.sch = Scheduler(self.model, window=1 if policy == "jigsaw-greedy" else window)
+        # each pipeline's own model: a modelled grid's compute shares and memory axis are the model's
+        self.models = tuple(model_for(gpu, r.spec.model, grid, scale, tp=r.spec.tp) for r in runs)
+        self.model = self.models[0]
+        self.sch = Scheduler(self.models, window=1 if policy == "jigsaw-greedy" else window)
         self.merge = policy in ("jigsaw", "jigsaw-greedy")
         self.balance = policy != "muxserve"
         self.split_steps = {k for k in range(max(r.steps for r in runs))
@@ -322,8 +324,8 @@ class _Group:
             ko = self._cur_step(o, w)
             head = self.states[w].head(o)
             if self._progress(o, ko, w) == "rollout" and head is not None and head.kind != IDLE:
-                sw = self.model.s("train", head.kind, 0.75, 60)
-                so = self.model.s(head.kind, "train", 0.25, 60)
+                sw = self.models[p].s("train", head.kind, 0.75, 60)
+                so = self.models[o].s(head.kind, "train", 0.25, 60)
                 slow.append(max(1.0, sw))
                 overlap.append(self._remaining(o, ko, w, 0, 1) * max(1.0, so))
             else:
@@ -376,7 +378,8 @@ class _Group:
                     break
                 left = max(1, math.ceil(0.2 * samples * st.rem[p] / max(tail_s, 1e-9)))
                 per_seq = ctx / max(seqs, 1)
-                s_t, s_o = (self.model.pair("decode_small", ok, 0.25) if ok and ok != IDLE else (1.0, 1.0))
+                s_t, s_o = ((self.models[p].s("decode_small", ok, 0.25, 80.0), self.models[o].s(ok, "decode_small", 0.75, 20.0))
+                            if ok and ok != IDLE else (1.0, 1.0))
                 tails.append(Tail(w, st.rem[p], per_seq * left, left, ok,
                                   st.rem[o] if oh is not None and ok else 0.0, s_t, s_o))
             if not tails or len(tails) < 2 or any(x not in ("rollout", "post", "done") for x in prog):
@@ -396,7 +399,7 @@ class _Group:
             aggregated = target.work_s * agg / own
             mig = lambda t: migration_cost_s(perf.model, t.context_tokens, r.spec.tp, perf.gpu.bf16_flops)  # noqa: E731
             dec = merge_gain(tails, target.replica, aggregated, mig,
-                             lambda k2, x: self.model.s(k2, "decode_small", 0.75, 60))
+                             lambda k2, x: self.models[1 - p if len(self.runs) == 2 else p].s(k2, "decode_small", 0.75, 60))
             if dec.delta_s <= 0:
                 continue
             self.merged.add((p, k))

@@ -14,7 +14,7 @@ from orchestrl.compute_sched.multiplex.catalog import grid_for, model_for
 from orchestrl.compute_sched.multiplex.compare import compare, summary
 from orchestrl.compute_sched.multiplex.grid import DATA_DIR, KINDS, SlowdownModel, load_grid
 from orchestrl.compute_sched.multiplex.interference import PAPER_TARGETS, held_out, modelled_grid
-from orchestrl.compute_sched.multiplex.lookahead import MEMORY_BUDGET_PCT, Scheduler, Task, WorkerState
+from orchestrl.compute_sched.multiplex.lookahead import MEMORY_BUDGET_PCT, Action, Scheduler, Task, WorkerState
 from orchestrl.compute_sched.multiplex.hooks import kv_pool_args, training_microbatch
 from orchestrl.compute_sched.multiplex.ops import (Tail, balanced_shares, corun, merge_gain, migration_cost_s,
                                                  overlap_balanced_shares)
@@ -407,3 +407,25 @@ def test_a_replica_the_other_workers_wait_on_is_not_deferred_to_shave_this_worke
 def test_a_bad_progress_weight_is_refused_naming_it(w):
     with pytest.raises(ConfigError, match="progress_weight"):
         Scheduler(model_for("H100"), progress_weight=w)
+
+
+def test_each_chain_is_priced_by_its_own_pipelines_model():
+    # two pipelines of different models (Fig. 16's Qwen3-0.6B beside Llama-3.1-8B) on a GPU with a modelled grid: the
+    # 8B's KV pool at a low memory level is smaller than the 0.6B's, so its decode there is slower; one grid for both
+    # (the first pipeline's, as before) priced the 8B's rollout as if it were the 0.6B's
+    small, big = model_for("A100", "Qwen3-0.6B"), model_for("A100", "Llama-3.1-8B")
+    assert big.s("decode_large", None, 1.0, 20) > small.s("decode_large", None, 1.0, 20)
+    sch = Scheduler((small, big))
+    st = WorkerState.start([[Task("decode_large", 1.0, 10)], [Task("decode_large", 1.0, 10)]])
+    a = Action((True, True), 0.5, (20.0, 20.0))
+    assert sch.slowdowns(st, a) == (small.s("decode_large", "decode_large", 0.5, 20),
+                                    big.s("decode_large", "decode_large", 0.5, 20))
+    assert Scheduler(small).slowdowns(st, a)[1] == small.s("decode_large", "decode_large", 0.5, 20)
+    with pytest.raises(ConfigError, match="one SlowdownModel per chain"):
+        Scheduler((small,)).slowdowns(st, a)
+    from orchestrl.sim.multiplex import runner
+    from orchestrl.sim.multiplex.workload import PipelineSpec
+    runs = [runner.simulate_steps(PipelineSpec(f"{n}:{m}/gsm8k", m, "gsm8k", prompts=4, seed=i), "A100", 2, 1)
+            for i, (n, m) in enumerate((("A", "Qwen3-0.6B"), ("B", "Llama-3.1-8B")))]
+    group = runner._Group(runs, "jigsaw", "default", 1.0, 3)
+    assert [m.grid.meta["model"] for m in group.sch.models] == ["Qwen3-0.6B", "Llama-3.1-8B"]
