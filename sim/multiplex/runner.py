@@ -163,9 +163,9 @@ class _Group:
         self.names = [r.spec.name for r in runs]
         self.d = runs[0].replicas
         gpu = runs[0].gpu
-        # the grid of the pipelines' own TP degree: a modelled grid's memory axis is the KV pool or micro-batch left
-        # beside each GPU's share of the weights (a measured grid has one memory axis for every degree)
-        # each pipeline's own model: a modelled grid's compute shares and memory axis are the model's
+        # each pipeline's own grid, of its model and TP degree: a modelled grid's compute shares are the model's and
+        # its memory axis is the KV pool or micro-batch left beside each GPU's share of the weights (a measured grid
+        # has one memory axis for every model and degree)
         self.models = tuple(model_for(gpu, r.spec.model, grid, scale, tp=r.spec.tp) for r in runs)
         self.model = self.models[0]
         self.sch = Scheduler(self.models, window=1 if policy == "jigsaw-greedy" else window)
