@@ -43,7 +43,9 @@ class Case:
     pipelines: tuple[tuple[str, str, int, float], ...]  # (model, task, tp, length scale)
     steps: int = 2
     systems: tuple[str, ...] = ("verl", "rollmux", "muxserve", "jigsaw")
-    sensitivity: bool = False  # also run JigsawRL at 0.75x / 1.25x slowdown excess and on the modelled grid
+    #: also run JigsawRL (its no-merge ablation, JigsawRL-async) on every SENSITIVITY grid: the excess x0.75 / x1.25,
+    #: the modelled grid and sharing free (x0), over two steps from a cold start
+    sensitivity: bool = False
     seed: int = 0  # trace seed: `sim figure --seeds N` draws other samples (seed 0 keeps the documented runs)
     longrun: bool = False  # time JigsawRL and MuxServe over baselines.PASSES passes of the steps (RollMux always is); else two steps
     layouts: tuple[str, ...] = ROUTINGS  # the layouts JigsawRL's profile chooses among (layouts.ROUTINGS)
@@ -134,11 +136,9 @@ def grid_rows(results: Sequence[dict], label: str, headline, paper: float | None
     (a case run without ``sensitivity``) gives no row. The headline on the default grid is the figure's own row."""
     rows = []
     for tag, _, _ in SENSITIVITY:
-        try:
-            value = headline(results, tag)
-        except KeyError:
-            continue
-        rows.append(Row(f"{label} grid {tag}", paper, value))
+        if not all(f"jigsaw_{tag}_tps" in r or f"jigsaw_async_{tag}_tps" in r for r in results):
+            continue  # run without sensitivity: no row (a key the headline misses otherwise is a bug, and raises)
+        rows.append(Row(f"{label} grid {tag}", paper, headline(results, tag)))
     return rows
 
 
@@ -208,8 +208,8 @@ def _best_tp(case: Case, at: dict[int, dict[str, Any]]) -> dict[str, Any]:
     prof = {t: at[t]["jigsaw_async_profile_s_per_token"] for t in cands if "jigsaw_async_profile_s_per_token" in at[t]}
     if prof:
         t = min(prof, key=lambda t: (prof[t], t))
-        for k in [k for k in at[t] if k.startswith("jigsaw_async_") and k.endswith("_tps")]:
-            out[k] = at[t][k]  # its headline and its sensitivity runs, at the degree chosen
+        for k in [k for k in at[t] if k.startswith("jigsaw_async_")]:
+            out[k] = at[t][k]  # its headline, profile and sensitivity runs, at the degree chosen
         chosen["jigsaw_async"] = t
     # JigsawRL confined to the layouts sharing workers: the degree whose profiled sharing layout is shortest
     shared = {t: min(v for r, v in at[t]["routing_costs"].items() if r != "split") / at[t].get("routing_tokens", 1)
@@ -311,9 +311,10 @@ def _run_at(case: Case) -> dict[str, Any]:
         out["rollmux_proportional_tps"] = rm.tokens / rm.detail["proportional_s"]
         out["rollmux_engine_tps"] = rm.tokens / rm.detail["engine_s"]
         out["rollmux_engine_config"] = rm.detail["engine_config"]
-    if "streamrl" in case.systems and quarter and not case.steady:
+    if "streamrl" in case.systems and quarter and not case.steady:  # a quarter of the GPUs per pipeline and stage
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps
+    if "streamrl" in case.systems and half and len(half) == 2 and not case.steady:  # JigsawRL-async needs halves only
         out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
         # what JigsawRL-async's rollout TP is chosen on (_best_tp): its plan's seconds per token on profiling steps
         # (other draws of the same workloads, layouts.profile_steps), as JigsawRL's layout and degree are

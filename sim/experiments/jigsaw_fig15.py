@@ -20,8 +20,8 @@ PAPER = {"mean/streamrl": 1.25, "max/streamrl": 1.54, "mean/areal": 1.21, "max/a
 
 
 def cases(is_quick: bool = False) -> list[Case]:
-    # every system at its best rollout TP: StreamRL and AReaL at the degree where each ran fastest (hindsight),
-    # JigsawRL-async at the one its plan on profiling steps prefers; a quarter of 8 GPUs holds TP 1 or 2 only
+    # every system at its best rollout TP: StreamRL and AReaL at the degree where each ran fastest (hindsight; a quarter
+    # of 8 GPUs holds TP 1 or 2 only), JigsawRL-async (on halves: 1, 2 or 4) at the one its plan on profiling steps prefers
     full = [Case("fig15", f"{m}/{t}", "H100", 8, ((m, t, tp, sc), (m, t, tp, sc)), 2, ("streamrl",),
                  tps=tp_search(tp, 8), sensitivity=True) for m, t, tp, sc in FIG12]
     return quick([full[2], full[3]], 2) if is_quick else full
@@ -44,7 +44,8 @@ def rows_of(results: list[dict]) -> list[Row]:
 
 
 NOTES = ("JigsawRL-async plans the critical replica of each half with the fortified look-ahead (no merging)",
-         "rollout TP searched (1, 2): StreamRL and AReaL at their fastest, JigsawRL-async at its profile's pick",
+         "rollout TP searched: StreamRL and AReaL at their fastest of 1 and 2 (a quarter of 8 GPUs holds no TP-4 "
+         "replica), JigsawRL-async at its profile's pick of 1, 2 and 4",
          "grid rows: JigsawRL-async with every slowdown's excess x0.75 / x1.25, on the modelled grid and with sharing "
          "free (x0); StreamRL and AReaL share no GPU, so the grid does not move them")
 FIGURE = figure("jigsaw-fig15", "JigsawRL Figure 15: asynchronous RL", "JigsawRL / baseline", NOTES, cases, rows_of)

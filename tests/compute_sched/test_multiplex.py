@@ -429,3 +429,21 @@ def test_each_chain_is_priced_by_its_own_pipelines_model():
             for i, (n, m) in enumerate((("A", "Qwen3-0.6B"), ("B", "Llama-3.1-8B")))]
     group = runner._Group(runs, "jigsaw", "default", 1.0, 3)
     assert [m.grid.meta["model"] for m in group.sch.models] == ["Qwen3-0.6B", "Llama-3.1-8B"]
+
+
+def test_jigsaw_async_prices_each_half_with_its_rollout_and_post_pipelines_models(monkeypatch):
+    # on each half one pipeline's rollout (chain 0) runs beside the other's reference and training (chain 1): the
+    # scheduler gets the rollout pipeline's model first, the post pipeline's second
+    from orchestrl.sim.multiplex import baselines, runner
+    from orchestrl.sim.multiplex.workload import PipelineSpec
+    seen = []
+
+    class Spy(Scheduler):
+        def __init__(self, model, *a, **kw):
+            seen.append(tuple(m.grid.meta["model"] for m in model))
+            super().__init__(model, *a, **kw)
+    monkeypatch.setattr(baselines, "Scheduler", Spy)
+    half = [runner.simulate_steps(PipelineSpec(f"{n}:{m}/gsm8k", m, "gsm8k", prompts=4, seed=i), "A100", 2, 1)
+            for i, (n, m) in enumerate((("A", "Qwen3-0.6B"), ("B", "Llama-3.1-8B")))]
+    baselines.jigsaw_async(half)
+    assert seen == [("Qwen3-0.6B", "Llama-3.1-8B"), ("Llama-3.1-8B", "Qwen3-0.6B")]

@@ -94,6 +94,7 @@ def test_fig15_baselines_run_at_their_fastest_tp_and_jigsaw_async_where_its_prof
                          systems=("streamrl",), tps=(1, 2, 4)))
     runs = real["tp_runs"]
     assert set(runs[1]) >= {"streamrl_tps", "areal_tps", "jigsaw_async_tps"} and "streamrl_tps" not in runs[4]
+    assert "jigsaw_async_tps" in runs[4]  # JigsawRL-async needs only halves: one TP-4 replica per half
     assert real["streamrl_tps"] == max(runs[t]["streamrl_tps"] for t in (1, 2))  # a quarter holds TP 1 or 2 only
     assert real["jigsaw_async_tps"] == runs[real["tp"]["jigsaw_async"]]["jigsaw_async_tps"]
 
