@@ -314,11 +314,13 @@ def _run_at(case: Case) -> dict[str, Any]:
     if "streamrl" in case.systems and quarter and not case.steady:  # a quarter of the GPUs per pipeline and stage
         out["streamrl_tps"] = streamrl(quarter).throughput_tps
         out["areal_tps"] = areal(quarter).throughput_tps
+    profile = None  # the profiling draws (layouts.profile_steps), simulated once per case for every decision below
     if "streamrl" in case.systems and half and len(half) == 2 and not case.steady:  # JigsawRL-async needs halves only
         out["jigsaw_async_tps"] = jigsaw_async(half).throughput_tps
         # what JigsawRL-async's rollout TP is chosen on (_best_tp): its plan's seconds per token on profiling steps
-        # (other draws of the same workloads, layouts.profile_steps), as JigsawRL's layout and degree are
-        runs = [jigsaw_async(h) for _, h in profile_steps(full)]
+        # (other draws of the same workloads), as JigsawRL's layout and degree are
+        profile = profile_steps(full)
+        runs = [jigsaw_async(h) for _, h in profile]
         out["jigsaw_async_profile_s_per_token"] = sum(b.total_s for b in runs) / sum(b.tokens for b in runs)
     violations = 0
     # the layout (layouts.ROUTINGS): decided once per case on profiling steps (layouts.predict_routing, other draws
@@ -327,11 +329,10 @@ def _run_at(case: Case) -> dict[str, Any]:
     # ablations, so they differ only in what they ablate. MuxServe routes uniformly (it multiplexes rollouts on the
     # same workers by design).
     route: dict[str, Any] = {}
-    profile = None
     if half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
         # simulated once (other draws of the workloads, balanced by their own halves when steady); every grid below
         # decides on the same profile
-        profile = profile_steps(full, steady=case.steady)
+        profile = profile if profile is not None else profile_steps(full, steady=case.steady)
         # predict_routing's rule on the profile's summed makespans, kept so that the TP degrees can be compared too
         costs = profile_costs(profile, choices=case.layouts)
         out["routing_costs"] = {r: sum(c[r] for c in costs) for r in case.layouts}
@@ -355,8 +356,7 @@ def _run_at(case: Case) -> dict[str, Any]:
             again = run_group([repeat_steps(x) for x in full], pol, **rep)
             violations += again.memory_violations
             out[f"{key}_tps"] = out["tokens"] * PASSES / again.makespan_s
-        out[f"{key}_latency_s"] = {n: r.latency_s(n) for n in r.step_end_s}
-        out[f"{key}_mfu"] = r.flops / (r.makespan_s * case.gpus * _peak(case.gpu)) if r.makespan_s else 0.0
+        _record_group(out, key, r, case)
         out[f"{key}_merges"] = r.merges
         violations += r.memory_violations
         if pol == "jigsaw" and out.get("routing") == "split":
@@ -393,14 +393,19 @@ def _run_at(case: Case) -> dict[str, Any]:
                 r = run_group(full, pol, grid=grid, scale=scale, **route)
                 key = f"{pol.replace('-', '_')}_{tag}"
                 out[f"{key}_tps"] = tps(r)
-                out[f"{key}_latency_s"] = {n: r.latency_s(n) for n in r.step_end_s}
-                out[f"{key}_mfu"] = r.flops / (r.makespan_s * case.gpus * _peak(case.gpu)) if r.makespan_s else 0.0
+                _record_group(out, key, r, case)
                 violations += r.memory_violations
             if "jigsaw_async_tps" in out:
                 out[f"jigsaw_async_{tag}_tps"] = jigsaw_async(half, grid=grid, scale=scale).throughput_tps
     out["memory_violations"] = violations
     out["wall_s"] = time.perf_counter() - wall
     return out
+
+
+def _record_group(out: dict[str, Any], key: str, r: Any, case: Case) -> None:
+    """A group run's per-pipeline step latencies and its MFU under ``key`` (e.g. ``jigsaw``, ``jigsaw_x0.75``)."""
+    out[f"{key}_latency_s"] = {n: r.latency_s(n) for n in r.step_end_s}
+    out[f"{key}_mfu"] = r.flops / (r.makespan_s * case.gpus * _peak(case.gpu)) if r.makespan_s else 0.0
 
 
 def _peak(gpu: str) -> float:

@@ -167,7 +167,6 @@ class _Group:
         # its memory axis is the KV pool or micro-batch left beside each GPU's share of the weights (a measured grid
         # has one memory axis for every model and degree)
         self.models = tuple(model_for(gpu, r.spec.model, grid, scale, tp=r.spec.tp) for r in runs)
-        self.model = self.models[0]
         self.sch = Scheduler(self.models, window=1 if policy == "jigsaw-greedy" else window)
         self.merge = policy in ("jigsaw", "jigsaw-greedy")
         self.balance = policy != "muxserve"

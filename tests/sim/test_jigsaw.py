@@ -355,5 +355,5 @@ def test_the_slowdown_grid_is_the_one_of_the_pipelines_tp_degree():
     assert split.detail["config"] == "split"
     shared = runner.run_group(full, "jigsaw", **layouts.routing_args("uniform", half, 1))
     assert shared.makespan_s < 1.15 * split.total_s and shared.memory_violations == 0  # TP 1's grid: 1.46x
-    assert runner._Group(full, "jigsaw", "default", 1.0, 3).model.grid.meta["tp"] == 2
+    assert [m.grid.meta["tp"] for m in runner._Group(full, "jigsaw", "default", 1.0, 3).models] == [2, 2]
     assert jigsaw_async(half).total_s < 0.85 * split.total_s  # JigsawRL-async builds its grid the same way (TP 1's: 0.97x)
