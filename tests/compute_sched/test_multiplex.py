@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 
@@ -447,3 +448,41 @@ def test_jigsaw_async_prices_each_half_with_its_rollout_and_post_pipelines_model
             for i, (n, m) in enumerate((("A", "Qwen3-0.6B"), ("B", "Llama-3.1-8B")))]
     baselines.jigsaw_async(half)
     assert seen == [("Qwen3-0.6B", "Llama-3.1-8B"), ("Llama-3.1-8B", "Qwen3-0.6B")]
+
+
+def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_own_model():
+    # Fig. 16's Qwen3-0.6B beside Llama-3.1-8B on 4 A100 workers with merging and balancing on. Every slowdown the
+    # runner asks for outside the scheduler (balancing a post stage against the other pipeline's rollout, pricing a
+    # merge against the other pipeline's co-located sub-stage) must come from the model of the pipeline whose work is
+    # priced: the one given the SM share in the call (balancing: training 75%, the other's rollout 25%; merging: the
+    # tail 25%, the other's sub-stage 75%). A model swap there is consistent, so no symmetric outcome shows it.
+    import sys
+
+    from orchestrl.sim.multiplex import runner
+    from orchestrl.sim.multiplex.workload import PipelineSpec
+    calls, wrong = Counter(), []
+
+    class Owned:
+        def __init__(self, model, owner):
+            self.model, self.owner = model, owner
+
+        def __getattr__(self, name):
+            return getattr(self.model, name)
+
+        def s(self, ka, kb, sigma, mem):
+            caller = sys._getframe(1)
+            fn, p = caller.f_code.co_name, caller.f_locals.get("p")
+            if fn in ("_balance", "_try_merge", "<lambda>"):
+                calls[fn] += 1
+                priced = p if (fn, sigma) in (("_balance", 0.75), ("_try_merge", 0.25)) else 1 - p
+                if priced != self.owner:
+                    wrong.append((fn, ka, kb, sigma, "pipeline", p, "model of", self.owner))
+            return self.model.s(ka, kb, sigma, mem)
+
+    runs = [runner.simulate_steps(PipelineSpec(f"{n}:{m}/gsm8k", m, "gsm8k", prompts=16, seed=i), "A100", 4, 2)
+            for i, (n, m) in enumerate((("A", "Qwen3-0.6B"), ("B", "Llama-3.1-8B")))]
+    group = runner._Group(runs, "jigsaw", "default", 1.0, 3)
+    group.models = tuple(Owned(m, i) for i, m in enumerate(group.models))
+    result = group.run()
+    assert calls["_balance"] and calls["_try_merge"] and calls["<lambda>"] and result.merges, (calls, result.merges)
+    assert not wrong, wrong
