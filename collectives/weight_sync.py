@@ -118,7 +118,9 @@ class WeightSync:
         bounds a transfer that makes no progress while every process is alive, and a shorter one
         would blame the live rank waiting behind a dead one instead of the dead one.
     join_timeout_s : float
-        How long a round waits for every rank to join (ranks reach the sync at different times).
+        How long a round waits for every rank to join (ranks reach the sync at different times). The
+        round after a failed one waits ``join_timeout_s`` plus the transport's timeout: before joining
+        it, each rank waits for the failed round's pending transfers to end, which may take that long.
     load_timeout_s : float
         How long one ``load_weights`` callback may run before the round fails naming it.
     trace : bool
@@ -146,6 +148,7 @@ class WeightSync:
         self.window = 2  # transfers each peer stream keeps posted (see collectives.executor)
         self.lookahead = 4  # steps a stream may run ahead of the rank's slowest one
         self._round = 0
+        self._failed = False  # this rank's last round failed: the next one is a retry (see _join_window_s)
         self._clients: StoreClients | None = None  # liveness clients of the store, kept across rounds
         self._peers = sorted({op.peer for _, ops in schedule.program(self.rank) for op in ops})
         self._executor: StreamExecutor | None = None
@@ -369,6 +372,7 @@ class WeightSync:
                         join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
                         rank_name=sch.rank_name)
         live.fail(self.rank, f"{sch.rank_name(self.rank)} refused its arguments: {exc}", kind="config")
+        self._failed = True
         self._clients = None  # the failure record may have timed out on them
         self._round = n
         raise exc
@@ -418,7 +422,7 @@ class WeightSync:
         self.transport.store.set("latest-round", str(n))
         live = Liveness(self._store_clients().prefixed(f"round/{n}/"), rank, sch.world_size, sch.digest,
                         timeout_s=self.timeout_s,
-                        join_timeout_s=self.join_timeout_s, load_timeout_s=self.load_timeout_s,
+                        join_timeout_s=self._join_window_s(), load_timeout_s=self.load_timeout_s,
                         rank_name=sch.rank_name, peers=self._peers, generation=self.transport.generation)
         loader = Loader(load_weights, live, sch, targets or {}, self.schedule.is_trainer(rank))
         try:
@@ -439,14 +443,17 @@ class WeightSync:
             data_done = time.time()
             live.finish()
         except WeightSyncError as err:
+            self._failed = True
             self._after_failure()
             raise self._with_targets(err, buffers, targets)
         except Exception as exc:  # a failing load_weights or an internal error: end the round everywhere
             err = live.fail(rank, f"{sch.rank_name(rank)} raised {type(exc).__name__}: {exc}")
+            self._failed = True
             self._after_failure()
             raise self._with_targets(err, buffers, targets) from exc
         finally:
             live.close()
+        self._failed = False
         return SyncReport(rank, "trainer" if sch.is_trainer(rank) else "generator", started, data_done,
                           time.time(), executor.sent, executor.received, executor.verified, loader.loaded, True,
                           tuple(sorted(executor.step_times)), n)
@@ -484,6 +491,17 @@ class WeightSync:
                 raise WeightSyncError(f"{self.schedule.rank_name(self.rank)}: transfers of the failed round "
                                       f"{self._round} are still pending after {self.transport_timeout_s:.0f} s; "
                                       "discard this WeightSync and connect a new one", peer=self.rank)
+
+    def _join_window_s(self) -> float:
+        """How long this round waits for every rank to join.
+
+        After a failed round every rank first waits for that round's pending transfers (``_settle``), and a
+        transfer to a peer that vanished mid-round may only end at the transport's timeout. A rank whose
+        transfers ended at once joins the retry early; with the plain ``join_timeout_s`` it could name a
+        peer that is still settling as one that "never joined" (seen with a 120 s window and 2 x 60 s
+        transport timeout), so a retry's window adds the transport's timeout.
+        """
+        return self.join_timeout_s + (self.transport_timeout_s if self._failed else 0.0)
 
     @property
     def transport_timeout_s(self) -> float:

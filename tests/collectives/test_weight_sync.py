@@ -328,3 +328,39 @@ def test_a_failed_round_says_what_it_left_in_the_engines_tensors_and_a_retry_rew
         held = sum(sch.local_shape(r.rank, i) is not None for i in range(len(sch.params)))
         assert sum(map(int, m.groups())) == held, (m.groups(), held)
         assert "retrying the round rewrites every target" in first["error"]
+
+
+class _IdleTransport:
+    """A transport that is never reached: the rank under test is alone, so every round fails while joining."""
+
+    def __init__(self, store, world_size: int, timeout_s: float) -> None:
+        self.store, self.world_size, self.rank, self.generation = store, world_size, 0, 0
+        self.timeout_s, self.device, self.checksum = timeout_s, "cpu", True
+
+    def reset(self) -> None:
+        pass
+
+
+def test_the_round_after_a_failed_one_waits_the_transports_timeout_longer_for_ranks_to_join():
+    """A retry must not name a peer still ending the failed round's transfers as one that never joined.
+
+    Each rank first waits for the failed round's pending transfers (up to the transport's timeout) before it
+    joins the retry; a clean-clone run once failed with the join window equal to that timeout (2026-11-29).
+    """
+    import torch.distributed as dist
+
+    from orchestrl.collectives.errors import WeightSyncError
+    from orchestrl.collectives.weight_sync import WeightSync
+
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    sync = WeightSync(_mixed_tp_schedule(), _IdleTransport(store, 8, timeout_s=2.0), timeout_s=0.5,
+                      join_timeout_s=1.0)
+    waited = []
+    for _ in range(2):  # the first round, then its retry: nobody else ever joins
+        t0 = time.monotonic()
+        with pytest.raises(WeightSyncError, match="never joined the sync within") as err:
+            sync._run({}, None)
+        waited.append((time.monotonic() - t0, str(err.value)))
+    assert "within 1 s" in waited[0][1], waited[0][1]
+    assert "within 3 s" in waited[1][1], waited[1][1]  # 1 s + the transport's 2 s
+    assert waited[1][0] >= 2.9 and waited[1][0] > waited[0][0] + 1.5, waited
