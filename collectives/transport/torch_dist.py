@@ -95,7 +95,8 @@ class TorchTransport:
         self._gloo_device = None
         self._gloo_port = 0
         self._groups: dict[int, tuple[tuple[int, int], object]] = {}  # peer -> ((gen lo, gen hi), group)
-        self._sockets: dict[int, list[int]] = {}  # peer -> file descriptors of its gloo connection
+        # peer -> (file descriptor, what it referred to: "socket:[inode]") of each socket of its gloo connection
+        self._sockets: dict[int, list[tuple[int, str]]] = {}
         self._generation: int | None = None
         self._prepare_lock = threading.Lock()
         self.generation  # noqa: B018 -- drawn now, so a bad store fails the constructor, not the first round
@@ -173,7 +174,7 @@ class TorchTransport:
     def _publish_port(self) -> None:
         self.store.set(f"gloo-port/{self.rank}/{self.generation}", str(self._gloo_port))
 
-    def _pair_sockets(self, new: set[int], peer: int, peer_generation: int) -> list[int]:
+    def _pair_sockets(self, new: set[int], peer: int, peer_generation: int) -> list[tuple[int, str]]:
         """The new sockets that connect this rank's gloo device with ``peer``'s."""
         key = f"gloo-port/{peer}/{peer_generation}"
         self.store.wait([key], timedelta(seconds=self.timeout_s))
@@ -182,7 +183,8 @@ class TorchTransport:
         for fd in new:
             addr = _addresses(fd)
             if addr is not None and addr[1] is not None and (addr[0] == self._gloo_port or addr[1] == peer_port):
-                out.append(fd)
+                with contextlib.suppress(OSError):  # closed meanwhile: nothing to shut down later
+                    out.append((fd, _target(fd)))
         return out
 
     def _group(self, peer: int):
@@ -217,10 +219,14 @@ class TorchTransport:
 
     def _abort(self, peer: int) -> None:
         _, group = self._groups.pop(peer)
-        for fd in self._sockets.pop(peer, []):
-            # on a duplicate, so the descriptor stays gloo's to close; OSError: already closed by the peer, whose
-            # transfers have failed already
+        for fd, what in self._sockets.pop(peer, []):
+            # Only the socket recorded: gloo closes a pair's descriptor when the pair fails, and the number is then
+            # reused by the next socket this process opens (a store client, say), which a shutdown here would cut
+            # off (a rank then lost its store connection while joining a retry round). On a duplicate, so the
+            # descriptor stays gloo's to close; OSError: already closed.
             with contextlib.suppress(OSError):
+                if _target(fd) != what:
+                    continue
                 with socket.socket(fileno=os.dup(fd)) as sock:
                     sock.shutdown(socket.SHUT_RDWR)
         # already aborted, or the backend has nothing to abort: nothing left to stop
@@ -231,6 +237,11 @@ class TorchTransport:
     def interface_hint() -> str:
         """The interface gloo will use (``GLOO_SOCKET_IFNAME``), for error messages."""
         return os.environ.get("GLOO_SOCKET_IFNAME", "<hostname's interface>")
+
+
+def _target(fd: int) -> str:
+    """What descriptor ``fd`` of this process refers to now (``socket:[inode]`` for a socket)."""
+    return os.readlink(f"/proc/self/fd/{fd}")
 
 
 def _sockets() -> set[int]:

@@ -29,3 +29,34 @@ def test_ucx_transport_delivers_bit_identical_slices():
 def test_nccl_transport_delivers_bit_identical_slices():
     run = run_sync(_small_schedule(), timeout_s=60, backend="nccl")
     assert run.ok and run.verified, run.errors()
+
+
+def test_aborting_a_peers_connection_never_shuts_down_a_socket_that_reused_its_descriptor():
+    """gloo closes a failed pair's descriptor, and the number goes to the next socket the process opens.
+
+    Seen in the retry test (2026-11-29): over 80 runs the abort found 14 recorded descriptors referring to other
+    sockets; before this check a rank lost its store connection ("Broken pipe" while joining the retry round)."""
+    import socket
+
+    import torch.distributed as dist
+
+    from orchestrl.collectives.transport.torch_dist import TorchTransport, _target
+
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    transport = TorchTransport(store, 0, 2)
+
+    class Group:
+        def abort(self):
+            pass
+
+    old_a, old_b = socket.socketpair()
+    fd, what = old_a.fileno(), _target(old_a.fileno())
+    old_a.close()  # gloo closed its end of the failed pair
+    new_a, new_b = socket.socketpair()  # the next socket gets the lowest free number: the closed one's
+    assert new_a.fileno() == fd
+    transport._groups[1], transport._sockets[1] = ((0, 0), Group()), [(fd, what)]
+    transport._abort(1)
+    new_a.sendall(b"still connected")
+    assert new_b.recv(64) == b"still connected"
+    for s in (old_b, new_a, new_b):
+        s.close()
