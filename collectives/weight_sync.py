@@ -45,7 +45,7 @@ from orchestrl.collectives.codec import TORCH_DTYPES, ChunkCodec, ParamBuffer
 from orchestrl.collectives.coords import check_coords, megatron_coords  # noqa: F401 (megatron_coords: re-exported)
 from orchestrl.collectives.errors import WeightSyncError
 from orchestrl.collectives.executor import Loader, LoadWeights, StreamExecutor
-from orchestrl.collectives.liveness import Liveness, StoreClients
+from orchestrl.collectives.liveness import _NO_ABORT, Liveness, StoreClients
 from orchestrl.collectives.schedule import Op, Schedule
 from orchestrl.collectives.store import tcp_store
 from orchestrl.collectives.targets import check_tensor, resolve_targets
@@ -422,7 +422,7 @@ class WeightSync:
         self.transport.store.set("latest-round", str(n))
         live = Liveness(self._store_clients().prefixed(f"round/{n}/"), rank, sch.world_size, sch.digest,
                         timeout_s=self.timeout_s,
-                        join_timeout_s=self._join_window_s(), load_timeout_s=self.load_timeout_s,
+                        join_timeout_s=self._join_window_s(n), load_timeout_s=self.load_timeout_s,
                         rank_name=sch.rank_name, peers=self._peers, generation=self.transport.generation)
         loader = Loader(load_weights, live, sch, targets or {}, self.schedule.is_trainer(rank))
         try:
@@ -492,16 +492,23 @@ class WeightSync:
                                       f"{self._round} are still pending after {self.transport_timeout_s:.0f} s; "
                                       "discard this WeightSync and connect a new one", peer=self.rank)
 
-    def _join_window_s(self) -> float:
-        """How long this round waits for every rank to join.
+    def _join_window_s(self, n: int) -> float:
+        """How long round ``n`` waits for every rank to join.
 
-        After a failed round every rank first waits for that round's pending transfers (``_settle``), and a
-        transfer to a peer that vanished mid-round may only end at the transport's timeout. A rank whose
-        transfers ended at once joins the retry early; with the plain ``join_timeout_s`` it could name a
-        peer that is still settling as one that "never joined" (seen with a 120 s window and 2 x 60 s
-        transport timeout), so a retry's window adds the transport's timeout.
+        After a failed round every rank first waits for that round's pending transfers (``_settle``), and one
+        may only end at the transport's timeout. A rank whose transfers ended at once joins the retry early;
+        with the plain ``join_timeout_s`` it could name a peer that is still settling as one that "never
+        joined" (the suspected cause of a retry-test failure with a 120 s window and a 2 x 60 s transport
+        timeout), so a retry's window adds the transport's timeout. Whether round ``n - 1`` failed is read
+        from the store, so a process that replaces a dead rank (``rejoin``) waits as long as the survivors;
+        this process's own last round counts too, where the store does not answer.
         """
-        return self.join_timeout_s + (self.transport_timeout_s if self._failed else 0.0)
+        failed = self._failed
+        if not failed and n > 1:
+            with contextlib.suppress(Exception):
+                prev = dist.PrefixStore(f"round/{n - 1}/", self.transport.store)
+                failed = bool(prev.check(["abort"])) and prev.get("abort").decode() not in ("", _NO_ABORT)
+        return self.join_timeout_s + (self.transport_timeout_s if failed else 0.0)
 
     @property
     def transport_timeout_s(self) -> float:

@@ -95,8 +95,9 @@ class TorchTransport:
         self._gloo_device = None
         self._gloo_port = 0
         self._groups: dict[int, tuple[tuple[int, int], object]] = {}  # peer -> ((gen lo, gen hi), group)
-        # peer -> (file descriptor, what it referred to: "socket:[inode]") of each socket of its gloo connection
-        self._sockets: dict[int, list[tuple[int, str]]] = {}
+        # peer -> (file descriptor, socket inode) of each socket of its gloo connection: the number alone may be
+        # reused by another socket once gloo closes it
+        self._sockets: dict[int, list[tuple[int, int]]] = {}
         self._generation: int | None = None
         self._prepare_lock = threading.Lock()
         self.generation  # noqa: B018 -- drawn now, so a bad store fails the constructor, not the first round
@@ -140,10 +141,10 @@ class TorchTransport:
             if current is not None:
                 self._abort(peer)
             prefix = dist.PrefixStore(f"{lo}-{hi}/{gens[0]}-{gens[1]}/", self._pairs_store)
-            before = _sockets() if self.backend == "gloo" else set()
+            before = _sockets() if self.backend == "gloo" else {}
             self._groups[peer] = (gens, self._make_group(prefix, 0 if self.rank == lo else 1))
             if self.backend == "gloo":
-                self._sockets[peer] = self._pair_sockets(_sockets() - before, peer, generations[peer])
+                self._sockets[peer] = self._pair_sockets(_new_sockets(before), peer, generations[peer])
 
     def _make_group(self, store, index: int):
         timeout = timedelta(seconds=self.timeout_s)
@@ -164,7 +165,7 @@ class TorchTransport:
         before = _sockets()
         device = (dist.ProcessGroupGloo.create_device(interface=ifname) if ifname
                   else dist.ProcessGroupGloo.create_default_device())
-        for fd in _sockets() - before:
+        for fd in _new_sockets(before):
             addr = _addresses(fd)
             if addr is not None and addr[1] is None:  # the listener: bound, not connected
                 self._gloo_port = addr[0]
@@ -174,7 +175,7 @@ class TorchTransport:
     def _publish_port(self) -> None:
         self.store.set(f"gloo-port/{self.rank}/{self.generation}", str(self._gloo_port))
 
-    def _pair_sockets(self, new: set[int], peer: int, peer_generation: int) -> list[tuple[int, str]]:
+    def _pair_sockets(self, new: dict[int, int], peer: int, peer_generation: int) -> list[tuple[int, int]]:
         """The new sockets that connect this rank's gloo device with ``peer``'s."""
         key = f"gloo-port/{peer}/{peer_generation}"
         self.store.wait([key], timedelta(seconds=self.timeout_s))
@@ -183,8 +184,7 @@ class TorchTransport:
         for fd in new:
             addr = _addresses(fd)
             if addr is not None and addr[1] is not None and (addr[0] == self._gloo_port or addr[1] == peer_port):
-                with contextlib.suppress(OSError):  # closed meanwhile: nothing to shut down later
-                    out.append((fd, _target(fd)))
+                out.append((fd, new[fd]))
         return out
 
     def _group(self, peer: int):
@@ -219,16 +219,15 @@ class TorchTransport:
 
     def _abort(self, peer: int) -> None:
         _, group = self._groups.pop(peer)
-        for fd, what in self._sockets.pop(peer, []):
+        for fd, inode in self._sockets.pop(peer, []):
             # Only the socket recorded: gloo closes a pair's descriptor when the pair fails, and the number is then
-            # reused by the next socket this process opens (a store client, say), which a shutdown here would cut
-            # off (a rank then lost its store connection while joining a retry round). On a duplicate, so the
-            # descriptor stays gloo's to close; OSError: already closed.
+            # reused by the next socket this process opens (a store client, say), which a shutdown by number would
+            # cut off. Checked on a duplicate (the number cannot change hands between the check and the shutdown),
+            # so the descriptor stays gloo's to close; OSError: already closed.
             with contextlib.suppress(OSError):
-                if _target(fd) != what:
-                    continue
                 with socket.socket(fileno=os.dup(fd)) as sock:
-                    sock.shutdown(socket.SHUT_RDWR)
+                    if os.fstat(sock.fileno()).st_ino == inode:
+                        sock.shutdown(socket.SHUT_RDWR)
         # already aborted, or the backend has nothing to abort: nothing left to stop
         with contextlib.suppress(Exception):
             group.abort()  # type: ignore[attr-defined]
@@ -239,19 +238,20 @@ class TorchTransport:
         return os.environ.get("GLOO_SOCKET_IFNAME", "<hostname's interface>")
 
 
-def _target(fd: int) -> str:
-    """What descriptor ``fd`` of this process refers to now (``socket:[inode]`` for a socket)."""
-    return os.readlink(f"/proc/self/fd/{fd}")
-
-
-def _sockets() -> set[int]:
-    """File descriptors of this process's sockets."""
-    out = set()
+def _sockets() -> dict[int, int]:
+    """This process's sockets: file descriptor -> socket inode."""
+    out = {}
     for name in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # closed meanwhile
-            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
-                out.add(int(name))
+        with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+            link = os.readlink(f"/proc/self/fd/{name}")
+            if link.startswith("socket:["):
+                out[int(name)] = int(link[len("socket:["):-1])
     return out
+
+
+def _new_sockets(before: dict[int, int]) -> dict[int, int]:
+    """The sockets opened since ``before`` (:func:`_sockets`), a reused descriptor number included."""
+    return {fd: inode for fd, inode in _sockets().items() if before.get(fd) != inode}
 
 
 def _addresses(fd: int) -> tuple[int, int | None] | None:

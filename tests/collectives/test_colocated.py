@@ -6,12 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the collectives runtime needs torch (the comms extra)")
 
-import torch.distributed as dist
-
 from orchestrl.collectives.emulation.model import synthetic_model
 from orchestrl.collectives.emulation.runner import run_sync
 from orchestrl.collectives.layout import FabricLinks, GeneratorLayout, TrainerLayout
 from orchestrl.collectives.plan import plan_weight_sync
+from orchestrl.collectives.store import tcp_store
 from orchestrl.collectives.transport.colocated import ColocatedTransport, TransportClosed
 
 
@@ -33,8 +32,9 @@ def test_weight_sync_over_shared_memory_resharding_and_in_place():
 
 
 def _store():
-    from orchestrl.collectives.emulation.runner import free_port
-    return dist.TCPStore("127.0.0.1", free_port(), 1, True, wait_for_workers=False)
+    # an IPv4 listener (collectives/store.py): a dual-stack one makes the server look up every new client's name, and
+    # a slow resolver then stalls every store call for seconds (a reset once took 4.9 s here under load)
+    return tcp_store("127.0.0.1", 0, is_master=True, timeout_s=60)
 
 
 def test_a_silent_peer_fails_the_transfer_within_its_timeout():

@@ -31,32 +31,36 @@ def test_nccl_transport_delivers_bit_identical_slices():
     assert run.ok and run.verified, run.errors()
 
 
-def test_aborting_a_peers_connection_never_shuts_down_a_socket_that_reused_its_descriptor():
+def test_aborting_a_peers_connection_shuts_down_its_sockets_and_never_one_that_reused_a_descriptor():
     """gloo closes a failed pair's descriptor, and the number goes to the next socket the process opens.
 
     Seen in the retry test (2026-11-29): over 80 runs the abort found 14 recorded descriptors referring to other
-    sockets; before this check a rank lost its store connection ("Broken pipe" while joining the retry round)."""
+    sockets; without the check a rank's store connection could be cut ("Broken pipe" while joining the retry)."""
+    import os
     import socket
 
-    import torch.distributed as dist
+    from orchestrl.collectives.store import tcp_store
+    from orchestrl.collectives.transport.torch_dist import TorchTransport
 
-    from orchestrl.collectives.transport.torch_dist import TorchTransport, _target
-
-    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
-    transport = TorchTransport(store, 0, 2)
+    store = tcp_store("127.0.0.1", 0, is_master=True, timeout_s=30)  # an IPv4 listener: no reverse DNS per client
+    transport = TorchTransport(store, 0, 3)
 
     class Group:
         def abort(self):
             pass
 
+    live_a, live_b = socket.socketpair()  # peer 2's connection, still open: the abort must end it
     old_a, old_b = socket.socketpair()
-    fd, what = old_a.fileno(), _target(old_a.fileno())
-    old_a.close()  # gloo closed its end of the failed pair
+    fd, inode = old_a.fileno(), os.fstat(old_a.fileno()).st_ino
+    old_a.close()  # gloo closed its end of peer 1's failed pair
     new_a, new_b = socket.socketpair()  # the next socket gets the lowest free number: the closed one's
     assert new_a.fileno() == fd
-    transport._groups[1], transport._sockets[1] = ((0, 0), Group()), [(fd, what)]
-    transport._abort(1)
+    transport._groups[1], transport._sockets[1] = ((0, 0), Group()), [(fd, inode)]
+    transport._groups[2], transport._sockets[2] = ((0, 0), Group()), [(live_a.fileno(), os.fstat(live_a.fileno()).st_ino)]
+    transport.close()
     new_a.sendall(b"still connected")
     assert new_b.recv(64) == b"still connected"
-    for s in (old_b, new_a, new_b):
+    live_b.settimeout(5.0)  # not shut down: recv times out instead of hanging the suite
+    assert live_b.recv(64) == b""  # shut down: the peer sees the end of the stream
+    for s in (old_b, new_a, new_b, live_a, live_b):
         s.close()

@@ -347,20 +347,23 @@ def test_the_round_after_a_failed_one_waits_the_transports_timeout_longer_for_ra
     Each rank first waits for the failed round's pending transfers (up to the transport's timeout) before it
     joins the retry; a clean-clone run once failed with the join window equal to that timeout (2026-11-29).
     """
-    import torch.distributed as dist
-
     from orchestrl.collectives.errors import WeightSyncError
+    from orchestrl.collectives.store import tcp_store
     from orchestrl.collectives.weight_sync import WeightSync
 
-    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
-    sync = WeightSync(_mixed_tp_schedule(), _IdleTransport(store, 8, timeout_s=2.0), timeout_s=0.5,
-                      join_timeout_s=1.0)
+    store = tcp_store("127.0.0.1", 0, is_master=True, timeout_s=30)  # an IPv4 listener: no reverse DNS per client
+    sch = _mixed_tp_schedule()
+    sync = WeightSync(sch, _IdleTransport(store, 8, timeout_s=2.0), timeout_s=0.5, join_timeout_s=1.0)
+    # a process replacing a dead rank knows nothing of the failed round but what the store says
+    rejoined = WeightSync(sch, _IdleTransport(store, 8, timeout_s=2.0), timeout_s=0.5, join_timeout_s=1.0,
+                          rejoin=True)
     waited = []
-    for _ in range(2):  # the first round, then its retry: nobody else ever joins
+    for s in (sync, sync, rejoined):  # the first round, its retry, the next retry: nobody else ever joins
         t0 = time.monotonic()
         with pytest.raises(WeightSyncError, match="never joined the sync within") as err:
-            sync._run({}, None)
+            s._run({}, None)
         waited.append((time.monotonic() - t0, str(err.value)))
     assert "within 1 s" in waited[0][1], waited[0][1]
     assert "within 3 s" in waited[1][1], waited[1][1]  # 1 s + the transport's 2 s
     assert waited[1][0] >= 2.9 and waited[1][0] > waited[0][0] + 1.5, waited
+    assert rejoined._round == 3 and "within 3 s" in waited[2][1], (rejoined._round, waited[2][1])
