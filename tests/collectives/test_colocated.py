@@ -46,7 +46,9 @@ def test_a_silent_peer_fails_the_transfer_within_its_timeout():
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="rank 1"):
         t.irecv(buf, 1, 7).wait()
-    assert time.monotonic() - start < 1.5
+    # the 0.3 s timeout, with slack for a loaded 2-core machine: suite runs there have stalled single store calls for
+    # ~5 s (2026-11-29; before and after that day's changes); without the timeout the wait never ends
+    assert time.monotonic() - start < 10.0
     t.close()
 
 
@@ -71,7 +73,7 @@ def test_reset_ends_a_pending_wait_at_once():
     t.reset()
     th.join(5)
     assert isinstance(box.get("exc"), TransportClosed)
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 10.0  # the reset, not the transport's 30 s timeout (slack: see above)
     assert t.generation == 2
 
 

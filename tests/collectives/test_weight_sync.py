@@ -160,7 +160,9 @@ def test_a_rank_with_another_world_size_is_named_before_anything_connects():
                              FabricLinks(nic_bps=1e9), chunk_bytes=sch.chunk_bytes)  # one generator more
     port = free_port()
     odd = 5
-    jobs = [(RankJob(other if r == odd else sch, r, "127.0.0.1", port, timeout_s=TIMEOUT_S),)
+    # a longer liveness timeout than the other tests', so that "at once" and "after a connect timeout" (2 x 20 s) stay
+    # far apart on a loaded machine (suite runs there stalled single store calls for ~5 s, 2026-11-29)
+    jobs = [(RankJob(other if r == odd else sch, r, "127.0.0.1", port, timeout_s=20.0),)
             for r in range(sch.world_size)]
     start = time.time()
     with RankGroup(run_rank, jobs, env=[{"GLOO_SOCKET_IFNAME": "lo"}] * sch.world_size) as g:
@@ -168,7 +170,7 @@ def test_a_rank_with_another_world_size_is_named_before_anything_connects():
     for r in results:
         assert not r.ok and r.error_type == "WeightSyncError", (r.rank, r.error)
         assert f"rank(s) {odd} joined with schedule {other.digest} for {other.world_size} ranks" in r.error, r.error
-        assert r.finished_at - start < TIMEOUT_S + SLACK_S  # named at once, not after a connect timeout
+        assert r.finished_at - start < 20.0  # named at once, not after a connect timeout (40 s)
 
 
 def test_a_replaced_generator_rejoins_and_the_others_keep_their_weight_sync(tmp_path):
@@ -365,5 +367,5 @@ def test_the_round_after_a_failed_one_waits_the_transports_timeout_longer_for_ra
         waited.append((time.monotonic() - t0, str(err.value)))
     assert "within 1 s" in waited[0][1], waited[0][1]
     assert "within 3 s" in waited[1][1], waited[1][1]  # 1 s + the transport's 2 s
-    assert waited[1][0] >= 2.9 and waited[1][0] > waited[0][0] + 1.5, waited
+    assert waited[1][0] >= 2.9, waited  # it did wait that long (a stall can only lengthen a wait)
     assert rejoined._round == 3 and "within 3 s" in waited[2][1], (rejoined._round, waited[2][1])
