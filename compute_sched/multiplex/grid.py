@@ -276,9 +276,11 @@ class SlowdownModel:
         """Return this model with every slowdown's excess multiplied by ``scale`` (sensitivity runs)."""
         return SlowdownModel(self.grid, scale)
 
-    def pair(self, a: str, b: str, sm_a_frac: float, mem_a_pct: float = 80.0) -> tuple[float, float]:
-        """Both slowdowns of ``a`` on ``sm_a_frac`` and ``b`` on the rest (memory split likewise)."""
+    def pair(self, a: str, b: str, sm_a_frac: float, mem_a_pct: float = 80.0,
+             other: "SlowdownModel | None" = None) -> tuple[float, float]:
+        """Both slowdowns of ``a`` on ``sm_a_frac`` and ``b`` on the rest (memory split likewise); ``b``'s from
+        ``other`` where it is another pipeline's sub-stage with a model of its own (default: this one)."""
         if isinstance(sm_a_frac, bool) or not isinstance(sm_a_frac, numbers.Real) or not 0 < sm_a_frac < 1:
             raise ConfigError("slowdown model", "sm_a_frac", f"{sm_a_frac!r}",
                               "a's share of the SMs in (0, 1): b runs on the rest")
-        return self.s(a, b, sm_a_frac, mem_a_pct), self.s(b, a, 1.0 - sm_a_frac, 100.0 - mem_a_pct)
+        return self.s(a, b, sm_a_frac, mem_a_pct), (other or self).s(b, a, 1.0 - sm_a_frac, 100.0 - mem_a_pct)

@@ -377,7 +377,7 @@ class _Group:
                     break
                 left = max(1, math.ceil(0.2 * samples * st.rem[p] / max(tail_s, 1e-9)))
                 per_seq = ctx / max(seqs, 1)
-                s_t, s_o = ((self.models[p].s("decode_small", ok, 0.25, 80.0), self.models[o].s(ok, "decode_small", 0.75, 20.0))
+                s_t, s_o = (self.models[p].pair("decode_small", ok, 0.25, other=self.models[o])
                             if ok and ok != IDLE else (1.0, 1.0))
                 tails.append(Tail(w, st.rem[p], per_seq * left, left, ok,
                                   st.rem[o] if oh is not None and ok else 0.0, s_t, s_o))

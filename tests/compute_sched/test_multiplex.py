@@ -454,8 +454,9 @@ def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_ow
     # Fig. 16's Qwen3-0.6B beside Llama-3.1-8B on 4 A100 workers with merging and balancing on. Every slowdown the
     # runner asks for outside the scheduler (balancing a post stage against the other pipeline's rollout, pricing a
     # merge against the other pipeline's co-located sub-stage) must come from the model of the pipeline whose work is
-    # priced: the one given the SM share in the call (balancing: training 75%, the other's rollout 25%; merging: the
-    # tail 25%, the other's sub-stage 75%). A model swap there is consistent, so no symmetric outcome shows it.
+    # priced (balancing: training on 75% of the SMs, the other's rollout on 25%; merging: the tail's pair with the
+    # other pipeline's sub-stage, and that sub-stage beside the merged tail). A model swap there is consistent, so no
+    # symmetric outcome shows it.
     import sys
 
     from orchestrl.sim.multiplex import runner
@@ -472,12 +473,22 @@ def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_ow
         def s(self, ka, kb, sigma, mem):
             caller = sys._getframe(1)
             fn, p = caller.f_code.co_name, caller.f_locals.get("p")
-            if fn in ("_balance", "_try_merge", "<lambda>"):
+            if fn in ("_balance", "<lambda>"):
                 calls[fn] += 1
-                priced = p if (fn, sigma) in (("_balance", 0.75), ("_try_merge", 0.25)) else 1 - p
+                priced = p if (fn, sigma) == ("_balance", 0.75) else 1 - p
                 if priced != self.owner:
                     wrong.append((fn, ka, kb, sigma, "pipeline", p, "model of", self.owner))
             return self.model.s(ka, kb, sigma, mem)
+
+        def pair(self, a, b, sm_a_frac, mem_a_pct=80.0, other=None):
+            # merging prices the tail (a) beside the other pipeline's sub-stage (b): a's model is the tail's pipeline's,
+            # b's (other) the other pipeline's
+            caller = sys._getframe(1)
+            fn, p = caller.f_code.co_name, caller.f_locals.get("p")
+            calls[fn] += 1
+            if fn == "_try_merge" and (self.owner, getattr(other, "owner", None)) != (p, 1 - p):
+                wrong.append((fn, a, b, "pipeline", p, "models of", self.owner, getattr(other, "owner", None)))
+            return self.model.pair(a, b, sm_a_frac, mem_a_pct, other=other and other.model)
 
     runs = [runner.simulate_steps(PipelineSpec(f"{n}:{m}/gsm8k", m, "gsm8k", prompts=16, seed=i), "A100", 4, 2)
             for i, (n, m) in enumerate((("A", "Qwen3-0.6B"), ("B", "Llama-3.1-8B")))]
