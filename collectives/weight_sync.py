@@ -392,7 +392,7 @@ class WeightSync:
         rnd = dist.PrefixStore(f"round/{latest}/", store)
         deadline = time.monotonic() + 4 * self.timeout_s
         while time.monotonic() < deadline:
-            if rnd.check(["abort"]) and rnd.get("abort").decode() != "-":
+            if self._round_failed(latest):
                 return latest + 1  # that round failed; the survivors start the next one
             if rnd.check(["release"]):
                 return latest + 1
@@ -506,9 +506,13 @@ class WeightSync:
         failed = self._failed
         if not failed and n > 1:
             with contextlib.suppress(Exception):
-                prev = dist.PrefixStore(f"round/{n - 1}/", self.transport.store)
-                failed = bool(prev.check(["abort"])) and prev.get("abort").decode() not in ("", _NO_ABORT)
+                failed = self._round_failed(n - 1)
         return self.join_timeout_s + (self.transport_timeout_s if failed else 0.0)
+
+    def _round_failed(self, n: int) -> bool:
+        """Whether the store holds a failure record for round ``n``."""
+        rnd = dist.PrefixStore(f"round/{n}/", self.transport.store)
+        return bool(rnd.check(["abort"])) and rnd.get("abort").decode() not in ("", _NO_ABORT)
 
     @property
     def transport_timeout_s(self) -> float:
