@@ -24,7 +24,10 @@ Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what t
   worker (``uniform``), each pipeline's samples on its own half of the workers (``partition``: the
   steps simulated on half the replicas) with reference and training still spread over all of them
   (``halves``), or each pipeline wholly on its own half (``split``, ``own_post``: veRL split's layout);
-  :func:`sim.multiplex.layouts.predict_routing` decides once per run from profiling steps.
+  :func:`sim.multiplex.layouts.predict_routing` decides once per run from profiling steps;
+* a disaggregated layout (``pool``, RollMux's pools under JigsawRL's policy): every pipeline's rollout on
+  a rollout pool of workers, where the pipelines' rollouts share the workers (one's long tail beside the
+  other's next rollout), every pipeline's reference and training on the rest (:mod:`sim.multiplex.pool_layout`).
 
 Policies: ``jigsaw`` (look-ahead W = 3, merging, balancing), ``jigsaw-greedy`` (W = 1),
 ``jigsaw-nomerge``, ``muxserve`` (JigsawRL-MuxServe: rollouts share the GPU half and half,
@@ -156,7 +159,8 @@ class _Group:
 
     def __init__(self, runs: Sequence[PipelineSteps], policy: str, grid: str, scale: float, window: int,
                  start_s: Sequence[float] | None = None, partition: Sequence[PipelineSteps] | None = None,
-                 routed: Sequence[bool] | None = None, own_post: bool = False) -> None:
+                 routed: Sequence[bool] | None = None, own_post: bool = False,
+                 pool: Sequence[PipelineSteps] | None = None) -> None:
         if policy not in POLICIES:
             raise ConfigError("jigsaw run", "policy", f"{policy!r}", ", ".join(POLICIES))
         self.runs, self.policy = list(runs), policy
@@ -170,8 +174,10 @@ class _Group:
         self.sch = Scheduler(self.models, window=1 if policy == "jigsaw-greedy" else window)
         self.merge = policy in ("jigsaw", "jigsaw-greedy")
         self.balance = policy != "muxserve"
+        # steps whose post work is confined to workers that never carry the other pipeline's rollout (split: each
+        # pipeline's own half; pool: the training pool): balancing has nothing to move there
         self.split_steps = {k for k in range(max(r.steps for r in runs))
-                            if partition is not None and own_post and (routed is None or routed[k])}
+                            if pool is not None or (partition is not None and own_post and (routed is None or routed[k]))}
         self.gpu = gpu
         self.perf = [PerfModel(load_model(r.spec.model), load_gpu(gpu)) for r in runs]
         # chains[w][p]: tasks of pipeline p on worker w, all steps; gates[(p, k, stage)] -> open time or None
@@ -179,11 +185,15 @@ class _Group:
         self.bounds: dict[tuple[int, int], tuple[int, int, int]] = {}  # (p, k) -> rollout start, post start, end index
         self.tail_info: dict[tuple[int, int, int], tuple] = {}  # (p, k, replica) -> (seqs, ctx, tail s, samples)
         half = self.d // 2
+        npool = pool[0].replicas if pool is not None else 0
         for p, r in enumerate(runs):
             for w in range(self.d):
                 for k in range(r.steps):
                     part = partition is not None and (routed is None or routed[k])
-                    if part:  # routed: pipeline p's samples go to its half of the workers only
+                    if pool is not None:  # both pipelines' samples on the rollout pool, workers [0, npool)
+                        tr = pool[p].traces[k][w] if w < npool else None
+                        per_rep = r.spec.samples // npool
+                    elif part:  # routed: pipeline p's samples go to its half of the workers only
                         mine = p * half <= w < (p + 1) * half
                         tr = partition[p].traces[k][w - p * half] if mine else None
                         per_rep = r.spec.samples // half
@@ -204,7 +214,17 @@ class _Group:
                         self.tail_info[(p, k, w)] = (tr.tail_seqs, tr.tail_ctx_tokens,
                                                      max(0.0, tr.end_s - tr.at80_s), len(tr.records) and per_rep)
                     post_i = len(self.chains[w][p])
-                    if part and own_post and not mine:  # split: this pipeline neither trains nor holds state here
+                    if pool is not None and w < npool:  # the rollout pool neither trains nor holds training state
+                        self.chains[w][p].append(Task(IDLE, 1e-6, 0.0, None, _FAR, f"ref:{k}"))
+                        self.chains[w][p].append(Task(IDLE, 1e-6, 0.0, None, 0.0, f"train:{k}"))
+                    elif pool is not None:  # the training pool: the step's tokens spread over its workers
+                        ref_s, train_s = _rollout.post_times(r.spec, r.tokens[k] / (self.d - npool), gpu)
+                        group = self.d - npool
+                        self.chains[w][p].append(Task("reference", ref_s, mem_floor_pct("reference", r.spec, gpu, group),
+                                                      None, _FAR, f"ref:{k}"))
+                        self.chains[w][p].append(Task("train", train_s, mem_floor_pct("train", r.spec, gpu, group),
+                                                      None, 0.0, f"train:{k}"))
+                    elif part and own_post and not mine:  # split: this pipeline neither trains nor holds state here
                         self.chains[w][p].append(Task(IDLE, 1e-6, 0.0, None, _FAR, f"ref:{k}"))
                         self.chains[w][p].append(Task(IDLE, 1e-6, 0.0, None, 0.0, f"train:{k}"))
                     else:
@@ -518,7 +538,8 @@ class _Group:
 def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str = "default", scale: float = 1.0,
               window: int = 3, start_s: Sequence[float] | None = None,
               partition: Sequence[PipelineSteps] | None = None,
-              routed: Sequence[bool] | str | None = None, own_post: bool = False) -> GroupResult:
+              routed: Sequence[bool] | str | None = None, own_post: bool = False,
+              pool: Sequence[PipelineSteps] | None = None) -> GroupResult:
     """Run the pipelines of ``runs`` (same DP workers) under ``policy`` to the end of their steps.
 
     ``start_s`` delays each pipeline's first rollout (a phase shift between the pipelines, so one's
@@ -528,12 +549,27 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
     when ``routed`` is None); reference and training still spread over every worker, or with ``own_post``
     stay on the pipeline's half too (its training state sharded over that half, the halves' own reference
     and training times). :func:`sim.multiplex.layouts.run_auto` chooses the layout for the whole run first.
+    ``pool`` (the same pipelines' steps simulated on ``k`` replicas, ``1 <= k < d``) disaggregates instead: every
+    pipeline's samples go to the rollout pool, workers ``[0, k)``, where the pipelines' rollouts share the workers
+    under the policy; every pipeline's reference and training run on the other ``d - k`` workers, its training
+    state sharded over them (:mod:`sim.multiplex.pool_layout`).
     """
     if len({r.replicas for r in runs}) != 1 or len({r.gpu for r in runs}) != 1:
         raise ConfigError("jigsaw run", "pipelines", "pipelines of one group must share workers and GPU type",
                           "the same replica count and GPU")
     if start_s is not None and (len(start_s) != len(runs) or any(not (x >= 0) for x in start_s)):
         raise ConfigError("jigsaw run", "start_s", f"{list(start_s)!r}", "one start time >= 0 per pipeline")
+    if pool is not None:
+        if partition is not None or routed is not None or own_post:
+            raise ConfigError("jigsaw run", "pool", "a rollout pool together with a partition by halves",
+                              "one layout: pool (sim/multiplex/pool_layout.py) or partition (layouts.routing_args)")
+        k = pool[0].replicas if pool else 0
+        if len(pool) != len(runs) or any(x.spec.name != r.spec.name or x.replicas != k or x.steps < r.steps
+                                          or x.tokens[:r.steps] != r.tokens for x, r in zip(pool, runs)) \
+                or not 1 <= k < runs[0].replicas:
+            raise ConfigError("jigsaw run", "pool", f"steps on {k} replica(s) for a group of {runs[0].replicas} workers",
+                              "every pipeline's same steps simulated on one pool size from 1 to the workers less one "
+                              "(the rest train), in the pipelines' order")
     if partition is not None:
         if len(runs) != 2 or len(partition) != 2 or runs[0].replicas % 2 or \
                 any(h.replicas * 2 != r.replicas or h.steps < r.steps for h, r in zip(partition, runs)):
@@ -548,4 +584,4 @@ def run_group(runs: Sequence[PipelineSteps], policy: str = "jigsaw", grid: str =
         raise ConfigError("jigsaw run", "routed" if routed is not None else "own_post",
                           f"{routed!r}" if routed is not None else "True",
                           "a partition (the steps on half the workers) too")
-    return _Group(runs, policy, grid, scale, window, start_s, partition, routed, own_post).run()
+    return _Group(runs, policy, grid, scale, window, start_s, partition, routed, own_post, pool).run()
