@@ -21,7 +21,8 @@ Run from the repository root::
 
     python bench/jigsaw_pool.py                    # both 64-GPU settings, seeds 0-2 (~8 min on 2 cores)
     python bench/jigsaw_pool.py --seeds 3 4 5      # held-out trace seeds
-    python bench/jigsaw_pool.py --figure 12        # Fig. 12's seven settings (H100), seeds 0-2
+    python bench/jigsaw_pool.py --figure 12        # Fig. 12's seven settings (H100), seeds 0-2 (~10 min)
+    python bench/jigsaw_pool.py --figure heldout --seeds 9 10 11   # pairs of different workloads (H100)
     python bench/jigsaw_pool.py --quick --json     # Qwen3-32B on 64 A100s at TP 8, seed 0 (~20 s)
 """
 
@@ -38,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrl.sim.experiments import jigsaw_fig12, jigsaw_fig13  # noqa: E402
-from orchestrl.sim.experiments.jigsaw_common import _specs, tp_candidates  # noqa: E402
+from orchestrl.sim.experiments.jigsaw_common import Case, _specs, tp_candidates, tp_search  # noqa: E402
 from orchestrl.sim.multiplex.baselines import PASSES, rollmux, verl  # noqa: E402
 from orchestrl.sim.multiplex.layouts import ROUTING_MARGIN, ROUTINGS, choose, profile_costs, profile_steps  # noqa: E402
 from orchestrl.sim.multiplex.pool_layout import (decide, layouts_for, marginal_pass_s, needed_replicas,  # noqa: E402
@@ -50,7 +51,11 @@ SETTINGS = ("Qwen2.5-14B/64gpu", "Qwen3-32B/64gpu")  # Fig. 13's settings whose 
 
 
 def known_cases(figure: str) -> dict:
-    """The settings of ``--figure`` by label (Fig. 12: H100, 8 GPUs; Fig. 13: A100, 8-64 GPUs)."""
+    """The settings of ``--figure`` by label (Fig. 12: H100, 8 GPUs; Fig. 13: A100, 8-64 GPUs; ``heldout``: the
+    pairs of different workloads ``bench/jigsaw_layouts.py`` checks the figures' rule on, H100, 8 GPUs)."""
+    if figure == "heldout":
+        from bench.jigsaw_layouts import HELDOUT_PAIRS, _label
+        return {_label(p): Case("heldout", _label(p), "H100", 8, p, 2, tps=tp_search(1, 8)) for p in HELDOUT_PAIRS}
     return {c.label: c for c in (jigsaw_fig12 if figure == "12" else jigsaw_fig13).cases()}
 
 
@@ -114,8 +119,9 @@ def combine(runs: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--figure", choices=("12", "13"), default="13",
-                    help="whose settings: Fig. 13 (A100, default) or Fig. 12 (H100, measured grid)")
+    ap.add_argument("--figure", choices=("12", "13", "heldout"), default="13",
+                    help="whose settings: Fig. 13 (A100, default), Fig. 12 (H100, measured grid) or the held-out pairs "
+                         "of bench/jigsaw_layouts.py (H100)")
     ap.add_argument("--settings", nargs="+", default=None, metavar="LABEL",
                     help=f"settings of the figure (default: Fig. 13's {' '.join(SETTINGS)}; Fig. 12's seven)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="trace seeds (default: 0 1 2, the figure's)")
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         args.settings = list(SETTINGS) if args.figure == "13" else list(known)
     bad = [s for s in args.settings if s not in known]
     if bad:
-        ap.error(f"--settings: {bad} are not Fig. {args.figure} settings ({', '.join(known)})")
+        ap.error(f"--settings: {bad} are not {args.figure} settings ({', '.join(known)})")
     if any(s < 0 for s in args.seeds):
         ap.error("--seeds: trace seeds are integers >= 0")
     if args.quick:
@@ -147,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         groups.setdefault((r["label"], r["seed"]), []).append(r)
     results = [combine(g) for g in groups.values()]
     print(f"JigsawRL with the pool layout and the long-run rule vs RollMux and veRL at their best (tokens/s; long-run "
-          f"measure, {PASSES} passes; " + ("H100, measured grid)" if args.figure == "12" and not args.quick
+          f"measure, {PASSES} passes; " + ("H100, measured grid)" if args.figure != "13" and not args.quick
                                              else "A100, modelled grid)"))
     print(f"{'setting':22s} {'seed':>4} {'roll%':>5} {'veRL':>7} {'RollMux':>7} {'Jigsaw':>7} {'/RM':>6} {'/veRL':>6}"
           f"  {'picked':14s} {'best (hindsight)':18s} {'figure rule /RM':>15}")
