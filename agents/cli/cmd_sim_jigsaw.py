@@ -14,6 +14,10 @@ Throughput counts both pipelines' tokens until both have done ``--steps`` steps.
 different step lengths use ``--steady``: the shorter one runs as many more steps as fit, and throughput
 counts tokens only while both are still running (what the fixed-steps measure does not credit to veRL split).
 
+``--long-run --rule longrun`` lets JigsawRL also pick a pool layout (both pipelines' rollouts on a pool of workers,
+both trainings on the rest: RollMux's pools under JigsawRL's policy), decided on the profiles' long-run pass, and
+times JigsawRL and MuxServe by the pass a long run adds, as RollMux is timed (docs/jigsaw.md, "A pool layout").
+
 A pipeline is ``MODEL/TASK`` with optional ``,tp=N`` (GPUs per DP worker) and ``,scale=X`` (response
 lengths times X), e.g. ``Llama-3.1-8B/gsm8k-mt,scale=0.7``. Bad input is refused naming the argument and
 what is allowed (exit status 2).
@@ -59,6 +63,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "at their fastest, JigsawRL at the degree and layout its profile picks); auto (default): the "
                         "pipelines' tp, 2x and 4x it within one 8-GPU node, where each pipeline keeps an even share "
                         "of whole workers (1,2,4 for tp=1 on 8 GPUs); a single N runs that degree only")
+    p.add_argument("--rule", choices=("twostep", "longrun"), default="twostep",
+                   help="how JigsawRL picks its layout: twostep (default, the figures'): uniform, halves or split on "
+                        "two-step profiles; longrun (needs --long-run): those and the pool layouts (both rollouts on a "
+                        "pool of workers, both trainings on the rest) on the profiles' marginal pass, JigsawRL and "
+                        "MuxServe then timed by the pass a long run adds, as RollMux is (docs/jigsaw.md, \"A pool layout\")")
     p.add_argument("--systems", default=",".join(SYSTEMS), metavar="LIST",
                    help=f"comma-separated subset of {', '.join(SYSTEMS)} (default: all; veRL is always run)")
     p.add_argument("--json", action="store_true", help="print the whole result as one JSON document")
@@ -144,8 +153,11 @@ def _run(args: argparse.Namespace, stream: TextIO | None = None) -> int:
             tps = tuple(int(x) for x in args.tp.split(","))
         except ValueError:
             raise ConfigError("command line", "--tp", f"{args.tp!r}", "auto, or comma-separated integers, e.g. 1,2,4") from None
+    if args.rule == "longrun" and not args.long_run:
+        raise ConfigError("command line", "--rule", "longrun without --long-run",
+                          "add --long-run (the rule compares runs of one and of several passes), or --rule twostep")
     case = Case("cli", label, gpu, args.gpus, pls, args.steps, systems, seed=args.seed, longrun=args.long_run,
-                steady=args.steady, tps=tps)
+                steady=args.steady, tps=tps, rule=args.rule)
     try:  # refuses degrees that are not >= 1 or leave a pipeline part of a worker, before simulating
         tp_candidates(case)
     except ConfigError as e:
@@ -197,8 +209,15 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
         layout = res.get("routing", "uniform")
         why = {"split": f"each pipeline wholly on its half: sharing workers was not predicted {margin_pct:g}% faster",
                "halves": "each pipeline's rollout on its half, reference and training on every worker",
-               "uniform": "both pipelines on every worker"}[layout]
+               "uniform": "both pipelines on every worker"}.get(layout)
+        if why is None:  # pool:k (the long-run rule)
+            k = int(layout.split(":")[1])
+            why = (f"both pipelines' rollouts on a pool of {k} worker(s), both trainings on the other "
+                   f"{res['gpus'] // (tp.get('jigsaw') or pls[0][2]) - k}")
         print(f"  JigsawRL layout: {layout} ({why})", file=out)
+        if "jigsaw_makespan_tps" in res:
+            print(f"  long-run rule: JigsawRL and MuxServe timed by the pass a long run adds (RollMux's measure); "
+                  f"JigsawRL by its makespan per pass instead: {res['jigsaw_makespan_tps'] / base:.3f}x veRL", file=out)
         alone = res["exclusive_step_s"]
         for name, lat in res["jigsaw_latency_s"].items():
             print(f"  {name}: mean step under JigsawRL {lat:.1f} s, {lat / alone[name]:.2f}x its step "
@@ -214,6 +233,9 @@ def _print(res: dict[str, Any], systems: tuple[str, ...], pls: tuple, out: TextI
                            "what the short one loses does not show in it (--steady runs it as many steps as fit instead)")
                 print(f"  note: {name}'s steps are much shorter than the other's and run {lat / alone[name]:.2f}x as long "
                       f"as alone; {why} (docs/jigsaw.md, \"Your own pair\")", file=out)
-    bound = (f"upper bound for any schedule{' running each pipeline at one of the TP degrees searched' if len(tp.get('candidates', ())) > 1 else ''}: "
+    # the chain bound holds for a makespan; the long-run measure's pass (M(P) - M(1)) / (P - 1) can fall below a
+    # pipeline's chain where the one-pass run starts slower than the long run's first pass, so it is not bounded by it
+    what = "any schedule's makespan per pass" if "jigsaw_makespan_tps" in res else "any schedule"
+    bound = (f"upper bound for {what}{' running each pipeline at one of the TP degrees searched' if len(tp.get('candidates', ())) > 1 else ''}: "
              f"{res['bound_tps'] / base:.3f}x veRL; ") if "bound_tps" in res else ""
     print(f"  {bound}memory violations: {res['memory_violations']}", file=out)

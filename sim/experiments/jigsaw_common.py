@@ -26,8 +26,12 @@ from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigs
 from orchestrl.sim.multiplex.bounds import pipeline_chain_s
 from orchestrl.sim.multiplex.layouts import (ROUTINGS, choose, margin_adjusted, predict_routing, profile_costs,
                                              profile_steps, routing_args)
+from orchestrl.sim.multiplex.pool_layout import (decide, layouts_for, marginal_pass_s, needed_replicas, pool_size,
+                                                 profile_marginal)
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps
 from orchestrl.sim.multiplex.workload import PipelineSpec
+
+RULES = ("twostep", "longrun")
 
 __all__ = ["Case", "FIG12", "tp_search", "run_case", "tp_candidates", "figure"]
 
@@ -61,6 +65,13 @@ class Case:
     #: whole workers (``gpus`` a multiple of twice it); larger degrees shorten a long tail's decode (its weights are
     #: read from more GPUs' HBM at once), which veRL's rollout TP setting already buys a user
     tps: tuple[int, ...] = ()
+    #: how JigsawRL's layout is decided and timed: ``"twostep"`` (the figures'): ``layouts`` on the two-step profile,
+    #: timed by the makespan per pass over the long run; ``"longrun"`` (needs ``longrun``, not ``steady``): every
+    #: layout of :func:`~sim.multiplex.pool_layout.layouts_for` (``layouts`` plus the ``pool:k`` layouts) on the
+    #: profile draws' marginal pass (:func:`~sim.multiplex.pool_layout.profile_marginal`), JigsawRL and MuxServe timed
+    #: by the marginal pass too, ``(M(PASSES) - M(1)) / (PASSES - 1)``, the long-run measure RollMux's baseline has
+    #: (docs/jigsaw.md, "A pool layout")
+    rule: str = "twostep"
 
 
 def tp_search(tp: int, gpus: int) -> tuple[int, ...]:
@@ -238,6 +249,12 @@ def _run_at(case: Case) -> dict[str, Any]:
     wall = time.perf_counter()
     if case.steady and case.longrun:
         raise ConfigError("jigsaw case", "steady", "with longrun", "one of the two (steady already runs many passes)")
+    if case.rule not in RULES:
+        raise ConfigError(f"jigsaw case {case.label!r}", "rule", f"{case.rule!r}", ", ".join(RULES))
+    if case.rule == "longrun" and not case.longrun:
+        raise ConfigError(f"jigsaw case {case.label!r}", "rule", "'longrun' without the long run",
+                          "longrun=True (the rule and its measure compare runs of one and of several passes; "
+                          "`orchestrl sim jigsaw --long-run`), or rule 'twostep'")
     specs = _specs(case)
     d = case.gpus // specs[0].tp
     full = [simulate_steps(s, case.gpu, d, case.steps) for s in specs]
@@ -329,7 +346,30 @@ def _run_at(case: Case) -> dict[str, Any]:
     # ablations, so they differ only in what they ablate. MuxServe routes uniformly (it multiplexes rollouts on the
     # same workers by design).
     route: dict[str, Any] = {}
-    if half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
+    longrule = case.rule == "longrun" and half is not None and len(full) == 2 and d % 2 == 0 and \
+        any(p.startswith("jigsaw") for p in case.systems)
+    on: dict[int, list] = {d: full, d // 2: half} if half else {d: full}
+
+    def layout_route(name: str, passes: int = 1) -> dict[str, Any]:
+        """run_group's arguments for layout ``name`` over the case's steps ``passes`` times (1: as measured)."""
+        k = pool_size(name)
+        if k is None:
+            h = half if passes == 1 else [repeat_steps(x, passes) for x in half]
+            return routing_args(name, h, nsteps * passes)
+        if k not in on:
+            on[k] = [simulate_steps(s, case.gpu, k, case.steps) for s in specs]
+        return {"pool": on[k] if passes == 1 else [repeat_steps(x, passes) for x in on[k]]}
+
+    if longrule:
+        # the long-run rule (pool_layout): every layout and pool size on the profile draws' marginal pass; every
+        # degree profiles the same samples, so the sums compare across degrees as they are (routing_tokens 1)
+        names = layouts_for(d)
+        costs = profile_marginal(full, names)
+        out["routing_costs"] = {x: sum(c[x] for c in costs) for x in names}
+        out["routing_tokens"] = 1
+        out["routing"] = decide({case.gpus // d: costs})[1]
+        route = layout_route(out["routing"])
+    elif half and len(full) == 2 and d % 2 == 0 and any(p.startswith("jigsaw") for p in case.systems):
         # simulated once (other draws of the workloads, balanced by their own halves when steady); every grid below
         # decides on the same profile
         profile = profile if profile is not None else profile_steps(full, steady=case.steady)
@@ -345,7 +385,15 @@ def _run_at(case: Case) -> dict[str, Any]:
         r = run_group(full, pol, **({} if pol == "muxserve" else route))
         key = pol.replace("-", "_")
         out[f"{key}_tps"] = tps(r, key)
-        if longrun and pol in ("jigsaw", "muxserve"):
+        if longrun and pol in ("jigsaw", "muxserve") and longrule:
+            # the long-run rule's measure: the marginal pass, M(PASSES) against this one-pass run (pool_layout)
+            out[f"{key}_twostep_tps"] = r.throughput_tps
+            again = run_group([repeat_steps(x) for x in full], pol,
+                              **({} if pol == "muxserve" else layout_route(out["routing"], PASSES)))
+            violations += again.memory_violations
+            out[f"{key}_makespan_tps"] = out["tokens"] * PASSES / again.makespan_s
+            out[f"{key}_tps"] = out["tokens"] / marginal_pass_s(r.makespan_s, again.makespan_s, PASSES)
+        elif longrun and pol in ("jigsaw", "muxserve"):
             # the same steps PASSES times over: the makespan per pass, the first pass's ramp included. Not the slope
             # after the first pass that RollMux gets (generous to it): a policy that lets one pipeline run ahead
             # ends its "first pass" late and its slope is then too short (MuxServe on Search-R1: 0.77x of JigsawRL's
@@ -364,12 +412,20 @@ def _run_at(case: Case) -> dict[str, Any]:
             # profile picks (uniform or halves; not always the better of the two on the run) would have given,
             # decided the same way, timed the same way (so the fallback's part shows)
             sharing = {r: v for r, v in out["routing_costs"].items() if r != "split"}
-            shared = choose(sharing) if sharing else predict_routing(full, profile=profile, choices=("uniform", "halves"))
-            steps, h = (nsteps * PASSES, [repeat_steps(x) for x in half]) if longrun else (nsteps, half)
-            again = run_group([repeat_steps(x) for x in full] if longrun else full, "jigsaw",
-                              **routing_args(shared, h, steps))
-            violations += again.memory_violations
-            out["jigsaw_shared_tps"] = out["tokens"] * PASSES / again.makespan_s if longrun else tps(again)
+            if longrule:  # the sharing layout or pool the long-run profile ranks first, timed by its measure
+                shared = min(sharing, key=lambda x: (sharing[x], list(sharing).index(x)))
+                one = run_group(full, "jigsaw", **layout_route(shared))
+                again = run_group([repeat_steps(x) for x in full], "jigsaw", **layout_route(shared, PASSES))
+                violations += one.memory_violations + again.memory_violations
+                out["jigsaw_shared_tps"] = out["tokens"] / marginal_pass_s(one.makespan_s, again.makespan_s, PASSES)
+            else:
+                shared = choose(sharing) if sharing else predict_routing(full, profile=profile,
+                                                                         choices=("uniform", "halves"))
+                steps, h = (nsteps * PASSES, [repeat_steps(x) for x in half]) if longrun else (nsteps, half)
+                again = run_group([repeat_steps(x) for x in full] if longrun else full, "jigsaw",
+                                  **routing_args(shared, h, steps))
+                violations += again.memory_violations
+                out["jigsaw_shared_tps"] = out["tokens"] * PASSES / again.makespan_s if longrun else tps(again)
             out["shared_routing"] = shared
         if pol == "jigsaw":
             out["decide_ms_mean"] = 1e3 * r.decide_s / max(1, r.decisions)
@@ -384,7 +440,10 @@ def _run_at(case: Case) -> dict[str, Any]:
         # and the what-if in which sharing costs nothing; at the same rollout TP degree, over the case's steps from a
         # cold start (two steps), the layout re-decided on that grid's profile
         for tag, grid, scale in SENSITIVITY:
-            if profile is not None:
+            if longrule:  # re-decided by the long-run rule on that grid's marginal profile
+                gc = profile_marginal(full, layouts_for(d), grid=grid, scale=scale)
+                route = layout_route(decide({case.gpus // d: gc})[1])
+            elif profile is not None:
                 route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
                                      half, nsteps)
             for pol in ("jigsaw", "jigsaw-nomerge"):

@@ -25,7 +25,8 @@ Measure and rule (both long-run, as RollMux is timed):
   the evaluated steps decides it.
 
 ``bench/jigsaw_pool.py`` evaluates it on Fig. 13's settings whose rollout is over 60% of the step; it is not (yet)
-the figures' rule (docs/jigsaw.md, "A pool layout").
+the figures' rule (docs/jigsaw.md, "A pool layout"). ``jigsaw_common.Case(rule="longrun")`` and ``orchestrl sim
+jigsaw --long-run --rule longrun`` run it for any case.
 """
 
 from __future__ import annotations
@@ -116,11 +117,12 @@ LayoutCosts = dict[str, float]
 
 
 def profile_marginal(runs: Sequence[PipelineSteps], layouts: Sequence[str], draws: int = PROFILE_DRAWS,
-                     passes: int = PROFILE_PASSES, policy: str = "jigsaw") -> list[LayoutCosts]:
+                     passes: int = PROFILE_PASSES, policy: str = "jigsaw", grid: str = "default",
+                     scale: float = 1.0) -> list[LayoutCosts]:
     """Each profiling draw's marginal pass (:func:`marginal_pass_s` over ``passes`` passes) in every layout of
-    ``layouts``. The draws are :func:`~sim.multiplex.layouts.profile_steps`' (each pipeline's seed offset by
-    ``(i + 1) * PROFILE_SEED``, :data:`~sim.multiplex.layouts.PROFILE_STEPS` steps), simulated here on every replica
-    count the layouts need."""
+    ``layouts``, on ``grid`` with every slowdown's excess scaled by ``scale``. The draws are
+    :func:`~sim.multiplex.layouts.profile_steps`' (each pipeline's seed offset by ``(i + 1) * PROFILE_SEED``,
+    :data:`~sim.multiplex.layouts.PROFILE_STEPS` steps), simulated here on every replica count the layouts need."""
     if draws < 1:
         raise ConfigError("jigsaw run", "profile draws", f"{draws!r}", "at least 1")
     d, gpu = runs[0].replicas, runs[0].gpu
@@ -130,8 +132,8 @@ def profile_marginal(runs: Sequence[PipelineSteps], layouts: Sequence[str], draw
         on = {n: [simulate_steps(s, gpu, n, PROFILE_STEPS) for s in specs] for n in needed_replicas(layouts, d)}
         costs = {}
         for x in layouts:
-            one = run_layout(x, on, d, 1, policy).makespan_s
-            costs[x] = marginal_pass_s(one, run_layout(x, on, d, passes, policy).makespan_s, passes)
+            one = run_layout(x, on, d, 1, policy, grid, scale).makespan_s
+            costs[x] = marginal_pass_s(one, run_layout(x, on, d, passes, policy, grid, scale).makespan_s, passes)
         out.append(costs)
     return out
 

@@ -116,3 +116,50 @@ def test_the_profile_runs_other_draws_than_the_measured_steps_the_same_draws_as_
         many = pool_layout.run_layout(x, mine, 4, pool_layout.PROFILE_PASSES).makespan_s
         assert costs[0][x] == pytest.approx(pool_layout.marginal_pass_s(one, many, pool_layout.PROFILE_PASSES))
     assert mine[4][0].traces[0][0].tokens == two[0].traces[0][0].tokens
+
+
+@pytest.fixture(scope="module")
+def llama_case():
+    """Fig. 12's multi-turn Llama-3.1-8B setting at TP 4 (two workers), seed 0: the long-run rule picks `pool:1`."""
+    from orchestrl.sim.experiments.jigsaw_common import Case
+    pair = (("Llama-3.1-8B", "gsm8k-mt", 4, 0.7),) * 2
+    return Case("t", "llama", "H100", 8, pair, 2, ("verl", "rollmux", "jigsaw"), longrun=True, rule="longrun")
+
+
+def test_run_case_under_the_long_run_rule_runs_the_pool_it_picks_and_times_it_as_rollmux_is(llama_case):
+    from orchestrl.sim.experiments.jigsaw_common import _specs, run_case
+    from orchestrl.sim.multiplex.baselines import PASSES
+    res = run_case(llama_case)
+    specs = _specs(llama_case)
+    on = {n: [runner.simulate_steps(s, "H100", n, 2) for s in specs] for n in (1, 2)}
+    names = pool_layout.layouts_for(2)
+    assert set(res["routing_costs"]) == set(names)
+    assert res["routing"] == pool_layout.decide({4: pool_layout.profile_marginal(on[2], names)})[1] == "pool:1"
+    one, many = pool_layout.run_layout("pool:1", on, 2), pool_layout.run_layout("pool:1", on, 2, PASSES)
+    tokens = sum(sum(r.tokens) for r in on[2])
+    assert res["jigsaw_tps"] == pytest.approx(tokens / pool_layout.marginal_pass_s(one.makespan_s, many.makespan_s, PASSES))
+    assert res["jigsaw_makespan_tps"] == pytest.approx(tokens * PASSES / many.makespan_s)
+    assert res["memory_violations"] == 0
+    # the baselines do not depend on JigsawRL's rule
+    from dataclasses import replace as rep
+    two = run_case(rep(llama_case, rule="twostep"))
+    assert (two["verl_tps"], two["rollmux_tps"]) == (res["verl_tps"], res["rollmux_tps"])
+    assert two["routing"] in layouts.ROUTINGS
+
+
+def test_the_long_run_rule_is_refused_without_the_long_run_and_names_the_fix(llama_case, capsys):
+    from dataclasses import replace as rep
+
+    from orchestrl.agents.cli import main
+    from orchestrl.sim.experiments.jigsaw_common import run_case
+    with pytest.raises(ConfigError, match="longrun=True"):
+        run_case(rep(llama_case, longrun=False))
+    with pytest.raises(ConfigError, match="twostep, longrun"):
+        run_case(rep(llama_case, rule="best"))
+    assert main(["sim", "jigsaw", "Qwen3-4B/math", "Qwen3-4B/math", "--rule", "longrun"]) == 2
+    assert "add --long-run" in capsys.readouterr().err
+    assert main(["sim", "jigsaw", "Llama-3.1-8B/gsm8k-mt,tp=4,scale=0.7", "Llama-3.1-8B/gsm8k-mt,tp=4,scale=0.7",
+                 "--long-run", "--rule", "longrun", "--systems", "verl,jigsaw"]) == 0
+    out = capsys.readouterr().out
+    assert "JigsawRL layout: pool:1 (both pipelines' rollouts on a pool of 1 worker(s), both trainings on the other 1)" in out
+    assert "upper bound for any schedule's makespan per pass" in out
