@@ -1,8 +1,8 @@
 """JigsawRL on RollMux's pools, where the rollout is over 60% of the step: does it pass RollMux? (Issue 33's target
 "above RollMux on every setting where rollout is more than 60% of the step", on Fig. 13's 64-GPU settings.)
 
-The figures' JigsawRL chooses among ``uniform``, ``halves`` and ``split`` on a two-step profile and is timed by its
-makespan per pass; on Fig. 13's 64-A100 settings it runs ``split`` (veRL split) and stays below RollMux
+The two-step rule's JigsawRL (the long-run figures' until 2026-11-29; the two-step figures' still) chooses among
+``uniform``, ``halves`` and ``split`` on a two-step profile and was timed by its makespan per pass; on Fig. 13's 64-A100 settings it runs ``split`` (veRL split) and stays below RollMux
 (docs/jigsaw.md). This benchmark adds the ``pool`` layout (:mod:`sim.multiplex.pool_layout`: both pipelines'
 rollouts on a pool of ``k`` workers under JigsawRL's policy, both trainings on the rest) and decides layout, pool
 size and rollout TP degree with the long-run rule (:func:`~sim.multiplex.pool_layout.decide` on two profiling
@@ -13,8 +13,8 @@ charged nothing for the replicas a consolidated tail holds), veRL by its steps (
 configuration and degree, known after the run.
 
 Printed per setting and seed: each system's tokens/s, JigsawRL (the rule) / RollMux and / veRL, what the rule
-picked, the best layout in hindsight, and the figures' JigsawRL (its two-step rule over the three layouts, its
-makespan-per-pass measure) for reference; then the per-setting seed means (the target) and the rollout's share of
+picked, the best layout in hindsight, and the two-step rule's JigsawRL (over the three layouts, by its
+makespan-per-pass measure and by this one) for reference; then the per-setting seed means (the target) and the rollout's share of
 veRL's step at veRL's best degree.
 
 Run from the repository root::
@@ -52,7 +52,7 @@ SETTINGS = ("Qwen2.5-14B/64gpu", "Qwen3-32B/64gpu")  # Fig. 13's settings whose 
 
 def known_cases(figure: str) -> dict:
     """The settings of ``--figure`` by label (Fig. 12: H100, 8 GPUs; Fig. 13: A100, 8-64 GPUs; ``heldout``: the
-    pairs of different workloads ``bench/jigsaw_layouts.py`` checks the figures' rule on, H100, 8 GPUs)."""
+    pairs of different workloads ``bench/jigsaw_layouts.py`` checks the two-step rule on, H100, 8 GPUs)."""
     if figure == "heldout":
         from bench.jigsaw_layouts import HELDOUT_PAIRS, _label
         return {_label(p): Case("heldout", _label(p), "H100", 8, p, 2, tps=tp_search(1, 8)) for p in HELDOUT_PAIRS}
@@ -79,7 +79,7 @@ def run_one(job: tuple[str, str, int, int]) -> dict:
         makespan[x] = tokens * PASSES / many.makespan_s
         if one.memory_violations or many.memory_violations:
             raise RuntimeError(f"{label} seed {seed} TP {tp} {x}: memory over-committed")  # a bug, never an input
-    # the figures' rule: two-step makespans over the three layouts (layouts.profile_costs, as jigsaw_common._run_at)
+    # the two-step rule: two-step makespans over the three layouts (layouts.profile_costs, as jigsaw_common._run_at)
     two = profile_costs(profile_steps(full), choices=ROUTINGS)
     share = statistics.fmean(max(t.end_s for t in r.traces[0]) / r.step_alone_s(0) for r in full)
     return {"label": label, "seed": seed, "tp": tp, "tokens": tokens, "verl_tps": v.throughput_tps,
@@ -95,7 +95,7 @@ def combine(runs: list[dict]) -> dict:
     tv = max(by, key=lambda t: (by[t]["verl_tps"], -t))
     tr = max(by, key=lambda t: (by[t]["rollmux_tps"], -t))
     t, x = decide({t: r["profile_marginal"] for t, r in by.items()})
-    # the figures' JigsawRL: each degree's layout by the two-step rule, the degree by its margin-adjusted cost per
+    # the two-step rule's JigsawRL: each degree's layout by the two-step rule, the degree by its margin-adjusted cost per
     # token (every degree runs the same samples: seconds), timed by its makespan per pass (jigsaw_common._best_tp)
     adj = {t2: min(c * ((1 - ROUTING_MARGIN) if y == "split" else 1) for y, c in r["profile_twostep"].items())
            for t2, r in by.items()}
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
           f"measure, {PASSES} passes; " + ("H100, measured grid)" if args.figure != "13" and not args.quick
                                              else "A100, modelled grid)"))
     print(f"{'setting':22s} {'seed':>4} {'roll%':>5} {'veRL':>7} {'RollMux':>7} {'Jigsaw':>7} {'/RM':>6} {'/veRL':>6}"
-          f"  {'picked':14s} {'best (hindsight)':18s} {'figure rule /RM':>15}")
+          f"  {'picked':14s} {'best (hindsight)':18s} {'two-step rule /RM':>17}")
     for r in results:
         print(f"{r['label']:22s} {r['seed']:>4} {100 * r['rollout_share_verl']:5.1f} {r['verl_tps']:7.0f} "
               f"{r['rollmux_tps']:7.0f} {r['jigsaw_tps']:7.0f} {r['jigsaw_vs_rollmux']:6.3f} {r['jigsaw_vs_verl']:6.3f}"
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:18s} rollout {100 * p['rollout_share_verl']:.1f}% of veRL's step; JigsawRL (pool, long-run "
               f"rule) / RollMux {p['jigsaw_vs_rollmux']:.3f} (seeds {p['jigsaw_vs_rollmux_range'][0]:.3f}-"
               f"{p['jigsaw_vs_rollmux_range'][1]:.3f}, above on {p['seeds_above_rollmux']} of {p['seeds']}), / veRL {p['jigsaw_vs_verl']:.3f}; best layout in hindsight / RollMux {p['best_vs_rollmux']:.3f};"
-              f" the figures' JigsawRL / RollMux {p['figure_rule_vs_rollmux']:.3f} (its measure), "
+              f" the two-step rule's JigsawRL / RollMux {p['figure_rule_vs_rollmux']:.3f} (its measure), "
               f"{p['figure_rule_marginal_vs_rollmux']:.3f} (this measure); RollMux / veRL {p['rollmux_vs_verl']:.3f}")
     summary = {"settings_above_rollmux": sum(p["jigsaw_vs_rollmux"] > 1.0 for p in per.values()),
                "settings": len(per), "jigsaw_vs_rollmux_min": min(p["jigsaw_vs_rollmux"] for p in per.values()),

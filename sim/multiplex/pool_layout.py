@@ -16,17 +16,19 @@ Measure and rule (both long-run, as RollMux is timed):
   (P - 1)`` from a run of ``P`` passes and a run of one (makespans from a cold start). It is the estimator RollMux's
   baseline uses (:func:`~sim.multiplex.baselines.longrun_pass_s`, the first pass's end inside the same run), but
   from a separate one-pass run, so a policy that lets one pipeline run ahead cannot shorten it (every pipeline must
-  finish all ``P`` passes in ``M(P)``). veRL's steps have no ramp to exclude. The figures still time JigsawRL by its
-  makespan per pass, the first pass's ramp included (harsher on it than on RollMux).
+  finish all ``P`` passes in ``M(P)``). veRL's steps have no ramp to exclude. The two-step rule times JigsawRL by its
+  makespan per pass, the first pass's ramp included (harsher on it than on RollMux where the ramp is long, kinder
+  where a cold start's overlap helps, as on ``uniform``).
 * :func:`decide`: the profiling draws of :func:`~sim.multiplex.layouts.profile_steps` (other batches of the same
   workloads), each layout and pool size run for one and for :data:`PROFILE_PASSES` passes; the layout, pool size and
   rollout TP degree whose summed marginal pass is shortest, ``split``'s shortened by
-  :data:`~sim.multiplex.layouts.ROUTING_MARGIN` (the figures' rule, on the long-run measure). Nothing measured on
+  :data:`~sim.multiplex.layouts.ROUTING_MARGIN` (the two-step rule's margin, on the long-run measure). Nothing measured on
   the evaluated steps decides it.
 
-``bench/jigsaw_pool.py`` evaluates it on Fig. 13's settings whose rollout is over 60% of the step; it is not (yet)
-the figures' rule (docs/jigsaw.md, "A pool layout"). ``jigsaw_common.Case(rule="longrun")`` and ``orchestrl sim
-jigsaw --long-run --rule longrun`` run it for any case.
+``bench/jigsaw_pool.py`` evaluates it against the two-step rule (Fig. 13's settings whose rollout is over 60% of
+the step, Fig. 12's, held-out pairs); ``jigsaw_common.Case(rule="longrun")`` runs it, which the long-run figures
+(``jigsaw-fig12``, ``jigsaw-fig13``, ``bench/jigsaw.py``) and ``orchestrl sim jigsaw --long-run --rule longrun`` do
+(docs/jigsaw.md, "A pool layout").
 """
 
 from __future__ import annotations

@@ -163,3 +163,24 @@ def test_the_long_run_rule_is_refused_without_the_long_run_and_names_the_fix(lla
     out = capsys.readouterr().out
     assert "JigsawRL layout: pool:1 (both pipelines' rollouts on a pool of 1 worker(s), both trainings on the other 1)" in out
     assert "upper bound for any schedule's makespan per pass" in out
+
+
+def test_under_the_long_run_rule_the_grid_rows_keep_the_layout_and_the_free_what_if_re_decides(llama_case):
+    from dataclasses import replace as rep
+
+    from orchestrl.sim.experiments.jigsaw_common import _specs, run_case
+    from orchestrl.sim.multiplex.baselines import PASSES
+    res = run_case(rep(llama_case, sensitivity=True))
+    on = {n: [runner.simulate_steps(s, "H100", n, 2) for s in _specs(llama_case)] for n in (1, 2)}
+    tokens = sum(sum(r.tokens) for r in on[2])
+
+    def marginal(layout, scale, grid="default"):
+        one = pool_layout.run_layout(layout, on, 2, 1, grid=grid, scale=scale).makespan_s
+        return tokens / pool_layout.marginal_pass_s(one, pool_layout.run_layout(layout, on, 2, PASSES, grid=grid,
+                                                                                 scale=scale).makespan_s, PASSES)
+    assert res["routing"] == "pool:1"
+    assert res["jigsaw_x1.25_tps"] == pytest.approx(marginal("pool:1", 1.25))  # the headline's layout, its measure
+    assert res["jigsaw_modelled_tps"] == pytest.approx(marginal("pool:1", 1.0, "modelled"))
+    free = pool_layout.decide({4: pool_layout.profile_marginal(on[2], pool_layout.layouts_for(2), scale=0.0)})[1]
+    assert free != "pool:1"  # with sharing free another layout wins: the what-if re-decides, so this tells them apart
+    assert res["jigsaw_x0_tps"] == pytest.approx(marginal(free, 0.0))
