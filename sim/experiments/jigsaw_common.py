@@ -67,8 +67,9 @@ class Case:
     #: whole workers (``gpus`` a multiple of twice it); larger degrees shorten a long tail's decode (its weights are
     #: read from more GPUs' HBM at once), which veRL's rollout TP setting already buys a user
     tps: tuple[int, ...] = ()
-    #: how JigsawRL's layout is decided and timed: ``"twostep"`` (the figures'): ``layouts`` on the two-step profile,
-    #: timed by the makespan per pass over the long run; ``"longrun"`` (needs ``longrun``, not ``steady``): every
+    #: how JigsawRL's layout is decided and timed: ``"twostep"`` (the default; the two-step figures'): ``layouts`` on
+    #: the two-step profile, timed by the makespan per pass over the long run; ``"longrun"`` (the long-run figures';
+    #: needs ``longrun``, not ``steady``): every
     #: layout of :func:`~sim.multiplex.pool_layout.layouts_for` (``layouts`` plus the ``pool:k`` layouts) on the
     #: profile draws' marginal pass (:func:`~sim.multiplex.pool_layout.profile_marginal`), JigsawRL and MuxServe timed
     #: by the marginal pass too, ``(M(PASSES) - M(1)) / (PASSES - 1)``, the long-run measure RollMux's baseline has
@@ -365,7 +366,7 @@ def _run_at(case: Case) -> dict[str, Any]:
     if longrule:
         # the long-run rule (pool_layout): every layout and pool size on the profile draws' marginal pass; every
         # degree profiles the same samples, so the sums compare across degrees as they are (routing_tokens 1)
-        names = layouts_for(d)
+        names = tuple(x for x in layouts_for(d) if x in case.layouts or pool_size(x) is not None)
         costs = profile_marginal(full, names)
         out["routing_costs"] = {x: sum(c[x] for c in costs) for x in names}
         out["routing_tokens"] = 1
@@ -448,7 +449,7 @@ def _run_at(case: Case) -> dict[str, Any]:
                 # and pool size for one and two passes); the what-if with sharing free re-decides on its own profile,
                 # since it asks how far the design goes when co-location costs nothing
                 picked = out["routing"] if scale != 0.0 else \
-                    decide({case.gpus // d: profile_marginal(full, layouts_for(d), grid=grid, scale=scale)})[1]
+                    decide({case.gpus // d: profile_marginal(full, names, grid=grid, scale=scale)})[1]
                 route = layout_route(picked)
             elif profile is not None:
                 route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),
