@@ -108,9 +108,9 @@ def combine(runs: list[dict]) -> dict:
            "rollmux_tps": by[tr]["rollmux_tps"], "rollmux": f"{by[tr]['rollmux_config']}@TP{tr}",
            "jigsaw_tps": by[t]["marginal_tps"][x], "jigsaw": f"{x}@TP{t}",
            "best_tps": by[hind[0]]["marginal_tps"][hind[1]], "best": f"{hind[1]}@TP{hind[0]}",
-           "figure_rule_tps": by[tf]["makespan_tps"][xf], "figure_rule": f"{xf}@TP{tf}",
-           "figure_rule_marginal_tps": by[tf]["marginal_tps"][xf]}
-    for k in ("jigsaw", "best", "figure_rule", "figure_rule_marginal"):
+           "twostep_rule_tps": by[tf]["makespan_tps"][xf], "twostep_rule": f"{xf}@TP{tf}",
+           "twostep_rule_marginal_tps": by[tf]["marginal_tps"][xf]}
+    for k in ("jigsaw", "best", "twostep_rule", "twostep_rule_marginal"):
         out[f"{k}_vs_rollmux"] = out[f"{k}_tps"] / out["rollmux_tps"]
         out[f"{k}_vs_verl"] = out[f"{k}_tps"] / out["verl_tps"]
     out["rollmux_vs_verl"] = out["rollmux_tps"] / out["verl_tps"]
@@ -161,13 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['label']:22s} {r['seed']:>4} {100 * r['rollout_share_verl']:5.1f} {r['verl_tps']:7.0f} "
               f"{r['rollmux_tps']:7.0f} {r['jigsaw_tps']:7.0f} {r['jigsaw_vs_rollmux']:6.3f} {r['jigsaw_vs_verl']:6.3f}"
               f"  {r['jigsaw']:14s} {r['best'] + ' ' + format(r['best_vs_rollmux'], '.3f'):18s} "
-              f"{r['figure_rule_vs_rollmux']:7.3f} ({r['figure_rule']})")
+              f"{r['twostep_rule_vs_rollmux']:7.3f} ({r['twostep_rule']})")
     per = {}
     for label in dict.fromkeys(r["label"] for r in results):
         rs = [r for r in results if r["label"] == label]
         per[label] = {k: statistics.fmean(r[k] for r in rs) for k in
                       ("rollout_share_verl", "jigsaw_vs_rollmux", "jigsaw_vs_verl", "best_vs_rollmux",
-                       "figure_rule_vs_rollmux", "figure_rule_marginal_vs_rollmux", "rollmux_vs_verl")}
+                       "twostep_rule_vs_rollmux", "twostep_rule_marginal_vs_rollmux", "rollmux_vs_verl")}
         per[label]["seeds"] = len(rs)
         per[label]["seeds_above_rollmux"] = sum(r["jigsaw_vs_rollmux"] > 1.0 for r in rs)
         per[label]["jigsaw_vs_rollmux_range"] = [min(r["jigsaw_vs_rollmux"] for r in rs),
@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:18s} rollout {100 * p['rollout_share_verl']:.1f}% of veRL's step; JigsawRL (pool, long-run "
               f"rule) / RollMux {p['jigsaw_vs_rollmux']:.3f} (seeds {p['jigsaw_vs_rollmux_range'][0]:.3f}-"
               f"{p['jigsaw_vs_rollmux_range'][1]:.3f}, above on {p['seeds_above_rollmux']} of {p['seeds']}), / veRL {p['jigsaw_vs_verl']:.3f}; best layout in hindsight / RollMux {p['best_vs_rollmux']:.3f};"
-              f" the two-step rule's JigsawRL / RollMux {p['figure_rule_vs_rollmux']:.3f} (its measure), "
-              f"{p['figure_rule_marginal_vs_rollmux']:.3f} (this measure); RollMux / veRL {p['rollmux_vs_verl']:.3f}")
+              f" the two-step rule's JigsawRL / RollMux {p['twostep_rule_vs_rollmux']:.3f} (its measure), "
+              f"{p['twostep_rule_marginal_vs_rollmux']:.3f} (this measure); RollMux / veRL {p['rollmux_vs_verl']:.3f}")
     summary = {"settings_above_rollmux": sum(p["jigsaw_vs_rollmux"] > 1.0 for p in per.values()),
                "settings": len(per), "jigsaw_vs_rollmux_min": min(p["jigsaw_vs_rollmux"] for p in per.values()),
                "wall_s": time.perf_counter() - t0}
