@@ -34,7 +34,6 @@ import threading
 import time
 import weakref
 import zlib
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterable, Mapping
 
@@ -46,6 +45,7 @@ from orchestrl.collectives.coords import check_coords, megatron_coords  # noqa: 
 from orchestrl.collectives.errors import WeightSyncError
 from orchestrl.collectives.executor import Loader, LoadWeights, StreamExecutor
 from orchestrl.collectives.liveness import _NO_ABORT, Liveness, StoreClients
+from orchestrl.collectives.report import SyncHandle, SyncReport
 from orchestrl.collectives.schedule import Op, Schedule
 from orchestrl.collectives.store import tcp_store
 from orchestrl.collectives.targets import check_tensor, resolve_targets
@@ -54,53 +54,6 @@ from orchestrl.fabric.errors import ConfigError
 __all__ = ["SyncReport", "SyncHandle", "WeightSync", "LoadWeights"]
 
 _LIVE: "weakref.WeakSet[WeightSync]" = weakref.WeakSet()
-
-
-@dataclass(frozen=True)
-class SyncReport:
-    """What one rank did in one sync round."""
-
-    rank: int
-    role: str  # "trainer" | "generator"
-    started_at: float  # wall clock after every rank joined
-    data_done_at: float  # wall clock when this rank's last chunk was sent or verified
-    finished_at: float  # wall clock after the done barrier
-    bytes_sent: int
-    bytes_received: int
-    chunks_verified: int
-    params_loaded: int
-    verified: bool  # every chunk this rank received matched its checksum and every needed slice arrived
-    step_times: tuple[tuple[int, float, float], ...] = ()  # (step, posted, done) wall clock; only when tracing
-    round: int = 0  # round number (rounds of one job count up from 1)
-
-    @property
-    def elapsed_s(self) -> float:
-        return self.finished_at - self.started_at
-
-    @property
-    def barrier_s(self) -> float:
-        """Time spent in the end-of-sync barrier after this rank's own data was done."""
-        return self.finished_at - self.data_done_at
-
-
-class SyncHandle:
-    """A sync running in the background (:meth:`WeightSync.send_async`)."""
-
-    def __init__(self, thread: threading.Thread, box: dict) -> None:
-        self._thread = thread
-        self._box = box
-
-    def done(self) -> bool:
-        return not self._thread.is_alive()
-
-    def wait(self, timeout_s: float | None = None) -> SyncReport:
-        """Block until the round ends; return its report or raise its error."""
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            raise TimeoutError(f"the weight sync did not finish within {timeout_s} s")
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["report"]
 
 
 class WeightSync:
