@@ -25,7 +25,7 @@ from orchestrl.sim.multiplex.baselines import (PASSES, POOL_OFFSETS, areal, jigs
                                                streamrl, verl)
 from orchestrl.sim.multiplex.bounds import pipeline_chain_s
 from orchestrl.sim.multiplex.layouts import (ROUTINGS, choose, margin_adjusted, predict_routing, profile_costs,
-                                             profile_steps, routing_args)
+                                             profile_draws, profile_steps, routing_args)
 from orchestrl.sim.multiplex.pool_layout import (decide, layouts_for, marginal_pass_s, needed_replicas, pool_size,
                                                  profile_marginal)
 from orchestrl.sim.multiplex.runner import run_group, simulate_steps
@@ -367,7 +367,8 @@ def _run_at(case: Case) -> dict[str, Any]:
         # the long-run rule (pool_layout): every layout and pool size on the profile draws' marginal pass; every
         # degree profiles the same samples, so the sums compare across degrees as they are (routing_tokens 1)
         names = tuple(x for x in layouts_for(d) if x in case.layouts or pool_size(x) is not None)
-        costs = profile_marginal(full, names)
+        draws = profile_draws(full, sorted(needed_replicas(names, d)))  # simulated once, for every grid's decision
+        costs = profile_marginal(full, names, steps=draws)
         out["routing_costs"] = {x: sum(c[x] for c in costs) for x in names}
         out["routing_tokens"] = 1
         out["routing"] = decide({case.gpus // d: costs})[1]
@@ -449,7 +450,7 @@ def _run_at(case: Case) -> dict[str, Any]:
                 # and pool size for one and two passes); the what-if with sharing free re-decides on its own profile,
                 # since it asks how far the design goes when co-location costs nothing
                 picked = out["routing"] if scale != 0.0 else \
-                    decide({case.gpus // d: profile_marginal(full, names, grid=grid, scale=scale)})[1]
+                    decide({case.gpus // d: profile_marginal(full, names, grid=grid, scale=scale, steps=draws)})[1]
                 route = layout_route(picked)
             elif profile is not None:
                 route = routing_args(predict_routing(full, grid=grid, scale=scale, profile=profile, choices=case.layouts),

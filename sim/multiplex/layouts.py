@@ -6,13 +6,13 @@ arguments of each (:func:`routing_args`). docs/jigsaw.md ("Layout") gives how th
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex.baselines import repeat_each, steady_passes
 from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, _Group, run_group, simulate_steps
 
-__all__ = ["ROUTINGS", "routing_args", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
+__all__ = ["ROUTINGS", "routing_args", "profile_draws", "profile_steps", "predict_routing", "PROFILE_SEED", "PROFILE_STEPS",
            "PROFILE_DRAWS", "ROUTING_MARGIN", "Profile", "run_auto", "choose", "margin_adjusted", "profile_costs"]
 
 
@@ -37,6 +37,22 @@ ROUTING_MARGIN = 0.015
 Profile = Sequence[tuple[Sequence[PipelineSteps], Sequence[PipelineSteps]]]
 
 
+def profile_draws(runs: Sequence[PipelineSteps], replicas: Iterable[int],
+                  draws: int = PROFILE_DRAWS) -> list[dict[int, list[PipelineSteps]]]:
+    """``draws`` independent profiling draws, each the pipelines' :data:`PROFILE_STEPS` steps simulated on every
+    replica count of ``replicas`` (count -> steps): other batches of the same workloads (draw ``i`` offsets each
+    pipeline's seed by ``(i + 1) * PROFILE_SEED``, so none of the measured steps). What both layout rules decide
+    on (:func:`profile_steps`, :func:`~sim.multiplex.pool_layout.profile_marginal`)."""
+    if draws < 1:
+        raise ConfigError("jigsaw run", "profile draws", f"{draws!r}", "at least 1")
+    gpu = runs[0].gpu
+    out = []
+    for i in range(draws):
+        specs = [replace(r.spec, seed=r.spec.seed + (i + 1) * PROFILE_SEED) for r in runs]
+        out.append({n: [simulate_steps(s, gpu, n, PROFILE_STEPS) for s in specs] for n in dict.fromkeys(replicas)})
+    return out
+
+
 def profile_steps(runs: Sequence[PipelineSteps], draws: int = PROFILE_DRAWS, steady: bool = False) -> Profile:
     """The profiling steps :func:`predict_routing` decides on: ``draws`` independent draws, each the pipelines'
     steps on all and on half the workers, other batches of the same workloads (each pipeline's seed offset by a
@@ -44,14 +60,10 @@ def profile_steps(runs: Sequence[PipelineSteps], draws: int = PROFILE_DRAWS, ste
     of the grid: compute them once and pass them to every decision of a case. ``steady``: each draw's pipelines
     repeated as the steady-state measure repeats the measured ones (:func:`~sim.multiplex.baselines.steady_passes`),
     balanced by that draw's own halves, not the measured steps."""
-    if draws < 1:
-        raise ConfigError("jigsaw run", "profile draws", f"{draws!r}", "at least 1")
-    d, gpu = runs[0].replicas, runs[0].gpu
+    d = runs[0].replicas
     out = []
-    for i in range(draws):
-        specs = [replace(r.spec, seed=r.spec.seed + (i + 1) * PROFILE_SEED) for r in runs]
-        full = [simulate_steps(s, gpu, d, PROFILE_STEPS) for s in specs]
-        half = [simulate_steps(s, gpu, d // 2, PROFILE_STEPS) for s in specs]
+    for on in profile_draws(runs, (d, d // 2), draws):
+        full, half = on[d], on[d // 2]
         if steady:
             passes = steady_passes(half)
             full, half = repeat_each(full, passes), repeat_each(half, passes)

@@ -33,14 +33,12 @@ the step, Fig. 12's, held-out pairs); ``jigsaw_common.Case(rule="longrun")`` run
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Mapping, Sequence
 
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex.baselines import POOL_OFFSETS, repeat_steps
-from orchestrl.sim.multiplex.layouts import (PROFILE_DRAWS, PROFILE_SEED, PROFILE_STEPS, ROUTING_MARGIN, ROUTINGS,
-                                             routing_args)
-from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, run_group, simulate_steps
+from orchestrl.sim.multiplex.layouts import PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, profile_draws, routing_args
+from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, run_group
 
 __all__ = ["POOL_PREFIX", "PROFILE_PASSES", "pool_sizes", "layouts_for", "pool_size", "needed_replicas", "run_layout",
            "marginal_pass_s", "LayoutCosts", "profile_marginal", "decide"]
@@ -120,18 +118,17 @@ LayoutCosts = dict[str, float]
 
 def profile_marginal(runs: Sequence[PipelineSteps], layouts: Sequence[str], draws: int = PROFILE_DRAWS,
                      passes: int = PROFILE_PASSES, policy: str = "jigsaw", grid: str = "default",
-                     scale: float = 1.0) -> list[LayoutCosts]:
+                     scale: float = 1.0, steps: Sequence[Mapping[int, Sequence[PipelineSteps]]] | None = None
+                     ) -> list[LayoutCosts]:
     """Each profiling draw's marginal pass (:func:`marginal_pass_s` over ``passes`` passes) in every layout of
     ``layouts``, on ``grid`` with every slowdown's excess scaled by ``scale``. The draws are
-    :func:`~sim.multiplex.layouts.profile_steps`' (each pipeline's seed offset by ``(i + 1) * PROFILE_SEED``,
-    :data:`~sim.multiplex.layouts.PROFILE_STEPS` steps), simulated here on every replica count the layouts need."""
-    if draws < 1:
-        raise ConfigError("jigsaw run", "profile draws", f"{draws!r}", "at least 1")
-    d, gpu = runs[0].replicas, runs[0].gpu
+    :func:`~sim.multiplex.layouts.profile_draws`' (the two-step rule's draws), on every replica count the layouts
+    need; ``steps``: those draws simulated already (independent of the grid: simulate once, decide on every grid)."""
+    d = runs[0].replicas
+    if steps is None:
+        steps = profile_draws(runs, sorted(needed_replicas(layouts, d)), draws)
     out = []
-    for i in range(draws):
-        specs = [replace(r.spec, seed=r.spec.seed + (i + 1) * PROFILE_SEED) for r in runs]
-        on = {n: [simulate_steps(s, gpu, n, PROFILE_STEPS) for s in specs] for n in needed_replicas(layouts, d)}
+    for on in steps:
         costs = {}
         for x in layouts:
             one = run_layout(x, on, d, 1, policy, grid, scale).makespan_s
