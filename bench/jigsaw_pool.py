@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from orchestrl.sim.experiments import jigsaw_fig12, jigsaw_fig13  # noqa: E402
 from orchestrl.sim.experiments.jigsaw_common import Case, _specs, tp_candidates, tp_search  # noqa: E402
 from orchestrl.sim.multiplex.baselines import PASSES, rollmux, verl  # noqa: E402
-from orchestrl.sim.multiplex.layouts import ROUTING_MARGIN, ROUTINGS, choose, profile_costs, profile_steps  # noqa: E402
+from orchestrl.sim.multiplex.layouts import ROUTINGS, choose, margin_adjusted, profile_costs, profile_steps  # noqa: E402
 from orchestrl.sim.multiplex.pool_layout import (decide, layouts_for, marginal_pass_s, needed_replicas,  # noqa: E402
                                                  pool_sizes, profile_marginal, run_layout)
 from orchestrl.sim.multiplex.runner import simulate_steps  # noqa: E402
@@ -97,8 +97,7 @@ def combine(runs: list[dict]) -> dict:
     t, x = decide({t: r["profile_marginal"] for t, r in by.items()})
     # the two-step rule's JigsawRL: each degree's layout by the two-step rule, the degree by its margin-adjusted cost per
     # token (every degree runs the same samples: seconds), timed by its makespan per pass (jigsaw_common._best_tp)
-    adj = {t2: min(c * ((1 - ROUTING_MARGIN) if y == "split" else 1) for y, c in r["profile_twostep"].items())
-           for t2, r in by.items()}
+    adj = {t2: min(margin_adjusted(r["profile_twostep"]).values()) for t2, r in by.items()}
     tf = min(adj, key=lambda t2: (adj[t2], t2))
     xf = choose(by[tf]["profile_twostep"])
     hind = max(((t2, y) for t2, r in by.items() for y in r["marginal_tps"]), key=lambda k: by[k[0]]["marginal_tps"][k[1]])

@@ -451,8 +451,8 @@ class WeightSync:
         After a failed round every rank first waits for that round's pending transfers (``_settle``), and one
         may only end at the transport's timeout. A rank whose transfers ended at once joins the retry early;
         with the plain ``join_timeout_s`` it could name a peer that is still settling as one that "never
-        joined" (the suspected cause of a retry-test failure with a 120 s window and a 2 x 60 s transport
-        timeout), so a retry's window adds the transport's timeout. Whether round ``n - 1`` failed is read
+        joined" (the cause of a retry-test failure with a 120 s window and a 2 x 60 s transport timeout, seen
+        in py-spy dumps of the hung runs), so a retry's window adds the transport's timeout. Whether round ``n - 1`` failed is read
         from the store, so a process that replaces a dead rank (``rejoin``) waits as long as the survivors;
         this process's own last round counts too, where the store does not answer.
         """
