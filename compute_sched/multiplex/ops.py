@@ -7,7 +7,9 @@
   :func:`migration_cost_s`: recompute FLOPs at the prefill MFU, or a KV transfer where the engine
   declares one (:class:`~compute_sched.engine.EngineCapabilities`).
 * :func:`balanced_shares` -- §4.3's multiplexing-aware balancing: the worker that carries a
-  co-located sub-stage (slowdown ``s``) gets the work ``bs_t`` with ``T(bs_t) / T(bs_i) = 1 / s``.
+  co-located sub-stage (slowdown ``s``) gets the work ``bs_t`` with ``T(bs_t) / T(bs_i) = 1 / s``;
+  :func:`overlap_balanced_shares` generalises it to co-runners that end at different times, and
+  :func:`co_runner_overlap` says how a share runs beside one (shared, or after it where sharing loses).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from orchestrl.compute_sched.hardware import ModelSpec
 from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["corun", "Tail", "MergeDecision", "migration_cost_s", "merge_gain", "balanced_shares",
-           "overlap_balanced_shares"]
+           "overlap_balanced_shares", "co_runner_overlap"]
 
 
 def corun(work_a: float, work_b: float, s_a: float, s_b: float) -> tuple[float, float, float]:
@@ -161,7 +163,8 @@ def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s
     """Shares of ``work_s`` (exclusive seconds) over DP workers so that all finish together (§4.3, generalised).
 
     Worker ``i`` runs at ``slowdowns[i]`` for the first ``overlap_s[i]`` seconds (while the other
-    pipeline's sub-stage it carries still runs there), alone after that. With every overlap long
+    pipeline's sub-stage it carries still runs there), alone after that; ``inf``: it waits those seconds
+    (:func:`co_runner_overlap`: where sharing is slower than taking turns). With every overlap long
     enough this is the paper's ``T(bs_t)/T(bs_i) = 1/s``; a co-runner about to finish costs its worker
     almost nothing. ``fixed_s[i]`` (default 0) is work worker ``i`` does first whatever its share (a
     per-step fixed cost every member of the group pays); only ``work_s`` is divided, in proportion to
@@ -174,14 +177,18 @@ def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s
     [0.494, 0.506]
     >>> [round(x, 3) for x in overlap_balanced_shares(4.0, [2.0, 1.0], [100.0, 0], [1.0, 1.0])]
     [0.25, 0.75]
+    >>> [round(x, 3) for x in overlap_balanced_shares(6.0, [math.inf, 1.0], [2.0, 0])]  # waits 2 s, then alone
+    [0.333, 0.667]
     """
     n = len(slowdowns)
     fixed = [0.0] * n if fixed_s is None else list(fixed_s)
     if not 0 <= work_s < math.inf:
         raise ConfigError("balance", "work_s", f"{work_s!r}", "the work to divide, in exclusive seconds: finite, >= 0")
-    checks = (("slowdowns", n >= 1 and all(1.0 <= x < math.inf for x in slowdowns), "a finite slowdown >= 1 per worker"),
-              ("overlap_s", len(overlap_s) == n and all(o >= 0 for o in overlap_s),
-               "one overlap >= 0 (inf: throughout) per worker"),
+    checks = (("slowdowns", n >= 1 and all(1.0 <= x <= math.inf for x in slowdowns),
+               "a slowdown >= 1 per worker (inf: it waits through its overlap)"),
+              ("overlap_s", len(overlap_s) == n and all(o >= 0 for o in overlap_s)
+               and any(s < math.inf or o < math.inf for s, o in zip(slowdowns, overlap_s)),
+               "one overlap >= 0 (inf: throughout) per worker, some worker not waiting for ever"),
               ("fixed_s", len(fixed) == n and all(0 <= f < math.inf for f in fixed), "one finite fixed part >= 0 per worker"))
     for fld, ok, fix in checks:
         if not ok:
@@ -193,10 +200,39 @@ def overlap_balanced_shares(work_s: float, slowdowns: Sequence[float], overlap_s
     def done_by(t: float) -> list[float]:  # exclusive seconds of the divided work each worker finishes by time t
         return [max(0.0, (t / s if t <= o else o / s + (t - o)) - f) for s, o, f in zip(slowdowns, overlap_s, fixed)]
 
-    lo, hi = 0.0, (work_s + max(fixed)) * max(slowdowns)
+    # by ``hi`` every worker that ever progresses could have done all of it alone (a waiting one after its wait)
+    waits = [o for s, o in zip(slowdowns, overlap_s) if s == math.inf and o < math.inf]
+    lo = 0.0
+    hi = (work_s + max(fixed) + max(waits, default=0.0)) * max([s for s in slowdowns if s < math.inf], default=1.0)
     for _ in range(80):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if sum(done_by(mid)) < work_s else (lo, mid)
     got = done_by(hi)
     total = sum(got)
     return [g / total for g in got]
+
+
+def co_runner_overlap(s_self: float, s_other: float, left_s: float) -> tuple[float, float]:
+    """How a share of work runs beside a co-runner that has ``left_s`` alone-seconds left on the worker, for
+    :func:`overlap_balanced_shares`: ``(slowdown, overlap_s)``.
+
+    Where the pair shares the GPU at least as well as taking turns (``1/s_self + 1/s_other >= 1``), both run at
+    once: the share at ``s_self`` while the co-runner takes ``left_s * s_other`` to end. Where sharing is slower
+    than taking turns -- or the pair does not fit in memory, whose slowdowns are the grid's cap (1000), not a
+    speed -- the share waits (``inf``) while the co-runner finishes alone, ``left_s``. (Until 2026-11-29 the
+    runner took the capped slowdowns as speeds: a worker beside a rollout that training cannot share memory with
+    waited ``1000 * left_s`` in the balance's eyes and got none of the work, so the others got it all.)
+
+    >>> co_runner_overlap(1.4, 1.6, 10.0)
+    (1.4, 16.0)
+    >>> co_runner_overlap(1000.0, 1000.0, 10.0)  # does not fit beside it: wait 10 s, not 10,000
+    (inf, 10.0)
+    """
+    for fld, v in (("s_self", s_self), ("s_other", s_other)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 1.0 <= v < math.inf:
+            raise ConfigError("balance", fld, f"{v!r}", "a finite slowdown >= 1 (the grid's, at the split used)")
+    if isinstance(left_s, bool) or not isinstance(left_s, numbers.Real) or not 0 <= left_s < math.inf:
+        raise ConfigError("balance", "left_s", f"{left_s!r}", "the co-runner's alone-seconds left: finite, >= 0")
+    if 1.0 / s_self + 1.0 / s_other < 1.0:
+        return math.inf, float(left_s)
+    return float(s_self), float(left_s) * s_other

@@ -2,7 +2,7 @@
 
 Design note
 -----------
-Each pipeline's steps are simulated on the real engine model first (:mod:`sim.multiplex.rollout`):
+Each pipeline's steps are simulated on the real engine model first (:mod:`sim.multiplex.steps`, :mod:`sim.multiplex.rollout`):
 per DP worker, a rollout chain of sub-stages from its step records, then reference and training.
 Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what the scheduler of
 :mod:`compute_sched.multiplex.lookahead` decides over; the runner is the event loop around it:
@@ -17,9 +17,11 @@ Worker ``i`` hosts replica ``i`` of both pipelines, so its two chains are what t
   (recomputing their context there at the prefill MFU); the aggregated tail decodes all of them at
   once, priced by the performance model at the combined batch;
 * balancing (§4.3): when a barrier opens, a replica whose worker still carries the other pipeline's
-  rollout (its aggregated or its own long tail) gets a smaller share of the reference and training
-  work, by how long and how much that rollout slows it (``overlap_balanced_shares``); only the part
-  that scales with tokens moves, each worker keeps the post model's fixed per-step part;
+  rollout (its aggregated or its own long tail) or its reference and training gets a smaller share of
+  the reference and training work, by how long that work holds the worker and how much it slows the
+  share at the pair's best split -- or all of that time, where sharing loses to taking turns or does not
+  fit (``co_runner_overlap``, ``overlap_balanced_shares``); only the part that scales with tokens moves,
+  each worker keeps the post model's fixed per-step part;
 * layout (§4.3's skew at its extreme, and the static split as a fallback): every pipeline on every
   worker (``uniform``), each pipeline's samples on its own half of the workers (``partition``: the
   steps simulated on half the replicas) with reference and training still spread over all of them
@@ -44,88 +46,21 @@ from typing import Sequence
 from orchestrl.compute_sched.hardware import load_gpu, load_model
 from orchestrl.compute_sched.multiplex.catalog import model_for
 from orchestrl.compute_sched.multiplex.grid import IDLE, MEM_LEVELS_PCT
-from orchestrl.compute_sched.multiplex.lookahead import (MEMORY_BUDGET_PCT, Action, Scheduler, Task, WorkerState)
-from orchestrl.compute_sched.multiplex.ops import Tail, merge_gain, migration_cost_s, overlap_balanced_shares
+from orchestrl.compute_sched.multiplex.lookahead import (MEMORY_BUDGET_PCT, SM_SPLITS, Action, Scheduler, Task,
+                                                          WorkerState)
+from orchestrl.compute_sched.multiplex.ops import (Tail, co_runner_overlap, merge_gain, migration_cost_s,
+                                                   overlap_balanced_shares)
 from orchestrl.compute_sched.multiplex.substage import rollout_chain
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.layout import InstanceConfig
 from orchestrl.fabric.errors import ConfigError
 from orchestrl.sim.multiplex import rollout as _rollout
-from orchestrl.sim.multiplex.rollout import (RolloutTrace, post_times,
-                                             simulate_replica)
-from orchestrl.sim.multiplex.workload import PipelineSpec, draw_samples, per_replica
+from orchestrl.sim.multiplex.steps import PipelineSteps, mem_floor_pct, simulate_steps
 
 __all__ = ["POLICIES", "PipelineSteps", "simulate_steps", "GroupResult", "run_group", "mem_floor_pct"]
 
 POLICIES = ("jigsaw", "jigsaw-greedy", "jigsaw-nomerge", "muxserve")
 _FAR = 1e9
-
-
-@dataclass
-class PipelineSteps:
-    """One pipeline's simulated steps on ``replicas`` DP workers: rollout traces and post work per replica."""
-
-    spec: PipelineSpec
-    gpu: str
-    replicas: int
-    traces: list[list[RolloutTrace]]  # [step][replica]
-    post: list[list[tuple[float, float]]]  # [step][replica] -> (reference s, training s)
-    tokens: list[int]  # per step
-    #: the part of each replica's (reference, training) seconds that does not scale with its tokens (the
-    #: post model's fixed cost per worker and step): balancing moves only the rest between workers
-    post_fixed_s: tuple[float, float] = field(default_factory=lambda: (_rollout.REF_FIXED_S, _rollout.TRAIN_FIXED_S))
-
-    @property
-    def steps(self) -> int:
-        return len(self.traces)
-
-    def step_alone_s(self, k: int) -> float:
-        """The step alone on its workers (veRL): slowest rollout, then the slowest reference + training."""
-        return max(t.end_s for t in self.traces[k]) + max(r + t for r, t in self.post[k])
-
-    def useful_flops(self, k: int) -> float:
-        n = load_model(self.spec.model).active_params
-        return sum(t.flops for t in self.traces[k]) + 8.0 * n * self.tokens[k]
-
-
-def simulate_steps(spec: PipelineSpec, gpu: str, replicas: int, steps: int) -> PipelineSteps:
-    """Simulate ``steps`` steps of ``spec`` split over ``replicas`` DP workers (each of ``spec.tp`` GPUs)."""
-    for fld, v in (("replicas", replicas), ("steps", steps)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ConfigError(f"pipeline {spec.name}", fld, f"{v!r}", "an integer >= 1")
-    traces, post, tokens = [], [], []
-    for k in range(steps):
-        reps = per_replica(draw_samples(spec, k), replicas)
-        trs = [simulate_replica(spec, r, gpu) for r in reps]
-        traces.append(trs)
-        post.append([post_times(spec, t.tokens, gpu) for t in trs])
-        tokens.append(sum(t.tokens for t in trs))
-    return PipelineSteps(spec, gpu, replicas, traces, post, tokens)
-
-
-def mem_floor_pct(kind: str, spec: PipelineSpec, gpu: str, replicas: int, seqs: int = 0, ctx: float = 0.0) -> float:
-    """Lowest memory level (of the 20-80% grid) a sub-stage of ``spec`` can run at on one worker.
-
-    Rollout: its weights plus the KV of the sequences it holds; reference: its weights; training:
-    FSDP-sharded state over the pipeline's GPUs (16 bytes a parameter) plus one micro-batch's
-    activations. A floor above 80% means the stage cannot share the GPU at all (it still runs alone,
-    at 80%, with what it cannot hold offloaded -- Fig. 9's CPU offload; its speed is not modelled).
-    """
-    m, g = load_model(spec.model), load_gpu(gpu)
-    budget = g.hbm_bytes * 0.9
-    if kind == IDLE:
-        need = 0.0
-    elif kind == "train":
-        need = 16.0 * m.params_total / (replicas * spec.tp) + 34.0 * m.d_model * 1024 * m.layers / spec.tp
-    elif kind == "reference":
-        need = m.weight_bytes / spec.tp + 8.0 * m.d_model * 4096 * m.layers / spec.tp
-    else:
-        need = m.weight_bytes / spec.tp + seqs * max(ctx / max(seqs, 1), 1024) * m.kv_bytes_per_token / spec.tp
-    pct = 100.0 * need / budget
-    for lvl in MEM_LEVELS_PCT:
-        if pct <= lvl + 1e-9:
-            return float(lvl)
-    return float(MEM_LEVELS_PCT[-1])
 
 
 @dataclass
@@ -327,13 +262,16 @@ class _Group:
         return changed
 
     def _balance(self, p: int, k: int) -> None:
-        """§4.3: workers that still carry the other pipeline's rollout get less of this post stage's work.
+        """§4.3: workers that carry the other pipeline's work get less of this post stage's work.
 
-        Every such worker runs its share slowed by the slowdown model (training next to the rollout's
-        current sub-stage) for as long as that rollout has work left there, alone afterwards; the
-        shares equalise the finish times (:func:`overlap_balanced_shares`). The paper states the rule
-        for the worker carrying an aggregated (merged) tail, ``T(bs_t)/T(bs_i) = 1/s``; an unmerged
-        long tail interferes the same way, so it counts too (a tail about to end costs almost nothing).
+        The other pipeline's work on a worker is its rollout (the sub-stage it is in, for as long as its rollout has
+        work left there) or its own reference and training. A worker's share runs beside it at the SM and memory
+        split that serves the pair best (a rollout keeps the KV pool it holds; training gets the rest), or after it
+        where even that split is slower than taking turns or does not fit (:func:`co_runner_overlap`); the shares
+        equalise the finish times (:func:`overlap_balanced_shares`). The paper states the rule for the worker
+        carrying an aggregated (merged) tail, ``T(bs_t)/T(bs_i) = 1/s``; an unmerged long tail, or the other
+        pipeline's training, occupies the worker the same way, so they count too (work about to end costs almost
+        nothing).
         """
         if not self.balance or self.d < 2 or len(self.runs) < 2 or k in self.split_steps:
             return
@@ -342,14 +280,17 @@ class _Group:
         for w in range(self.d):
             ko = self._cur_step(o, w)
             head = self.states[w].head(o)
-            if self._progress(o, ko, w) == "rollout" and head is not None and head.kind != IDLE:
-                sw = self.models[p].s("train", head.kind, 0.75, 60)
-                so = self.models[o].s(head.kind, "train", 0.25, 60)
-                slow.append(max(1.0, sw))
-                overlap.append(self._remaining(o, ko, w, 0, 1) * max(1.0, so))
-            else:
+            where = self._progress(o, ko, w)
+            if head is None or head.kind == IDLE or where not in ("rollout", "post"):
                 slow.append(1.0)
                 overlap.append(0.0)
+                continue
+            held = self.states[w].held[o]
+            sw, so = self._beside(p, head.kind, (MEMORY_BUDGET_PCT - held,) if where == "rollout" and held > 0
+                                  else MEM_LEVELS_PCT)
+            s, ov = co_runner_overlap(sw, so, self._remaining(o, ko, w, *((0, 1) if where == "rollout" else (1, 2))))
+            slow.append(s)
+            overlap.append(ov)
         if all(x <= 1.0 for x in slow):
             return
         # each worker keeps its fixed part (paid by every worker of the pipeline's group whatever its share);
@@ -363,6 +304,19 @@ class _Group:
         for ix, f, v in zip(idx, fixed, var):
             for w, i in enumerate(ix):
                 self._set_task(w, p, i, replace(self.states[w].chains[p][i], work_s=f[w] + v * shares[w]))
+
+    def _beside(self, p: int, kind: str, mems: Sequence[float]) -> tuple[float, float]:
+        """Slowdowns (pipeline ``p``'s training, the other pipeline's ``kind`` beside it) at the split that serves
+        the pair best: the SM shares the scheduler offers, the training's memory one of ``mems`` (the co-runner
+        gets the rest); each priced by its own pipeline's model."""
+        best, o = None, 1 - p
+        for sg in SM_SPLITS:
+            for m in mems:
+                mine = max(1.0, self.models[p].s("train", kind, sg, m))
+                theirs = max(1.0, self.models[o].s(kind, "train", 1.0 - sg, MEMORY_BUDGET_PCT - m))
+                if best is None or 1.0 / mine + 1.0 / theirs > 1.0 / best[0] + 1.0 / best[1]:
+                    best = (mine, theirs)
+        return best
 
     def _cur_step(self, p: int, w: int) -> int:
         for k in range(self.runs[p].steps):

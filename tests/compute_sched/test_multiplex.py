@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections import Counter
 
@@ -18,7 +19,7 @@ from orchestrl.compute_sched.multiplex.interference import PAPER_TARGETS, held_o
 from orchestrl.compute_sched.multiplex.lookahead import MEMORY_BUDGET_PCT, Action, Scheduler, Task, WorkerState
 from orchestrl.compute_sched.multiplex.hooks import kv_pool_args, training_microbatch
 from orchestrl.compute_sched.multiplex.ops import (Tail, balanced_shares, corun, merge_gain, migration_cost_s,
-                                                 overlap_balanced_shares)
+                                                 overlap_balanced_shares, co_runner_overlap)
 from orchestrl.compute_sched.multiplex.substage import StepRecord, SubStageTracker
 from orchestrl.compute_sched.perf import PerfModel
 from orchestrl.compute_sched.hardware import load_gpu
@@ -291,6 +292,26 @@ def test_a_fixed_part_every_worker_pays_is_not_divided_and_shifts_the_shares():
         overlap_balanced_shares(1.0, [1.0, 1.0], [0.0, 0.0], [-1.0, 0.0])
 
 
+def test_a_co_runner_that_does_not_fit_beside_the_share_delays_it_by_its_own_time_not_by_the_grids_cap():
+    # training cannot share memory with the rollout (the grid's cap, 1000, on both sides): the worker waits the
+    # rollout's 10 s and then takes a fair share; read as a speed, the cap left it nothing (the 2026-11-29 collapse)
+    s, ov = co_runner_overlap(1000.0, 1000.0, 10.0)
+    assert (s, ov) == (math.inf, 10.0)
+    shares = overlap_balanced_shares(40.0, [s, 1.0], [ov, 0.0])
+    assert shares == pytest.approx([0.375, 0.625])  # both end at 25 s: 10 + 15 == 25
+    assert overlap_balanced_shares(40.0, [1000.0, 1.0], [10.0 * 1000.0, 0.0])[0] < 0.001  # the old reading
+    # a pair that shares the GPU better than taking turns runs together: the share at its slowdown, the co-runner
+    # stretched by its own
+    assert co_runner_overlap(1.25, 1.05, 10.0) == (1.25, pytest.approx(10.5))
+    # two trainings (about 2.16x each on the H100 grid) are slower together than in turn: wait
+    assert co_runner_overlap(2.16, 2.16, 5.0) == (math.inf, 5.0)
+    for bad, fld in (((0.5, 1.0, 1.0), "s_self"), ((1.0, math.inf, 1.0), "s_other"), ((1.0, 1.0, -1.0), "left_s")):
+        with pytest.raises(ConfigError, match=fld):
+            co_runner_overlap(*bad)
+    with pytest.raises(ConfigError, match="waiting for ever"):
+        overlap_balanced_shares(1.0, [math.inf, math.inf], [math.inf, math.inf])
+
+
 # --- bad input: an error naming the field and the fix, never a traceback or a silently wrong number -------------
 
 @pytest.mark.parametrize("call,field", [
@@ -454,7 +475,7 @@ def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_ow
     # Fig. 16's Qwen3-0.6B beside Llama-3.1-8B on 4 A100 workers with merging and balancing on. Every slowdown the
     # runner asks for outside the scheduler (balancing a post stage against the other pipeline's rollout, pricing a
     # merge against the other pipeline's co-located sub-stage) must come from the model of the pipeline whose work is
-    # priced (balancing: training on 75% of the SMs, the other's rollout on 25%; merging: the tail's pair with the
+    # priced (balancing: the training at each split _beside tries, the other's sub-stage on the rest; merging: the tail's pair with the
     # other pipeline's sub-stage, and that sub-stage beside the merged tail). A model swap there is consistent, so no
     # symmetric outcome shows it.
     import sys
@@ -473,9 +494,11 @@ def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_ow
         def s(self, ka, kb, sigma, mem):
             caller = sys._getframe(1)
             fn, p = caller.f_code.co_name, caller.f_locals.get("p")
-            if fn in ("_balance", "<lambda>"):
+            if fn in ("_beside", "<lambda>"):
                 calls[fn] += 1
-                priced = p if (fn, sigma) == ("_balance", 0.75) else 1 - p
+                # _beside prices p's training at (sg, m) and the other pipeline's sub-stage on the rest
+                loc = caller.f_locals
+                priced = p if fn == "_beside" and (sigma, mem) == (loc["sg"], loc["m"]) else 1 - p
                 if priced != self.owner:
                     wrong.append((fn, ka, kb, sigma, "pipeline", p, "model of", self.owner))
             return self.model.s(ka, kb, sigma, mem)
@@ -495,5 +518,5 @@ def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_ow
     group = runner._Group(runs, "jigsaw", "default", 1.0, 3)
     group.models = tuple(Owned(m, i) for i, m in enumerate(group.models))
     result = group.run()
-    assert calls["_balance"] and calls["_try_merge"] and calls["<lambda>"] and result.merges, (calls, result.merges)
+    assert calls["_beside"] and calls["_try_merge"] and calls["<lambda>"] and result.merges, (calls, result.merges)
     assert not wrong, wrong
