@@ -309,11 +309,10 @@ class _Group:
         """Slowdowns (pipeline ``p``'s training, the other pipeline's ``kind`` beside it) at the split that serves
         the pair best: the SM shares the scheduler offers, the training's memory one of ``mems`` (the co-runner
         gets the rest); each priced by its own pipeline's model."""
-        best, o = None, 1 - p
+        best = None
         for sg in SM_SPLITS:
             for m in mems:
-                mine = max(1.0, self.models[p].s("train", kind, sg, m))
-                theirs = max(1.0, self.models[o].s(kind, "train", 1.0 - sg, MEMORY_BUDGET_PCT - m))
+                mine, theirs = (max(1.0, x) for x in self.models[p].pair("train", kind, sg, m, other=self.models[1 - p]))
                 if best is None or 1.0 / mine + 1.0 / theirs > 1.0 / best[0] + 1.0 / best[1]:
                     best = (mine, theirs)
         return best

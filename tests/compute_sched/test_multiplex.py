@@ -494,11 +494,9 @@ def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_ow
         def s(self, ka, kb, sigma, mem):
             caller = sys._getframe(1)
             fn, p = caller.f_code.co_name, caller.f_locals.get("p")
-            if fn in ("_beside", "<lambda>"):
+            if fn == "<lambda>":
                 calls[fn] += 1
-                # _beside prices p's training at (sg, m) and the other pipeline's sub-stage on the rest
-                loc = caller.f_locals
-                priced = p if fn == "_beside" and (sigma, mem) == (loc["sg"], loc["m"]) else 1 - p
+                priced = 1 - p
                 if priced != self.owner:
                     wrong.append((fn, ka, kb, sigma, "pipeline", p, "model of", self.owner))
             return self.model.s(ka, kb, sigma, mem)
@@ -509,7 +507,8 @@ def test_the_runners_balancing_and_merging_price_each_pipelines_work_with_its_ow
             caller = sys._getframe(1)
             fn, p = caller.f_code.co_name, caller.f_locals.get("p")
             calls[fn] += 1
-            if fn == "_try_merge" and (self.owner, getattr(other, "owner", None)) != (p, 1 - p):
+            # _beside prices p's training (a) beside the other pipeline's sub-stage (b, other) the same way
+            if fn in ("_try_merge", "_beside") and (self.owner, getattr(other, "owner", None)) != (p, 1 - p):
                 wrong.append((fn, a, b, "pipeline", p, "models of", self.owner, getattr(other, "owner", None)))
             return self.model.pair(a, b, sm_a_frac, mem_a_pct, other=other and other.model)
 
