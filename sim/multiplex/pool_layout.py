@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from orchestrl.fabric.errors import ConfigError
-from orchestrl.sim.multiplex.baselines import POOL_OFFSETS, repeat_steps
+from orchestrl.sim.multiplex.baselines import PASSES, POOL_OFFSETS, repeat_steps
 from orchestrl.sim.multiplex.layouts import PROFILE_DRAWS, ROUTING_MARGIN, ROUTINGS, profile_draws, routing_args
 from orchestrl.sim.multiplex.runner import GroupResult, PipelineSteps, run_group
 
@@ -44,8 +44,12 @@ __all__ = ["POOL_PREFIX", "PROFILE_PASSES", "pool_sizes", "layouts_for", "pool_s
            "marginal_pass_s", "LayoutCosts", "profile_marginal", "decide"]
 
 POOL_PREFIX = "pool:"
-#: passes each profiling draw is run for (besides one): the marginal pass of a two-step draw from two runs
-PROFILE_PASSES = 2
+#: passes each profiling draw is run for (besides one): the horizon the run is scored on
+#: (:data:`~sim.multiplex.baselines.PASSES`), so a layout whose pass grows over the run (a drifting share) shows it.
+#: Two passes until 2026-11-29: against a bar set first, four chose better on Fig. 13's 64-A100 settings (Qwen2.5-14B
+#: 0.968x -> 1.018x RollMux on seeds 0-2, 1.004x -> 1.032x on held-out seeds 3-5) and no worse elsewhere
+#: (docs/jigsaw.md, "Profiling over the run's horizon")
+PROFILE_PASSES = PASSES
 
 
 def pool_sizes(d: int) -> tuple[int, ...]:

@@ -119,68 +119,81 @@ def test_the_profile_runs_other_draws_than_the_measured_steps_the_same_draws_as_
 
 
 @pytest.fixture(scope="module")
-def llama_case():
-    """Fig. 12's multi-turn Llama-3.1-8B setting at TP 4 (two workers), seed 0: the long-run rule picks `pool:1`."""
+def pool_case():
+    """Two Qwen3-32B/MATH pipelines (responses x0.5) on 32 A100s at TP 8 (four workers), seed 0: the long-run rule
+    picks `pool:1` (profiled marginal pass 335 s against `split`'s 363 s, 357.6 s after the margin), and with
+    sharing free `uniform`. (Fig. 12's Llama-3.1-8B pair at TP 4, the case until the profile covered the run's four
+    passes, now picks `split` there: 180.4 x 0.985 = 177.7 s against `pool:1`'s 177.7 s.)"""
     from orchestrl.sim.experiments.jigsaw_common import Case
-    pair = (("Llama-3.1-8B", "gsm8k-mt", 4, 0.7),) * 2
-    return Case("t", "llama", "H100", 8, pair, 2, ("verl", "rollmux", "jigsaw"), longrun=True, rule="longrun")
+    pair = (("Qwen3-32B", "math", 8, 0.5),) * 2
+    return Case("t", "pool", "A100", 32, pair, 2, ("verl", "rollmux", "jigsaw"), longrun=True, rule="longrun")
 
 
-def test_run_case_under_the_long_run_rule_runs_the_pool_it_picks_and_times_it_as_rollmux_is(llama_case):
-    from orchestrl.sim.experiments.jigsaw_common import _specs, run_case
+@pytest.fixture(scope="module")
+def pool_result(pool_case):
+    """``run_case`` on :func:`pool_case` with the grid rows (what two tests read; one run of the dearest case)."""
+    from orchestrl.sim.experiments.jigsaw_common import run_case
+    return run_case(replace(pool_case, sensitivity=True))
+
+
+def _steps(case):
+    """The case's two measured steps on every replica count its layouts need (four workers)."""
+    from orchestrl.sim.experiments.jigsaw_common import _specs
+    names = pool_layout.layouts_for(4)
+    return {n: [runner.simulate_steps(s, "A100", n, 2) for s in _specs(case)]
+            for n in pool_layout.needed_replicas(names, 4)}, names
+
+
+def test_run_case_under_the_long_run_rule_runs_the_pool_it_picks_and_times_it_as_rollmux_is(pool_case, pool_result):
+    from orchestrl.sim.experiments.jigsaw_common import run_case
     from orchestrl.sim.multiplex.baselines import PASSES
-    res = run_case(llama_case)
-    specs = _specs(llama_case)
-    on = {n: [runner.simulate_steps(s, "H100", n, 2) for s in specs] for n in (1, 2)}
-    names = pool_layout.layouts_for(2)
+    res = pool_result
+    on, names = _steps(pool_case)
     assert set(res["routing_costs"]) == set(names)
-    assert res["routing"] == pool_layout.decide({4: pool_layout.profile_marginal(on[2], names)})[1] == "pool:1"
-    one, many = pool_layout.run_layout("pool:1", on, 2), pool_layout.run_layout("pool:1", on, 2, PASSES)
-    tokens = sum(sum(r.tokens) for r in on[2])
+    assert res["routing"] == pool_layout.decide({8: pool_layout.profile_marginal(on[4], names)})[1] == "pool:1"
+    one, many = pool_layout.run_layout("pool:1", on, 4), pool_layout.run_layout("pool:1", on, 4, PASSES)
+    tokens = sum(sum(r.tokens) for r in on[4])
     assert res["jigsaw_tps"] == pytest.approx(tokens / pool_layout.marginal_pass_s(one.makespan_s, many.makespan_s, PASSES))
     assert res["jigsaw_makespan_tps"] == pytest.approx(tokens * PASSES / many.makespan_s)
     assert res["memory_violations"] == 0
     # the baselines do not depend on JigsawRL's rule
     from dataclasses import replace as rep
-    two = run_case(rep(llama_case, rule="twostep"))
+    two = run_case(rep(pool_case, rule="twostep"))
     assert (two["verl_tps"], two["rollmux_tps"]) == (res["verl_tps"], res["rollmux_tps"])
     assert two["routing"] in layouts.ROUTINGS
 
 
-def test_the_long_run_rule_is_refused_without_the_long_run_and_names_the_fix(llama_case, capsys):
+def test_the_long_run_rule_is_refused_without_the_long_run_and_names_the_fix(pool_case, capsys):
     from dataclasses import replace as rep
 
     from orchestrl.agents.cli import main
     from orchestrl.sim.experiments.jigsaw_common import run_case
     with pytest.raises(ConfigError, match="longrun=True"):
-        run_case(rep(llama_case, longrun=False))
+        run_case(rep(pool_case, longrun=False))
     with pytest.raises(ConfigError, match="twostep, longrun"):
-        run_case(rep(llama_case, rule="best"))
+        run_case(rep(pool_case, rule="best"))
     assert main(["sim", "jigsaw", "Qwen3-4B/math", "Qwen3-4B/math", "--rule", "longrun"]) == 2
     assert "add --long-run" in capsys.readouterr().err
-    assert main(["sim", "jigsaw", "Llama-3.1-8B/gsm8k-mt,tp=4,scale=0.7", "Llama-3.1-8B/gsm8k-mt,tp=4,scale=0.7",
-                 "--long-run", "--rule", "longrun", "--systems", "verl,jigsaw"]) == 0
+    assert main(["sim", "jigsaw", "Qwen3-32B/math,tp=8,scale=0.5", "Qwen3-32B/math,tp=8,scale=0.5", "--gpu", "A100",
+                 "--gpus", "32", "--long-run", "--rule", "longrun", "--systems", "verl,jigsaw"]) == 0
     out = capsys.readouterr().out
-    assert "JigsawRL layout: pool:1 (both pipelines' rollouts on a pool of 1 worker(s), both trainings on the other 1)" in out
+    assert "JigsawRL layout: pool:1 (both pipelines' rollouts on a pool of 1 worker(s), both trainings on the other 3)" in out
     assert "upper bound for any schedule's makespan per pass" in out
 
 
-def test_under_the_long_run_rule_the_grid_rows_keep_the_layout_and_the_free_what_if_re_decides(llama_case):
-    from dataclasses import replace as rep
-
-    from orchestrl.sim.experiments.jigsaw_common import _specs, run_case
+def test_under_the_long_run_rule_the_grid_rows_keep_the_layout_and_the_free_what_if_re_decides(pool_case, pool_result):
     from orchestrl.sim.multiplex.baselines import PASSES
-    res = run_case(rep(llama_case, sensitivity=True))
-    on = {n: [runner.simulate_steps(s, "H100", n, 2) for s in _specs(llama_case)] for n in (1, 2)}
-    tokens = sum(sum(r.tokens) for r in on[2])
+    res = pool_result
+    on, names = _steps(pool_case)
+    tokens = sum(sum(r.tokens) for r in on[4])
 
     def marginal(layout, scale, grid="default"):
-        one = pool_layout.run_layout(layout, on, 2, 1, grid=grid, scale=scale).makespan_s
-        return tokens / pool_layout.marginal_pass_s(one, pool_layout.run_layout(layout, on, 2, PASSES, grid=grid,
+        one = pool_layout.run_layout(layout, on, 4, 1, grid=grid, scale=scale).makespan_s
+        return tokens / pool_layout.marginal_pass_s(one, pool_layout.run_layout(layout, on, 4, PASSES, grid=grid,
                                                                                  scale=scale).makespan_s, PASSES)
     assert res["routing"] == "pool:1"
     assert res["jigsaw_x1.25_tps"] == pytest.approx(marginal("pool:1", 1.25))  # the headline's layout, its measure
     assert res["jigsaw_modelled_tps"] == pytest.approx(marginal("pool:1", 1.0, "modelled"))
-    free = pool_layout.decide({4: pool_layout.profile_marginal(on[2], pool_layout.layouts_for(2), scale=0.0)})[1]
+    free = pool_layout.decide({8: pool_layout.profile_marginal(on[4], names, scale=0.0)})[1]
     assert free != "pool:1"  # with sharing free another layout wins: the what-if re-decides, so this tells them apart
     assert res["jigsaw_x0_tps"] == pytest.approx(marginal(free, 0.0))
