@@ -68,6 +68,15 @@ class RankJob:
     extra_env: dict = field(default_factory=dict)
 
 
+def _next_join_window_s(sync) -> float | None:
+    """How long the next round will wait for every rank to join (longer right after a failed round); None where the
+    store does not answer."""
+    try:
+        return sync._join_window_s(sync._round + 1)
+    except Exception:  # noqa: BLE001 -- a diagnostic: a dead store must not turn a round's report into an error
+        return None
+
+
 def run_rank(job: RankJob) -> dict:
     """Run ``job.rounds`` sync rounds as ``job.rank``; return reports, errors and content mismatches."""
     from orchestrl.collectives.weight_sync import WeightSync
@@ -79,17 +88,19 @@ def run_rank(job: RankJob) -> dict:
     sync = _connect(job, WeightSync)
     KEEP.append(sync)  # rank 0 hosts the store: it must outlive this function, as in a real job
     sch = sync.schedule
-    out: dict = {"pid": os.getpid(), "rounds": [], "report": None, "mismatches": [], "at": 0.0}
+    out: dict = {"pid": os.getpid(), "rounds": [], "report": None, "mismatches": [], "at": 0.0,
+                 "join_timeout_s": sync.join_timeout_s}
     for n in range(job.rounds):
         try:
             report, mismatches = _one_round(job, sync, sch, first=n == 0)
             cpu = _CPU.pop("sync", 0.0)  # this process's CPU seconds inside send/receive (all its threads)
             rss = _CPU.pop("rss_growth", 0)  # a receiver's peak resident memory above its level at the call
             out["rounds"].append({"report": asdict(report), "mismatches": mismatches, "cpu_s": cpu,
-                                  "rss_growth_bytes": rss})
+                                  "rss_growth_bytes": rss, "next_join_window_s": _next_join_window_s(sync)})
             out["report"], out["mismatches"], out["cpu_s"], out["rss_growth_bytes"] = asdict(report), mismatches, cpu, rss
         except Exception as exc:  # noqa: BLE001 -- reported per round; the last one is re-raised
-            out["rounds"].append({"error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__})
+            out["rounds"].append({"error": f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__,
+                                  "next_join_window_s": _next_join_window_s(sync)})
             if job.rounds == 1:
                 raise
     out["at"] = time.time()

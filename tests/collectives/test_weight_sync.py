@@ -330,6 +330,13 @@ def test_a_failed_round_says_what_it_left_in_the_engines_tensors_and_a_retry_rew
         held = sum(sch.local_shape(r.rank, i) is not None for i in range(len(sch.params)))
         assert sum(map(int, m.groups())) == held, (m.groups(), held)
         assert "retrying the round rewrites every target" in first["error"]
+    # the round after the failed one waited the transport's timeout longer for ranks to join; the round after the
+    # successful retry waits the plain window again (the failure is not carried past a round that succeeded)
+    for r in run.results:
+        after_fail, after_ok = (rnd["next_join_window_s"] for rnd in r.value["rounds"])
+        assert after_ok is not None and after_fail is not None, r.value["rounds"]
+        assert after_fail > after_ok, (r.rank, after_fail, after_ok)
+        assert after_ok == pytest.approx(r.value["join_timeout_s"]), (r.rank, after_ok)
 
 
 class _IdleTransport:
