@@ -47,7 +47,7 @@ POOL_PREFIX = "pool:"
 #: passes each profiling draw is run for (besides one): the horizon the run is scored on
 #: (:data:`~sim.multiplex.baselines.PASSES`), so a layout whose pass grows over the run (a drifting share) shows it.
 #: Two passes until 2026-11-29: against a bar set first, four chose better on Fig. 13's 64-A100 settings (Qwen2.5-14B
-#: 0.968x -> 1.018x RollMux on seeds 0-2, 1.004x -> 1.032x on held-out seeds 3-5) and no worse elsewhere
+#: 0.968x -> 1.018x RollMux on seeds 0-2, 1.004x -> 1.031x on held-out seeds 3-5) and no worse elsewhere
 #: (docs/jigsaw.md, "Profiling over the run's horizon")
 PROFILE_PASSES = PASSES
 
