@@ -38,7 +38,7 @@ from typing import Iterable, Mapping, Sequence
 
 from orchestrl.fabric.errors import ConfigError
 
-__all__ = ["FORMAT", "KINDS", "IDLE", "SM_BUDGETS_PCT", "MEM_LEVELS_PCT", "DEFAULT_ALIASES", "GridPoint",
+__all__ = ["FORMAT", "KINDS", "IDLE", "SM_BUDGETS_PCT", "MEM_LEVELS_PCT", "MEMORY_BUDGET_PCT", "DEFAULT_ALIASES", "GridPoint",
            "SlowdownGrid", "SlowdownModel", "load_grid", "DATA_DIR"]
 
 FORMAT = "orchestrl slowdown grid v1"
@@ -47,6 +47,7 @@ KINDS = ("train", "reference", "prefill", "decode_large", "decode_small")
 IDLE = "idle"  # a sub-stage that uses no SMs: tool calls, environment waits
 SM_BUDGETS_PCT = (25, 50, 75, 100)  # §4.2: four SM budgets
 MEM_LEVELS_PCT = (20, 40, 60, 80)  # §4.2: four memory levels
+MEMORY_BUDGET_PCT = 100.0  # levels are percentages of the GPU's memory budget; two must fit in it
 DEFAULT_ALIASES = {"reference": "prefill"}  # a kind a grid may lack -> the profiled kind that stands for it
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "slowdown"
 
@@ -283,4 +284,5 @@ class SlowdownModel:
         if isinstance(sm_a_frac, bool) or not isinstance(sm_a_frac, numbers.Real) or not 0 < sm_a_frac < 1:
             raise ConfigError("slowdown model", "sm_a_frac", f"{sm_a_frac!r}",
                               "a's share of the SMs in (0, 1): b runs on the rest")
-        return self.s(a, b, sm_a_frac, mem_a_pct), (other or self).s(b, a, 1.0 - sm_a_frac, 100.0 - mem_a_pct)
+        return self.s(a, b, sm_a_frac, mem_a_pct), (other or self).s(b, a, 1.0 - sm_a_frac,
+                                                                         MEMORY_BUDGET_PCT - mem_a_pct)

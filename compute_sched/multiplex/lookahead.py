@@ -43,7 +43,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from orchestrl.compute_sched.multiplex.grid import IDLE, KINDS, MEM_LEVELS_PCT, SlowdownModel
+from orchestrl.compute_sched.multiplex.grid import IDLE, KINDS, MEM_LEVELS_PCT, MEMORY_BUDGET_PCT, SlowdownModel
 from orchestrl.fabric.errors import ConfigError
 
 __all__ = ["Task", "Action", "Step", "Plan", "WorkerState", "Scheduler", "SM_SPLITS", "MEMORY_BUDGET_PCT",
@@ -57,7 +57,6 @@ SM_SPLITS = (0.25, 0.5, 0.75)  # sigma of the first chain when two run (§4.2's 
 #: trace seeds 3-5 of Fig. 12 and Fig. 16's pair (0, 0.25, 0.5, 1; 0.5 within 0.02% of the best mean for both
 #: layouts that share workers and the best worst case, 0.4% below none; 0.25's was 2.1% below) and checked on seeds 0-2; docs/jigsaw.md ("Scheduling") gives the numbers.
 PROGRESS_WEIGHT = 0.5
-MEMORY_BUDGET_PCT = 100.0  # levels are percentages of the GPU's memory budget; two must fit in it
 _EPS = 1e-9
 
 
