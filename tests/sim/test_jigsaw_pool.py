@@ -157,21 +157,18 @@ def test_run_case_under_the_long_run_rule_runs_the_pool_it_picks_and_times_it_as
     assert res["jigsaw_makespan_tps"] == pytest.approx(tokens * PASSES / many.makespan_s)
     assert res["memory_violations"] == 0
     # the baselines do not depend on JigsawRL's rule
-    from dataclasses import replace as rep
-    two = run_case(rep(pool_case, rule="twostep"))
+    two = run_case(replace(pool_case, rule="twostep"))
     assert (two["verl_tps"], two["rollmux_tps"]) == (res["verl_tps"], res["rollmux_tps"])
     assert two["routing"] in layouts.ROUTINGS
 
 
 def test_the_long_run_rule_is_refused_without_the_long_run_and_names_the_fix(pool_case, capsys):
-    from dataclasses import replace as rep
-
     from orchestrl.agents.cli import main
     from orchestrl.sim.experiments.jigsaw_common import run_case
     with pytest.raises(ConfigError, match="longrun=True"):
-        run_case(rep(pool_case, longrun=False))
+        run_case(replace(pool_case, longrun=False))
     with pytest.raises(ConfigError, match="twostep, longrun"):
-        run_case(rep(pool_case, rule="best"))
+        run_case(replace(pool_case, rule="best"))
     assert main(["sim", "jigsaw", "Qwen3-4B/math", "Qwen3-4B/math", "--rule", "longrun"]) == 2
     assert "add --long-run" in capsys.readouterr().err
     assert main(["sim", "jigsaw", "Qwen3-32B/math,tp=8,scale=0.5", "Qwen3-32B/math,tp=8,scale=0.5", "--gpu", "A100",
